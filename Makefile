@@ -1,0 +1,68 @@
+# WebShop GRPO stack: the user's entry points. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+CATALOG_DIR ?= data/catalog
+RAW_DIR ?= data/raw/generated
+CATALOG_PRODUCTS ?= 2000
+CATALOG_SEED ?= 0
+REPLICAS ?= 2
+WORKERS ?= 2
+WEBSHOP_PORT ?= 36003
+export CATALOG_DIR
+
+STAMP := $(VENV)/.installed
+APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
+
+.PHONY: help setup nginx data test test-fast lint format up-local down-local status-local bench clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): constraints.txt requirements-dev.txt services/env/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -c constraints.txt -e services/env -r requirements-dev.txt
+	touch $(STAMP)
+
+setup: $(STAMP) ## create .venv/ and install everything (idempotent)
+
+nginx: ## install nginx (Debian package) when it is missing
+	@command -v nginx >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq nginx >/dev/null; }
+	@nginx -v
+
+$(CATALOG_DIR)/manifest.json: | $(STAMP)
+	$(VENV)/bin/webshop-env catalog generate --products $(CATALOG_PRODUCTS) --seed $(CATALOG_SEED) --out $(RAW_DIR)
+	$(VENV)/bin/webshop-env catalog prepare --raw $(RAW_DIR) --out $(CATALOG_DIR)
+
+data: $(CATALOG_DIR)/manifest.json ## generate and prepare the bundled catalog at $(CATALOG_DIR)
+
+test: setup nginx ## run the whole test suite
+	$(VENV)/bin/pytest
+
+lint: setup ## ruff (lint + format check)
+	$(VENV)/bin/ruff check services tests scripts
+	$(VENV)/bin/ruff format --check services tests scripts
+
+format: setup ## apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix services tests scripts
+	$(VENV)/bin/ruff format services tests scripts
+
+up-local: setup nginx data ## start REPLICAS env replicas + nginx on :$(WEBSHOP_PORT) in the background
+	$(PY) scripts/local_cluster.py up --replicas $(REPLICAS) --workers $(WORKERS) --catalog $(CATALOG_DIR) --port $(WEBSHOP_PORT)
+
+down-local: ## stop what up-local started
+	$(PY) scripts/local_cluster.py down
+
+status-local: ## show the local cluster
+	$(PY) scripts/local_cluster.py status
+
+bench: setup data ## in-process simulator benchmark (JSON)
+	$(VENV)/bin/webshop-env bench --catalog $(CATALOG_DIR) --json
+
+clean: ## remove caches (keeps .venv and data)
+	rm -rf .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,90 @@
+"""The FastAPI application: ``create_app(settings=None)``.
+
+uvicorn imports it as a factory (``webshop_env.api.app:create_app`` with ``factory=True``), so each worker
+process builds its own app from the ``WEBSHOP_*`` environment and opens the prepared catalog once, at
+startup (lifespan). The catalog is memory-mapped, so the workers and replicas on one host share its pages.
+A catalog that cannot be opened stops the worker with the reason in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from ..catalog.store import open_catalog
+from . import routes_compat, routes_native, routes_ops
+from .errors import BodyLimitMiddleware, install_error_handlers
+from .logs import configure_logging
+from .metrics import Metrics, ObservabilityMiddleware
+from .service import Runtime, package_version
+from .settings import Settings
+
+log = logging.getLogger("webshop_env.api")
+
+DESCRIPTION = """\
+WebShop text environment. The **native** protocol (`/v1/...`) is stateless: `reset` returns an opaque, signed
+`state` token that the next `step` sends back, so any replica or worker can serve any step and retries are
+safe. The **AgentGym** endpoints (`/create`, `/reset`, `/step`, ...) are a drop-in for `WebshopEnvClient`;
+their sessions live in one process. Errors are JSON `{"error": kind, "detail": message}`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app; raises ``SettingsError`` at once when the configuration cannot work (e.g. no secret)."""
+    settings = settings or Settings()
+    configure_logging(settings.log_level, settings.log_format)
+    secret = settings.secret_bytes()
+    metrics = Metrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        catalog = open_catalog(settings.catalog)
+        app.state.runtime = Runtime(settings, catalog, secret, metrics)
+        log.info(
+            "catalog open",
+            extra={"fields": {"catalog": str(settings.catalog), "fingerprint": catalog.fingerprint,
+                              "products": catalog.product_count, "goal_sets": catalog.goal_sets}},
+        )  # fmt: skip
+        sweeper = asyncio.create_task(_sweep_forever(app, min(settings.compat_idle_ttl_s / 2, 30.0)))
+        try:
+            yield
+        finally:
+            app.state.runtime = None  # readyz answers 503 while the server drains
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            metrics.process_exit()
+
+    app = FastAPI(
+        title="WebShop environment",
+        version=package_version(),
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.runtime = None
+    install_error_handlers(app)
+    app.include_router(routes_ops.router)
+    app.include_router(routes_native.router)
+    app.include_router(routes_compat.router)
+    app.add_middleware(
+        BodyLimitMiddleware,  # type: ignore[arg-type]
+        max_bytes=settings.max_body_bytes,
+        on_reject=lambda kind: metrics.errors.labels(kind).inc(),
+    )
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics, log_requests=settings.access_log)  # type: ignore[arg-type]
+    return app
+
+
+async def _sweep_forever(app: FastAPI, interval: float) -> None:
+    """Expire idle AgentGym sessions even when no request comes (keeps the gauge and memory honest)."""
+    while True:
+        await asyncio.sleep(interval)
+        runtime = app.state.runtime
+        if runtime is not None:
+            runtime.sessions.sweep()

@@ -1,0 +1,118 @@
+"""Prometheus metrics and the middleware that records them (and writes the access log).
+
+Metrics:
+
+- ``webshop_http_requests_total{method, route, status}`` and ``webshop_http_request_duration_seconds{route}``
+  (``route`` is the path template, e.g. ``/v1/goals/{goal}/expert``; ``unmatched`` for unknown paths);
+- ``webshop_errors_total{kind}``: error responses by kind (see ``api.errors``);
+- ``webshop_env_steps_total{api}``: environment steps served (``native`` / ``compat``);
+- ``webshop_episodes_finished_total{api, outcome}``: ``purchase`` or ``truncated``;
+- ``webshop_compat_sessions``: live AgentGym sessions; ``webshop_compat_evictions_total{reason}``.
+
+Several worker processes: ``webshop-env serve --workers N`` (N > 1) points ``PROMETHEUS_MULTIPROC_DIR`` at a
+fresh directory before the workers start, and ``/metrics`` then aggregates every worker of the replica
+(counters summed, the session gauge summed over live workers). With one worker, each process reports itself.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess as prom_multiprocess
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .errors import ASGIApp, Message, Receive, Scope, Send
+from .logs import access_log
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def multiprocess_enabled() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class Metrics:
+    """The service's metrics, in a registry of their own (so that several apps can live in one process)."""
+
+    def __init__(self) -> None:
+        self.multiprocess = multiprocess_enabled()
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "webshop_http_requests_total", "HTTP requests by route and status", ["method", "route", "status"],
+            registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "webshop_http_request_duration_seconds", "HTTP request latency", ["route"], buckets=LATENCY_BUCKETS,
+            registry=r,
+        )  # fmt: skip
+        self.errors = Counter("webshop_errors_total", "Error responses by kind", ["kind"], registry=r)
+        self.steps = Counter("webshop_env_steps_total", "Environment steps served", ["api"], registry=r)
+        self.finished = Counter(
+            "webshop_episodes_finished_total", "Episodes ended by a purchase or truncation", ["api", "outcome"],
+            registry=r,
+        )  # fmt: skip
+        self.compat_sessions = Gauge(
+            "webshop_compat_sessions", "Live AgentGym-compatible sessions", multiprocess_mode="livesum", registry=r
+        )
+        self.compat_evictions = Counter(
+            "webshop_compat_evictions_total", "AgentGym sessions dropped without /close", ["reason"], registry=r
+        )
+
+    def render(self) -> tuple[bytes, str]:
+        if self.multiprocess:
+            registry = CollectorRegistry()
+            prom_multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def process_exit(self) -> None:
+        """Drop this worker's live gauges from the shared directory (multiprocess mode)."""
+        if self.multiprocess:
+            prom_multiprocess.mark_process_dead(os.getpid())
+
+
+class ObservabilityMiddleware:
+    """Times every HTTP request, counts it by route template and status, and writes one access-log line."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, log_requests: bool = True) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.log_requests = log_requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "")
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(template).observe(elapsed)
+            if self.log_requests:
+                access_log.info(
+                    "request",
+                    extra={
+                        "fields": {
+                            "method": method,
+                            "path": scope.get("path", ""),
+                            "status": status,
+                            "duration_ms": round(elapsed * 1000.0, 3),
+                        }
+                    },
+                )

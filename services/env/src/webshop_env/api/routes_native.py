@@ -1,0 +1,178 @@
+"""The native, stateless protocol: every request carries the signed episode state, so any replica and any
+worker can serve it, and retrying a step is harmless (``step`` is a pure function of state and action).
+
+Handlers are ``async`` and call the simulator inline: a step costs microseconds to a few milliseconds of
+CPU, less than a thread-pool hop, and a worker process is single-threaded under the GIL anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel, Field, field_validator
+from starlette.responses import Response
+
+from ..core.env import EnvError
+from .errors import ApiError, classify, json_bytes
+from .service import Runtime
+from .tokens import TokenError
+
+router = APIRouter(prefix="/v1", tags=["native"])
+
+Split = Literal["train", "eval", "test"]
+
+
+def runtime_of(request: Request) -> Runtime:
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None:
+        raise ApiError(503, "not_ready", "the catalog is not open yet (or any more); retry shortly")
+    return runtime
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    """Serialize with orjson and skip FastAPI's response-model pass (the models below document the shapes)."""
+    return Response(json_bytes(value), status_code=status, media_type="application/json")
+
+
+def utf8_text(value: str) -> str:
+    """Reject lone surrogates (JSON ``"\\ud800"``): they cannot be encoded into a response or a token."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid UTF-8 text (no lone surrogate escapes)") from None
+    return value
+
+
+# ---- models (request validation and the OpenAPI schema) --------------------------------------------------
+class ResetRequest(BaseModel):
+    goal: int = Field(description="global goal index (the original's session id)")
+    goal_set: str | None = Field(default=None, description="goal list; default: the server's default")
+    split: Split | None = Field(default=None, description="if given, the goal must lie in this split")
+
+
+class StepRequest(BaseModel):
+    state: str = Field(description="the `state` token of the previous response, unchanged")
+    action: str = Field(description="`search[keywords]` or `click[label]`")
+
+    _check_action = field_validator("action")(utf8_text)
+
+
+class StepBatchRequest(BaseModel):
+    steps: list[StepRequest] = Field(description="independent steps (up to the server's max_batch)")
+
+
+class AvailableActions(BaseModel):
+    has_search_bar: bool
+    clickables: list[str]
+
+
+class ResetResponse(BaseModel):
+    observation: str
+    instruction: str
+    available_actions: AvailableActions
+    state: str
+    info: dict[str, Any]
+
+
+class StepResponse(BaseModel):
+    observation: str
+    reward: float
+    done: bool
+    available_actions: AvailableActions
+    state: str
+    info: dict[str, Any] = Field(description="valid, steps, truncated; reward_info on purchase")
+
+
+class ErrorItem(BaseModel):
+    error: str
+    detail: str
+    status: int
+
+
+class StepBatchResponse(BaseModel):
+    results: list[StepResponse | ErrorItem]
+
+
+class ExpertResponse(BaseModel):
+    goal: int
+    goal_set: str
+    actions: list[str]
+
+
+class ErrorResponse(BaseModel):
+    error: str
+    detail: str
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (400, 404, 409, 413, 422, 503)
+}
+
+
+# ---- endpoints -------------------------------------------------------------------------------------------
+@router.post("/reset", response_model=ResetResponse, responses=ERRORS)
+async def reset(body: ResetRequest, request: Request) -> Response:
+    """Start an episode; the response's `state` goes into the next `/v1/step`."""
+    runtime = runtime_of(request)
+    step = runtime.reset(body.goal, goal_set=body.goal_set, split=body.split)
+    return json_response(runtime.reset_payload(step))
+
+
+@router.post("/step", response_model=StepResponse, responses=ERRORS)
+async def step(body: StepRequest, request: Request) -> Response:
+    """Apply one action to the state (idempotent: the same request always gives the same answer)."""
+    runtime = runtime_of(request)
+    state = runtime.codec.decode(body.state)
+    result, truncated = runtime.step(state, body.action, "native")
+    return json_response(runtime.step_payload(result, truncated))
+
+
+@router.post("/step_batch", response_model=StepBatchResponse, responses=ERRORS)
+async def step_batch(body: StepBatchRequest, request: Request) -> Response:
+    """Many independent steps in one request; a failing item gets an error object in its place."""
+    runtime = runtime_of(request)
+    if len(body.steps) > runtime.settings.max_batch:
+        raise ApiError(
+            422, "batch_too_large",
+            f"{len(body.steps)} steps in one batch; the limit is {runtime.settings.max_batch} (WEBSHOP_MAX_BATCH)",
+        )  # fmt: skip
+    results: list[dict[str, Any]] = []
+    for item in body.steps:
+        try:
+            state = runtime.codec.decode(item.state)
+            result, truncated = runtime.step(state, item.action, "native")
+            results.append(runtime.step_payload(result, truncated))
+        except (EnvError, TokenError) as error:  # anything else is a bug and fails the whole request
+            status, kind = classify(error)
+            runtime.metrics.errors.labels(kind).inc()
+            results.append({"error": kind, "detail": str(error), "status": status})
+    return json_response({"results": results})
+
+
+@router.get("/goals", responses=ERRORS)
+async def goals(
+    request: Request,
+    goal_set: Annotated[str | None, Query(description="only this goal set")] = None,
+    split: Annotated[Split | None, Query(description="only this split")] = None,
+) -> dict[str, Any]:
+    """Goal counts per goal set and the index range of each split."""
+    return runtime_of(request).goals_summary(goal_set, split)
+
+
+@router.get("/goals/{goal}/expert", response_model=ExpertResponse, responses=ERRORS)
+async def expert(
+    request: Request,
+    goal: Annotated[int, Path(description="goal index")],
+    goal_set: Annotated[str | None, Query(description="goal set; default: the server's default")] = None,
+) -> Response:
+    """The expert's actions for a goal (buys the goal's product with its options; empty if none found)."""
+    runtime = runtime_of(request)
+    name = goal_set or runtime.settings.default_goal_set
+    return json_response({"goal": goal, "goal_set": name, "actions": list(runtime.expert(name, goal))})
+
+
+@router.get("/info", responses=ERRORS)
+async def info(request: Request) -> dict[str, Any]:
+    """The catalog this replica serves (fingerprint, products, goal sets) and the service's limits."""
+    return runtime_of(request).info()

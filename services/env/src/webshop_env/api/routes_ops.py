@@ -1,0 +1,36 @@
+"""Operations: liveness, readiness, metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from .errors import error_response
+from .routes_native import json_response
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: 200 whenever the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "catalog not open"}})
+async def readyz(request: Request) -> Response:
+    """Readiness: 200 once the catalog is open (and until shutdown begins), else 503."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None:
+        return error_response(503, "not_ready", "the catalog is not open yet (or any more)")
+    return json_response({"status": "ready", "fingerprint": runtime.catalog.fingerprint})
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(request: Request) -> Response:
+    """Prometheus text format (all workers of this replica in multiprocess mode)."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is not None:
+        runtime.sessions.sweep()
+    body, content_type = request.app.state.metrics.render()
+    return Response(body, media_type=content_type)

@@ -1,0 +1,85 @@
+"""The HTTP service's settings, read from ``WEBSHOP_*`` environment variables (or passed in by tests).
+
+Every uvicorn worker process builds its own ``Settings`` from the environment, so ``webshop-env serve``
+exports what it was given on the command line before it starts the workers.
+
+State secret policy: all replicas of one deployment must share ``WEBSHOP_STATE_SECRET`` (any replica must
+accept any other replica's tokens). Without it the service refuses to start, unless
+``WEBSHOP_ALLOW_EPHEMERAL_SECRET=1`` says a random per-process secret is acceptable (one replica with one
+worker, a demo, a test); then it logs a loud warning, because such tokens die with the process and are
+rejected by every other replica or worker. ``webshop-env serve`` draws one ephemeral secret for all of its
+workers, so a single multi-worker replica still works.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ..settings import default_catalog_dir
+
+log = logging.getLogger("webshop_env.api")
+
+MIN_SECRET_CHARS = 16
+
+
+class SettingsError(ValueError):
+    """The settings cannot make a working service; the message says which variable to set."""
+
+
+class Settings(BaseSettings):
+    """Service configuration. Environment variables: the field name upper-cased with a ``WEBSHOP_`` prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="WEBSHOP_", extra="ignore", frozen=True)
+
+    catalog: Path = Field(default_factory=default_catalog_dir, description="prepared catalog directory")
+    state_secret: SecretStr | None = Field(default=None, description="HMAC key for state tokens (shared)")
+    allow_ephemeral_secret: bool = Field(default=False, description="accept a random per-process secret")
+    default_goal_set: str = Field(default="synthetic", description="goal set when a request names none")
+    compat_goal_set: str = Field(default="synthetic", description="goal set of the AgentGym endpoints")
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024, description="request bodies above this get 413")
+    compat_max_sessions: int = Field(default=10_000, ge=1, description="live AgentGym sessions per process")
+    compat_idle_ttl_s: float = Field(default=900.0, gt=0, description="idle AgentGym sessions expire after")
+    max_steps: int = Field(default=100, ge=0, description="steps per episode before truncation (0: none)")
+    max_batch: int = Field(default=256, ge=1, description="most steps in one /v1/step_batch request")
+    show_attrs: bool = Field(default=False, description="offer the item page's Attributes button")
+    log_level: str = Field(default="INFO", description="Python log level name")
+    log_format: Literal["json", "text"] = Field(default="json", description="one JSON object per line, or text")
+    access_log: bool = Field(default=True, description="one log line per request")
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        name = value.upper()
+        if not isinstance(logging.getLevelName(name), int):
+            raise ValueError(f"unknown log level {value!r}; use DEBUG, INFO, WARNING or ERROR")
+        return name
+
+    def secret_bytes(self) -> bytes:
+        """The state secret to sign tokens with (see the module docstring for the policy)."""
+        if self.state_secret is not None:
+            value = self.state_secret.get_secret_value()
+            if len(value) < MIN_SECRET_CHARS:
+                raise SettingsError(
+                    f"WEBSHOP_STATE_SECRET is too short ({len(value)} characters); use at least "
+                    f"{MIN_SECRET_CHARS}, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+                )
+            return value.encode()
+        if not self.allow_ephemeral_secret:
+            raise SettingsError(
+                "WEBSHOP_STATE_SECRET is not set: every replica of a deployment must share one secret to "
+                "accept each other's state tokens. Set it (e.g. `python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'`), or set WEBSHOP_ALLOW_EPHEMERAL_SECRET=1 to use a random "
+                "secret that only this process knows (one replica, one worker)."
+            )
+        log.warning(
+            "WEBSHOP_STATE_SECRET is not set: using a random EPHEMERAL secret. State tokens from this process "
+            "will be rejected by every other replica or worker and become invalid on restart. Set "
+            "WEBSHOP_STATE_SECRET for any deployment with more than one process."
+        )
+        return secrets.token_bytes(32)

@@ -1,0 +1,112 @@
+"""State tokens: the episode state, signed, so that any replica can serve the next step.
+
+Format (version 1)::
+
+    v1.<payload>.<mac>
+    payload = base64url(zlib(orjson({"f": catalog fingerprint prefix, "d": EpisodeState.to_dict()})))
+    mac     = base64url(HMAC-SHA256(secret, "v1." + payload + "." + full catalog fingerprint))
+
+The full catalog fingerprint is bound into the MAC without travelling in the token, so a token made for
+another catalog never verifies; its short prefix does travel, so the error can say "another catalog" rather
+than just "bad signature". The payload is only decoded after the MAC checks out (apart from that diagnosis,
+which decompresses at most a bounded number of bytes), so a forged token cannot feed the decoder.
+Base64url is unpadded, so a token is safe in JSON, URLs and headers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import zlib
+
+import orjson
+
+from ..core.env import EpisodeState, InvalidState
+
+VERSION = "v1"
+FINGERPRINT_PREFIX = 12
+MAX_PAYLOAD_BYTES = 1 << 20  # decompressed; a real state is a few hundred bytes
+
+
+class TokenError(ValueError):
+    """A state token that this service must not accept; the message says why and what to do."""
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(text: str) -> bytes:
+    padded = text + "=" * (-len(text) % 4)
+    return base64.urlsafe_b64decode(padded.encode("ascii"))
+
+
+class TokenCodec:
+    """Signs and verifies state tokens for one (secret, catalog) pair."""
+
+    def __init__(self, secret: bytes, fingerprint: str) -> None:
+        if not secret:
+            raise ValueError("the state secret must not be empty")
+        self._secret = secret
+        self.fingerprint = fingerprint
+        self._prefix = fingerprint[:FINGERPRINT_PREFIX]
+        self._suffix = ("." + fingerprint).encode()
+
+    def _mac(self, signed: bytes) -> bytes:
+        return hmac.new(self._secret, signed + self._suffix, hashlib.sha256).digest()
+
+    def encode(self, state: EpisodeState) -> str:
+        body = orjson.dumps({"f": self._prefix, "d": state.to_dict()})
+        signed = f"{VERSION}.{_b64encode(zlib.compress(body, 1))}"
+        return f"{signed}.{_b64encode(self._mac(signed.encode()))}"
+
+    def decode(self, token: object) -> EpisodeState:
+        """The state in ``token``; raises ``TokenError`` for anything not signed by us for this catalog."""
+        if not isinstance(token, str) or not token:
+            raise TokenError("the state token must be a non-empty string (the `state` of the previous response)")
+        parts = token.split(".")
+        if len(parts) != 3:
+            raise TokenError("malformed state token: expected three dot-separated parts; pass `state` unchanged")
+        version, payload, mac_text = parts
+        if version != VERSION:
+            raise TokenError(
+                f"unsupported state token version {version[:16]!r} (this server reads {VERSION}); "
+                "reset the episode to get a fresh token"
+            )
+        try:
+            mac = _b64decode(mac_text)
+            signed = f"{version}.{payload}".encode("ascii")
+        except (binascii.Error, ValueError, UnicodeEncodeError):
+            raise TokenError("malformed state token: not base64url; pass `state` unchanged") from None
+        if not hmac.compare_digest(mac, self._mac(signed)):
+            raise TokenError(self._diagnose(payload))
+        try:
+            data = orjson.loads(self._inflate(payload))
+            return EpisodeState.from_dict(data["d"])
+        except (InvalidState, orjson.JSONDecodeError, KeyError, TypeError, ValueError, zlib.error) as error:
+            raise TokenError(f"malformed state token payload: {error}") from None
+
+    def _inflate(self, payload: str) -> bytes:
+        inflater = zlib.decompressobj()
+        data = inflater.decompress(_b64decode(payload), MAX_PAYLOAD_BYTES)
+        if inflater.unconsumed_tail:
+            raise ValueError("state payload too large")
+        return data
+
+    def _diagnose(self, payload: str) -> str:
+        """Why the MAC did not match: another catalog (if the payload says so), else tampering/another key."""
+        try:
+            prefix = orjson.loads(self._inflate(payload)).get("f")
+        except Exception:  # the payload is attacker-controlled: any failure just means "bad signature"
+            prefix = None
+        if isinstance(prefix, str) and prefix != self._prefix:
+            return (
+                f"state token was made for another catalog (fingerprint {prefix[:FINGERPRINT_PREFIX]}…, this "
+                f"server serves {self._prefix}…); reset the episode on this deployment"
+            )
+        return (
+            "state token signature does not match: it was modified, or signed by a deployment with another "
+            "WEBSHOP_STATE_SECRET; pass `state` unchanged, and give all replicas the same secret"
+        )

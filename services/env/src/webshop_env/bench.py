@@ -1,0 +1,101 @@
+"""In-process benchmark of the simulator: step latencies, catalog open time and resident memory.
+
+Prints figures, asserts nothing: ``webshop-env bench --catalog DIR --json``.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .catalog.store import open_catalog
+from .core.env import Step, WebShopEnv
+from .core.oracle import expert_actions
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _time_calls(fn: Callable[[int], Any], n: int) -> list[float]:
+    timings = []
+    for i in range(n):
+        start = time.perf_counter()
+        fn(i)
+        timings.append(time.perf_counter() - start)
+    return timings
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_in_process(catalog_dir: Path, iterations: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Measure click, search and purchase steps on a prepared catalog (a search is never served from cache)."""
+    rng = random.Random(seed)
+    start = time.perf_counter()
+    catalog = open_catalog(catalog_dir)
+    open_s = time.perf_counter() - start
+    env = WebShopEnv(catalog)
+    goal_set = "human" if "human" in catalog.goal_sets else catalog.goal_sets[0]
+    goals = catalog.goal_count(goal_set)
+
+    # An item page with options to click, reached the way an agent would.
+    item_steps: list[tuple[Step, list[str]]] = []
+    for goal in rng.sample(range(goals), min(goals, 50)):
+        actions = expert_actions(env, goal, goal_set=goal_set)
+        if not actions:
+            continue
+        step = env.reset(goal, goal_set=goal_set)
+        for action in actions[:-1]:
+            step = env.step(step.state, action)
+        option_labels = [c for c in step.available_actions["clickables"][6:]] or ["description"]
+        item_steps.append((step, option_labels))
+    if not item_steps:
+        raise RuntimeError("no goal of this catalog could be solved; cannot benchmark clicks")
+
+    def click(i: int) -> None:
+        step, labels = item_steps[i % len(item_steps)]
+        env.step(step.state, f"click[{labels[i % len(labels)]}]")
+
+    def purchase(i: int) -> None:
+        step, _ = item_steps[i % len(item_steps)]
+        env.step(step.state, "click[buy now]")
+
+    # Search queries: instructions of random goals, made unique so that no search hits the result cache.
+    queries = [catalog.goal(goal_set, rng.randrange(goals)).instruction_text for _ in range(iterations)]
+    start_state = env.reset(0, goal_set=goal_set).state
+
+    def search(i: int) -> None:
+        env.step(start_state, f"search[{queries[i]} {i}]")
+
+    click(0)
+    purchase(0)
+    clicks = _time_calls(click, iterations)
+    searches = _time_calls(search, max(iterations // 4, 50))
+    purchases = _time_calls(purchase, max(iterations // 4, 50))
+    us, ms = 1e6, 1e3
+    return {
+        "products": catalog.product_count,
+        "goal_set": goal_set,
+        "goals": goals,
+        "click_us_p50": round(statistics.median(clicks) * us, 1),
+        "click_us_p99": round(_percentile(clicks, 0.99) * us, 1),
+        "search_ms_p50": round(statistics.median(searches) * ms, 3),
+        "search_ms_p99": round(_percentile(searches, 0.99) * ms, 3),
+        "purchase_us_p50": round(statistics.median(purchases) * us, 1),
+        "purchase_us_p99": round(_percentile(purchases, 0.99) * us, 1),
+        "open_s": round(open_s, 3),
+        "rss_mb": round(_rss_mb(), 1),
+        "iterations": iterations,
+    }

@@ -1,0 +1,244 @@
+"""``webshop-env``: build catalogs, play and check episodes, benchmark, and serve the environment.
+
+Run ``webshop-env COMMAND --help`` for each command's options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from ..settings import default_catalog_dir
+
+
+def _print_json(value: object) -> None:
+    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.flush()
+
+
+def _catalog_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="prepared catalog directory (default: $WEBSHOP_CATALOG, $CATALOG_DIR or data/catalog)",
+    )
+
+
+def _goal_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--goal", type=int, required=True, help="goal index (the original's session id)")
+    parser.add_argument(
+        "--goal-set",
+        default="synthetic",
+        choices=["synthetic", "human"],
+        help="goal list (default: synthetic)",
+    )
+
+
+def _open_env(args: argparse.Namespace):
+    from ..catalog.store import open_catalog
+    from ..core.env import WebShopEnv
+
+    return WebShopEnv(open_catalog(args.catalog or default_catalog_dir()))
+
+
+# ---- catalog ---------------------------------------------------------------------------------------------
+def cmd_generate(args: argparse.Namespace) -> int:
+    from ..catalog.generate import generate_catalog
+
+    summary = generate_catalog(args.out, products=args.products, seed=args.seed, progress=not args.quiet)
+    _print_json(summary)
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from ..catalog.download import download_catalog
+
+    paths = download_catalog(args.out, full=args.full, base_url=args.base_url, progress=not args.quiet)
+    _print_json({"files": [str(p) for p in paths]})
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from ..catalog.prepare import Pins, prepare_catalog
+
+    pinned_goals = {}
+    for item in args.pin_goals or []:
+        name, _, path = item.partition("=")
+        if not path:
+            raise SystemExit(f"--pin-goals expects SET=FILE (e.g. synthetic=goals.json), got {item!r}")
+        pinned_goals[name] = Path(path)
+    pins = Pins.from_files(prices=args.pin_prices, title_nouns=args.pin_title_nouns, goals=pinned_goals)
+    manifest = prepare_catalog(
+        args.raw,
+        args.out or default_catalog_dir(),
+        num_products=args.num_products,
+        goal_sets=tuple(args.goal_sets.split(",")),
+        price_seed=args.price_seed,
+        ceiling_seed=args.ceiling_seed,
+        pins=pins,
+        progress=not args.quiet,
+    )
+    _print_json(manifest)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from ..catalog.store import open_catalog
+
+    _print_json(open_catalog(args.catalog or default_catalog_dir()).manifest)
+    return 0
+
+
+# ---- episodes --------------------------------------------------------------------------------------------
+def _step_json(step, action: str | None = None) -> dict:
+    data = {
+        "observation": step.observation,
+        "available_actions": step.available_actions,
+    }
+    if action is None:
+        return {**data, "instruction": step.instruction}
+    return {"action": action, **data, "reward": step.reward, "done": step.done, "info": step.info}
+
+
+def cmd_episode(args: argparse.Namespace) -> int:
+    env = _open_env(args)
+    step = env.reset(args.goal, goal_set=args.goal_set)
+    _print_json(_step_json(step))
+    for action in args.action or []:
+        step = env.step(step.state, action)
+        _print_json(_step_json(step, action))
+        if step.done:
+            break
+    return 0
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    from ..core.oracle import expert_actions
+
+    actions = expert_actions(_open_env(args), args.goal, goal_set=args.goal_set)
+    if not actions:
+        print(f"no way found to the goal's product for goal {args.goal}", file=sys.stderr)
+        return 1
+    for action in actions:
+        print(action)
+    return 0
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    env = _open_env(args)
+    step = env.reset(args.goal, goal_set=args.goal_set)
+    print(f"Goal {args.goal}: {step.instruction}\nType an action (search[...] / click[...]), or 'quit'.\n")
+    while True:
+        print(step.observation.replace(" [SEP] ", "\n  "))
+        print(f"\nclickables: {', '.join(step.available_actions['clickables']) or '-'}")
+        try:
+            action = input("> ").strip()
+        except EOFError:
+            return 0
+        if action in ("quit", "exit"):
+            return 0
+        step = env.step(step.state, action)
+        if not step.info["valid"]:
+            print("(invalid action: nothing happens)")
+        if step.done:
+            print(step.observation.replace(" [SEP] ", "\n  "))
+            print(f"\nreward {step.reward}  {step.info.get('reward_info')}")
+            return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ..bench import bench_in_process
+
+    _print_json(bench_in_process(args.catalog or default_catalog_dir(), iterations=args.iterations))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="webshop-env", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    catalog = commands.add_parser("catalog", help="generate, download, prepare or inspect a catalog")
+    catalog_commands = catalog.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
+
+    p = catalog_commands.add_parser("generate", help="write a generated catalog in the original raw format")
+    p.add_argument("--products", type=int, default=1000, help="number of products (default 1000; up to 1.2M)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed and size: identical files)")
+    p.add_argument("--out", type=Path, required=True, help="output directory for the raw files")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_generate)
+
+    p = catalog_commands.add_parser("download", help="download the original files (needs internet)")
+    p.add_argument("--out", type=Path, required=True, help="directory for the raw files")
+    p.add_argument(
+        "--full", action="store_true", help="the full 1.18M-product catalog (5.5 GB) instead of 1k"
+    )
+    p.add_argument("--base-url", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_download)
+
+    p = catalog_commands.add_parser("prepare", help="build the prepared catalog from raw files")
+    p.add_argument("--raw", type=Path, required=True, help="directory with items_shuffle*.json etc.")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: the default catalog)")
+    p.add_argument("--num-products", type=int, default=None, help="use only the first N raw products")
+    p.add_argument("--goal-sets", default="synthetic,human", help="goal lists to build (default: both)")
+    p.add_argument("--price-seed", type=int, default=1234, help="seed for point prices of price ranges")
+    p.add_argument("--ceiling-seed", type=int, default=233, help="seed for goal price ceilings")
+    p.add_argument("--pin-prices", type=Path, help="JSON {asin: price} from a reference run")
+    p.add_argument("--pin-title-nouns", type=Path, help="JSON {asin: [nouns]} from a reference run")
+    p.add_argument("--pin-goals", action="append", metavar="SET=FILE", help="goal list whose ceilings to pin")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_prepare)
+
+    p = catalog_commands.add_parser("info", help="print a prepared catalog's manifest")
+    _catalog_arg(p)
+    p.set_defaults(func=cmd_info)
+
+    p = commands.add_parser("episode", help="run an episode in-process and print JSON lines")
+    _catalog_arg(p)
+    _goal_args(p)
+    p.add_argument("--action", action="append", help="an action; repeat for several")
+    p.add_argument(
+        "--json", action="store_true", help="JSON lines output (the only format; kept for clarity)"
+    )
+    p.set_defaults(func=cmd_episode)
+
+    p = commands.add_parser("play", help="play an episode at the terminal")
+    _catalog_arg(p)
+    _goal_args(p)
+    p.set_defaults(func=cmd_play)
+
+    p = commands.add_parser("solve", help="print the expert's actions for a goal, one per line")
+    _catalog_arg(p)
+    _goal_args(p)
+    p.set_defaults(func=cmd_solve)
+
+    p = commands.add_parser("bench", help="in-process benchmark: step latencies, open time, memory")
+    _catalog_arg(p)
+    p.add_argument("--iterations", type=int, default=2000, help="timed steps per kind (default 2000)")
+    p.add_argument("--json", action="store_true", help="JSON output (the only format; kept for clarity)")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..catalog.raw import RawDataError
+    from ..catalog.store import CatalogError
+    from ..core.env import EnvError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (RawDataError, CatalogError, EnvError, FileNotFoundError) as error:
+        print(f"webshop-env: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""``serve`` (run the HTTP service with uvicorn) and ``bench-http`` (load-test a running service).
+
+Wired into ``webshop-env`` by ``add_commands(subparsers)``; also runnable alone as
+``python -m webshop_env.cli.serve serve ...`` (the local cluster script does that).
+
+``serve`` exports its options as ``WEBSHOP_*`` variables and starts uvicorn with the app *factory* import
+string, so ``--workers N`` runs N processes that each build the app (and open the catalog) themselves. It
+checks the configuration and the catalog in the parent first, so a mistake stops it with one clear line
+instead of N crashing workers. With several workers it also sets up Prometheus' multiprocess directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import itertools
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+APP_FACTORY = "webshop_env.api.app:create_app"
+DEFAULT_PORT = 36001
+MAX_EXPERT_GOALS = 500
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``serve`` and ``bench-http`` to the ``webshop-env`` sub-command parser."""
+    p = subparsers.add_parser("serve", help="serve the environment over HTTP (native + AgentGym endpoints)")
+    p.add_argument(
+        "--catalog", type=Path, default=None,
+        help="prepared catalog directory (default: $WEBSHOP_CATALOG, $CATALOG_DIR or data/catalog)",
+    )  # fmt: skip
+    p.add_argument("--host", default=os.environ.get("WEBSHOP_HOST", "127.0.0.1"), help="bind address")
+    p.add_argument(
+        "--port", type=int, default=int(os.environ.get("WEBSHOP_PORT", DEFAULT_PORT)),
+        help=f"port (default: $WEBSHOP_PORT or {DEFAULT_PORT})",
+    )  # fmt: skip
+    p.add_argument(
+        "--workers", type=int, default=int(os.environ.get("WEBSHOP_WORKERS", 1)),
+        help="worker processes (default: $WEBSHOP_WORKERS or 1); AgentGym sessions need 1",
+    )  # fmt: skip
+    p.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR (default: $WEBSHOP_LOG_LEVEL)")
+    p.add_argument(
+        "--allow-ephemeral-secret", action="store_true",
+        help="without WEBSHOP_STATE_SECRET, use a random secret shared by this replica's workers only",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_serve)
+
+    p = subparsers.add_parser("bench-http", help="HTTP load test: concurrent expert episodes, one JSON line")
+    p.add_argument("--url", required=True, help="balancer or replica base URL, e.g. http://127.0.0.1:36003")
+    p.add_argument("--concurrency", type=int, default=256, help="episodes in flight at once (default 256)")
+    p.add_argument("--episodes", type=int, default=1024, help="episodes to run (default 1024)")
+    p.add_argument("--goal-set", default=None, help="goal set (default: the server's default)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request attempt (default 60)")
+    p.add_argument("--retries", type=int, default=5, help="retries per request (default 5)")
+    p.add_argument("--json", action="store_true", help="JSON output (the only format; kept for clarity)")
+    p.set_defaults(func=cmd_bench_http)
+
+
+# ---- serve ----------------------------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+    from pydantic import ValidationError
+
+    from ..api.logs import configure_logging
+    from ..api.settings import Settings, SettingsError
+    from ..catalog.store import open_catalog
+
+    if args.catalog is not None:
+        os.environ["WEBSHOP_CATALOG"] = str(Path(args.catalog).resolve())
+    if args.log_level:
+        os.environ["WEBSHOP_LOG_LEVEL"] = args.log_level
+    if args.allow_ephemeral_secret:
+        os.environ["WEBSHOP_ALLOW_EPHEMERAL_SECRET"] = "1"
+    if args.workers < 1:
+        print("webshop-env serve: error: --workers must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        settings = Settings()
+    except ValidationError as error:
+        print(f"webshop-env serve: error: invalid WEBSHOP_* setting:\n{error}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, settings.log_format)
+    if settings.state_secret is None and settings.allow_ephemeral_secret:
+        settings.secret_bytes()  # logs the warning once, in the parent
+        os.environ["WEBSHOP_STATE_SECRET"] = secrets.token_urlsafe(32)  # one secret for all workers
+    else:
+        try:
+            settings.secret_bytes()
+        except SettingsError as error:
+            print(f"webshop-env serve: error: {error}", file=sys.stderr)
+            return 2
+    open_catalog(settings.catalog)  # raises CatalogError with instructions; the workers open their own
+    if args.workers > 1:
+        _multiprocess_metrics_dir()
+    uvicorn.run(
+        APP_FACTORY,
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_config=None,  # configure_logging already routes uvicorn's loggers
+        access_log=False,  # one structured line per request comes from the app
+        timeout_keep_alive=75,  # longer than the balancer's upstream keepalive_timeout (no reuse races)
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def _multiprocess_metrics_dir() -> None:
+    """Point PROMETHEUS_MULTIPROC_DIR at an empty directory shared by the workers (before they start)."""
+    existing = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if existing:
+        directory = Path(existing)
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob("*.db"):
+            stale.unlink()
+        return
+    directory = Path(tempfile.mkdtemp(prefix="webshop-prometheus-"))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    atexit.register(shutil.rmtree, directory, True)
+
+
+# ---- bench-http -----------------------------------------------------------------------------------------
+def cmd_bench_http(args: argparse.Namespace) -> int:
+    result = asyncio.run(
+        bench_http(
+            args.url, concurrency=args.concurrency, episodes=args.episodes, goal_set=args.goal_set,
+            timeout=args.timeout, retries=args.retries,
+        )
+    )  # fmt: skip
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    sys.stdout.flush()
+    return 0 if result["errors"] == 0 else 1
+
+
+async def bench_http(
+    url: str,
+    concurrency: int = 256,
+    episodes: int = 1024,
+    goal_set: str | None = None,
+    timeout: float = 60.0,
+    retries: int = 5,
+) -> dict[str, Any]:
+    """Run ``episodes`` expert episodes, ``concurrency`` at a time, through the native protocol.
+
+    The expert's actions come from the server (``/v1/goals/{goal}/expert``) before the clock starts. Latency
+    percentiles cover every timed request (resets and steps); ``steps`` counts ``/v1/step`` calls.
+    """
+    from ..client import WebShopClient, WebShopError
+
+    concurrency = max(1, concurrency)
+    async with WebShopClient(url, timeout=timeout, retries=retries, max_connections=concurrency + 8) as client:
+        await client.wait_until_ready(timeout)
+        summary = await client.goals(goal_set)
+        name = goal_set or summary["default_goal_set"]
+        count = summary["goal_sets"][name]["count"]
+        candidates = list(range(min(count, episodes, MAX_EXPERT_GOALS)))
+        gate = asyncio.Semaphore(concurrency)
+
+        async def plan(goal: int) -> tuple[int, list[str]]:
+            async with gate:
+                return goal, await client.expert(goal, goal_set=name)
+
+        plans = [(g, a) for g, a in await asyncio.gather(*(plan(g) for g in candidates)) if a]
+        if not plans:
+            raise SystemExit(f"bench-http: the expert found no episode to play among {len(candidates)} goals")
+
+        latencies: list[float] = []
+        rewards: list[float] = []
+        counters = {"steps": 0, "resets": 0, "errors": 0}
+        episode_ids = itertools.count()
+
+        async def timed(call: Any) -> dict[str, Any]:
+            started = time.perf_counter()
+            result = await call
+            latencies.append(time.perf_counter() - started)
+            return result
+
+        async def worker() -> None:
+            while (index := next(episode_ids)) < episodes:
+                goal, actions = plans[index % len(plans)]
+                try:
+                    page = await timed(client.reset(goal, goal_set=name))
+                    counters["resets"] += 1
+                    for action in actions:
+                        page = await timed(client.step(page["state"], action))
+                        counters["steps"] += 1
+                        if page["done"]:
+                            rewards.append(float(page["reward"]))
+                            break
+                except WebShopError:
+                    counters["errors"] += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, episodes))))
+        seconds = time.perf_counter() - started
+
+    latencies.sort()
+    return {
+        "url": url,
+        "episodes": episodes,
+        "steps": counters["steps"],
+        "resets": counters["resets"],
+        "concurrency": concurrency,
+        "seconds": round(seconds, 3),
+        "steps_per_s": round(counters["steps"] / seconds, 1) if seconds else 0.0,
+        "requests_per_s": round((counters["steps"] + counters["resets"]) / seconds, 1) if seconds else 0.0,
+        "p50_ms": round(_percentile(latencies, 0.50) * 1000.0, 2),
+        "p99_ms": round(_percentile(latencies, 0.99) * 1000.0, 2),
+        "errors": counters["errors"],
+        "mean_reward": round(sum(rewards) / len(rewards), 4) if rewards else 0.0,
+        "goal_set": name,
+        "distinct_goals": len(plans),
+    }
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))]
+
+
+# ---- stand-alone entry point ----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m webshop_env.cli.serve", description=__doc__.splitlines()[0])
+    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..catalog.store import CatalogError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CatalogError as error:
+        print(f"webshop-env: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Async client of the native protocol: ``WebShopClient``.
+
+One pooled ``httpx.AsyncClient`` per client object; share one client between all the episodes of a process.
+Steps are pure functions of (state, action), so every call is retried on connection errors, timeouts and
+5xx answers with exponential backoff and full jitter; 4xx answers are the caller's fault and raise at once.
+
+    async with WebShopClient("http://127.0.0.1:36003") as env:
+        await env.wait_until_ready(60)
+        first = await env.reset(1500, goal_set="human", split="train")
+        step = await env.step(first["state"], "search[red shoes]")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+class WebShopError(Exception):
+    """Base class of the client's errors."""
+
+
+class WebShopUnavailable(WebShopError):
+    """The server could not be reached, or kept failing (5xx), through every retry."""
+
+
+class WebShopRequestError(WebShopError):
+    """The server refused the request (4xx): retrying the same request would not help."""
+
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        super().__init__(f"{status} {error}: {detail}")
+        self.status = status
+        self.error = error
+        self.detail = detail
+
+
+class WebShopClient:
+    """Async client of ``/v1/...``.
+
+    Args:
+        base_url: the balancer or a replica, e.g. ``http://127.0.0.1:36003``.
+        timeout: seconds per attempt (connect, read, write and pool each).
+        retries: attempts after the first on connection errors, timeouts and 5xx (0: none).
+        backoff: base delay in seconds; attempt ``k`` sleeps ``uniform(0, min(max_backoff, backoff * 2**k))``.
+        max_backoff: cap of one sleep.
+        max_connections: connection pool size (at least the number of concurrent requests you make).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        max_connections: int = 512,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._random = random.Random()
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, timeout=httpx.Timeout(timeout), limits=limits, transport=transport
+        )
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+    async def __aenter__(self) -> WebShopClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # ---- protocol --------------------------------------------------------------------------------------
+    async def reset(self, goal: int, goal_set: str | None = None, split: str | None = None) -> dict[str, Any]:
+        """``{observation, instruction, available_actions, state, info}`` of goal ``goal``'s first page."""
+        body: dict[str, Any] = {"goal": goal}
+        if goal_set is not None:
+            body["goal_set"] = goal_set
+        if split is not None:
+            body["split"] = split
+        return await self._request("POST", "/v1/reset", json=body)
+
+    async def step(self, state: str, action: str) -> dict[str, Any]:
+        """``{observation, reward, done, available_actions, state, info}`` after ``action``."""
+        return await self._request("POST", "/v1/step", json={"state": state, "action": action})
+
+    async def step_batch(self, steps: Iterable[tuple[str, str] | Mapping[str, str]]) -> list[dict[str, Any]]:
+        """Many steps in one request: ``(state, action)`` pairs or ``{"state", "action"}`` dicts.
+
+        Returns one result per step, in order: a step result, or ``{"error", "detail", "status"}``.
+        """
+        items = [dict(s) if isinstance(s, Mapping) else {"state": s[0], "action": s[1]} for s in steps]
+        return (await self._request("POST", "/v1/step_batch", json={"steps": items}))["results"]
+
+    async def goals(self, goal_set: str | None = None, split: str | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("goal_set", goal_set), ("split", split)) if v is not None}
+        return await self._request("GET", "/v1/goals", params=params)
+
+    async def expert(self, goal: int, goal_set: str | None = None) -> list[str]:
+        """The server's expert actions for ``goal`` (empty when it finds no way to the product)."""
+        params = {"goal_set": goal_set} if goal_set is not None else {}
+        return (await self._request("GET", f"/v1/goals/{int(goal)}/expert", params=params))["actions"]
+
+    async def info(self) -> dict[str, Any]:
+        return await self._request("GET", "/v1/info")
+
+    async def health(self) -> bool:
+        """True when the server is ready (``/readyz`` answers 200); one attempt, never raises."""
+        try:
+            response = await self._http.get("/readyz")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def wait_until_ready(self, timeout: float = 60.0, interval: float = 0.5) -> None:
+        """Poll ``/readyz`` until it answers 200; raises ``WebShopUnavailable`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while True:
+            try:
+                response = await self._http.get("/readyz")
+                if response.status_code == 200:
+                    return
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as error:
+                last = f"{type(error).__name__}: {error}"
+            if time.monotonic() + interval > deadline:
+                raise WebShopUnavailable(
+                    f"{self.base_url} was not ready within {timeout:.0f} s (last: {last}); is the environment "
+                    "service (or its balancer) running? `make up-local` starts one locally"
+                )
+            await asyncio.sleep(interval)
+
+    # ---- transport -------------------------------------------------------------------------------------
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(method, path, **kwargs)
+            except httpx.HTTPError as error:  # connection refused/reset, timeouts, protocol errors
+                problem = f"{type(error).__name__}: {error}"
+            else:
+                if response.status_code < 400:
+                    return response.json()
+                if response.status_code < 500:
+                    raise _request_error(response)
+                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+            if attempt >= self.retries:
+                raise WebShopUnavailable(
+                    f"{method} {self.base_url}{path} failed after {attempt + 1} attempt(s): {problem}"
+                )
+            await asyncio.sleep(self._random.uniform(0.0, min(self.max_backoff, self.backoff * 2**attempt)))
+            attempt += 1
+
+
+def _request_error(response: httpx.Response) -> WebShopRequestError:
+    try:
+        data = response.json()
+        return WebShopRequestError(response.status_code, str(data["error"]), str(data["detail"]))
+    except Exception:
+        return WebShopRequestError(response.status_code, "http_error", response.text[:500])

@@ -1,0 +1,161 @@
+"""The text observation of each page, and its clickables, built directly as strings.
+
+The original renders HTML and reads its visible text nodes back (BeautifulSoup ``html.parser``): a node made
+only of ASCII whitespace becomes ``'\\n'`` (dropped) when it holds a newline and ``' '`` otherwise; every kept
+node is ``.strip()``-ped and the nodes are joined with ``' [SEP] '``. ``text_node`` applies that rule to one
+templated value, so empty and blank values come out exactly as there (an empty bullet gives an empty segment
+because its template puts a space before it; an empty description gives none).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from .model import ProductRecord
+
+SEP = " [SEP] "
+RESULTS_PER_PAGE = 10
+SEARCH_TOP_N = 50
+
+BACK_TO_SEARCH = "back to search"
+NEXT = "next >"
+PREV = "< prev"
+BUY_NOW = "buy now"
+SEARCH = "search"
+SUB_PAGES = ("description", "features", "reviews", "attributes")
+_ASCII_WHITESPACE = frozenset(" \t\n\r\f")
+
+
+class PageKind(str, Enum):
+    SEARCH = "search"
+    RESULTS = "results"
+    ITEM = "item"
+    SUB = "sub"
+    DONE = "done"
+
+
+class ClickKind(str, Enum):
+    BUTTON = "button"
+    PRODUCT = "product"
+    OPTION = "option"
+
+
+@dataclass(frozen=True)
+class Clickable:
+    """What clicking a label does: press a button, open a product (its index), or pick an option (its group)."""
+
+    kind: ClickKind
+    target: str | int | None = None
+
+
+def text_node(value: str) -> str | None:
+    """The segment one HTML text node contributes to the observation, or None when it contributes none."""
+    if value == "":
+        return None
+    if all(char in _ASCII_WHITESPACE for char in value):
+        return None if "\n" in value else ""
+    return value.strip()
+
+
+def join_nodes(nodes: Iterable[str]) -> str:
+    segments = [segment for segment in (text_node(node) for node in nodes) if segment is not None]
+    return SEP.join(segments)
+
+
+def _header(instruction: str) -> list[str]:
+    return ["Instruction:", instruction, "Back to Search"]
+
+
+def render_search_page(instruction: str) -> str:
+    return join_nodes(["WebShop", "Instruction:", instruction, "Search"])
+
+
+def render_results_page(instruction: str, page: int, total: int, products: Sequence[ProductRecord]) -> str:
+    nodes = [*_header(instruction), f"Page {page} (Total results: {total})"]
+    if page > 1:
+        nodes.append("< Prev")
+    nodes.append("Next >")
+    for product in products:
+        nodes += [product.asin, product.title, product.price_text]
+    return join_nodes(nodes)
+
+
+def render_item_page(instruction: str, product: ProductRecord, show_attrs: bool = False) -> str:
+    nodes = [*_header(instruction), "< Prev"]
+    for name, values in product.options.items():
+        nodes.append(name)
+        nodes += values
+    nodes += [
+        product.title,
+        f"Price: {product.price_text}",
+        "Rating: N.A.",
+        "Description",
+        "Features",
+        "Reviews",
+    ]
+    if show_attrs:
+        nodes.append("Attributes")
+    nodes.append("Buy Now")
+    return join_nodes(nodes)
+
+
+def render_sub_page(instruction: str, product: ProductRecord, sub_page: str) -> str:
+    nodes = [*_header(instruction), "< Prev"]
+    if sub_page == "description":
+        nodes.append(product.description)
+    elif sub_page == "features":
+        nodes += [" " + bullet for bullet in product.bullet_points]
+    elif sub_page == "attributes":
+        nodes += [*product.attributes, product.category, product.query, product.product_category]
+    return join_nodes(nodes)
+
+
+def tojson(value: object) -> str:
+    """Jinja's ``tojson``: sorted keys, ASCII, and HTML-significant characters as \\u escapes."""
+    text = json.dumps(value, sort_keys=True)
+    return (
+        text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("'", "\\u0027")
+    )
+
+
+def render_done_page(asin: str, options: dict[str, str], reward: float) -> str:
+    nodes = [
+        "Thank you for shopping with us!", "Your code:", "None", "(Paste it in your MTurk interface.)",
+        "Purchased", "asin", asin, "options", tojson(options),
+        "attrs", "None", "category", "None", "query", "None", "product category", "None",
+        "Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
+        "product category", "query", "Goal", "None",
+        "Reward", "Your score (min 0.0, max 1.0)", str(reward), "Reward Details", "None",
+    ]  # fmt: skip
+    return join_nodes(nodes)
+
+
+def results_clickables(page: int, products: Sequence[ProductRecord]) -> dict[str, Clickable]:
+    clickables = {BACK_TO_SEARCH: Clickable(ClickKind.BUTTON)}
+    if page > 1:
+        clickables[PREV] = Clickable(ClickKind.BUTTON)
+    clickables[NEXT] = Clickable(ClickKind.BUTTON)
+    for product in products:
+        clickables[product.asin.lower()] = Clickable(ClickKind.PRODUCT, product.index)
+    return clickables
+
+
+def item_clickables(product: ProductRecord, show_attrs: bool = False) -> dict[str, Clickable]:
+    """Buttons, then option values; a value seen twice keeps its first position and its last group."""
+    buttons = [BACK_TO_SEARCH, PREV, "description", "features", "reviews"]
+    if show_attrs:
+        buttons.append("attributes")
+    buttons.append(BUY_NOW)
+    clickables = {name: Clickable(ClickKind.BUTTON) for name in buttons}
+    for group, values in product.options.items():
+        for value in values:
+            clickables[value] = Clickable(ClickKind.OPTION, group)
+    return clickables
+
+
+SEARCH_CLICKABLES = {SEARCH: Clickable(ClickKind.BUTTON)}
+SUB_PAGE_CLICKABLES = {BACK_TO_SEARCH: Clickable(ClickKind.BUTTON), PREV: Clickable(ClickKind.BUTTON)}
+DONE_CLICKABLES: dict[str, Clickable] = {}

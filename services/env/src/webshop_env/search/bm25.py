@@ -1,0 +1,414 @@
+"""A BM25 index that ranks exactly as the original's pyserini 0.17 ``LuceneSearcher`` (Lucene 8) does.
+
+Scoring copies Lucene 8's ``BM25Similarity`` (k1=0.9, b=0.4) operation for operation in float32:
+
+* idf = float32(ln(1 + (docCount - df + 0.5) / (df + 0.5))), computed in double;
+* a query term occurring c times is one clause boosted by c (Anserini's bag-of-words query): weight = c * idf;
+* document lengths (tokens after stop-word removal) are stored in one byte (``SmallFloat.intToByte4``), so long
+  documents share lengths; cache[norm] = 1 / (k1 * ((1 - b) + b * length(norm) / avgdl));
+* term score = weight - weight / (1 + freq * cache[norm]); a document's score is the double sum of its
+  clauses' scores cast to float32;
+* hits sort by score, then by document id (Anserini breaks ties on the ``id`` field), top 50.
+
+Documents are numbered in ascending id order, so the tie-break is "lower number first". Each posting stores its
+document number and the float32 denominator ``1 + freq * cache[norm]``, so a search is one vectorised
+``weight - weight / denominator`` per query term and a scatter-add.
+
+Files of an index directory (arrays are memory-mapped on open):
+  meta.json            format version, parameters, collection statistics
+  vocab.txt            the terms, one per line; line i is term i
+  term_offsets.npy     int64[V+1]: term i's postings are [offsets[i], offsets[i+1])
+  postings_docs.npy    int32[P]: document numbers
+  postings_denoms.npy  float32[P]: 1 + freq * cache[norm(doc)]
+  idf.npy              float32[V]
+  norms.npy            uint8[N]: the encoded document lengths
+  doc_ids.npy          bytes[N]: document ids (UTF-8) in ascending order
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+from collections.abc import Iterable
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from .analyzer import normalize_token, tokenize
+
+__all__ = [
+    "K1",
+    "B",
+    "BM25Index",
+    "bm25_cache",
+    "build_index",
+    "byte4_to_int",
+    "int4_to_long",
+    "int_to_byte4",
+    "long_to_int4",
+    "norm_bytes",
+]
+
+FORMAT_VERSION = 1
+K1 = 0.9  # pyserini's LuceneSearcher defaults
+B = 0.4
+DEFAULT_TOP_K = 50
+
+_CHUNK_DOCS = 8192  # documents per batch while building
+_TOKEN_CACHE_LIMIT = 4_000_000  # raw token -> term id entries kept while building
+_SORT_POSTINGS_MIN_DF = 64  # postings lists at least this long are sorted by document (memory locality)
+
+
+# --- Lucene's SmallFloat (document length in one byte) --------------------------------------------------------
+def long_to_int4(value: int) -> int:
+    """SmallFloat.longToInt4: keep the 4 most significant bits of ``value`` (a float with a 3-bit mantissa)."""
+    if value < 0:
+        raise ValueError("only non-negative values can be encoded")
+    bits = value.bit_length()
+    if bits < 4:
+        return value  # subnormal
+    shift = bits - 4
+    encoded = (value >> shift) & 0x07  # the leading 1 is implicit
+    return encoded | ((shift + 1) << 3)
+
+
+def int4_to_long(encoded: int) -> int:
+    """SmallFloat.int4ToLong: the inverse of ``long_to_int4`` (the low bits that were dropped read as 0)."""
+    bits = encoded & 0x07
+    shift = (encoded >> 3) - 1
+    return bits if shift == -1 else (bits | 0x08) << shift
+
+
+NUM_FREE_VALUES = 255 - long_to_int4(2**31 - 1)  # = 24: lengths below this are stored exactly
+
+
+def int_to_byte4(value: int) -> int:
+    """SmallFloat.intToByte4 as an unsigned byte: exact below 24, 4 significant bits above."""
+    if value < 0:
+        raise ValueError("only non-negative values can be encoded")
+    if value < NUM_FREE_VALUES:
+        return value
+    return NUM_FREE_VALUES + long_to_int4(value - NUM_FREE_VALUES)
+
+
+def byte4_to_int(encoded: int) -> int:
+    """SmallFloat.byte4ToInt for an unsigned byte."""
+    if encoded < NUM_FREE_VALUES:
+        return encoded
+    return NUM_FREE_VALUES + int4_to_long(encoded - NUM_FREE_VALUES)
+
+
+# BM25Similarity.LENGTH_TABLE: the document length each norm byte stands for.
+LENGTH_TABLE = np.array([byte4_to_int(i) for i in range(256)], dtype=np.float32)
+_DECODED_LENGTHS = np.array([byte4_to_int(i) for i in range(256)], dtype=np.int64)
+
+
+def norm_bytes(lengths: np.ndarray) -> np.ndarray:
+    """``int_to_byte4`` over an array: the largest byte whose decoded length does not exceed each length."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return (np.searchsorted(_DECODED_LENGTHS, lengths, side="right") - 1).astype(np.uint8)
+
+
+def bm25_cache(avgdl: np.float32, k1: float = K1, b: float = B) -> np.ndarray:
+    """Lucene 8's per-norm cache, 1 / (k1 * ((1 - b) + b * dl / avgdl)), every operation in float32."""
+    k1_, b_, avgdl_ = np.float32(k1), np.float32(b), np.float32(avgdl)
+    return np.float32(1) / (k1_ * ((np.float32(1) - b_) + b_ * LENGTH_TABLE / avgdl_))
+
+
+def idf_values(doc_freqs: np.ndarray, doc_count: int) -> np.ndarray:
+    """BM25Similarity.idf: (float) Math.log(1 + (docCount - df + 0.5) / (df + 0.5))."""
+    df = np.asarray(doc_freqs, dtype=np.float64)
+    return np.log(1.0 + (doc_count - df + 0.5) / (df + 0.5)).astype(np.float32)
+
+
+# --- building -------------------------------------------------------------------------------------------------
+class _TermIds(dict):  # type: ignore[type-arg]
+    """Raw token -> term id (-1 for a stop word); a miss runs the analysis chain and extends the vocabulary.
+
+    Being a dict subclass with ``__missing__``, ``map(ids.__getitem__, tokens)`` runs in C for known tokens.
+    """
+
+    def __init__(self, vocab: dict[str, int]) -> None:
+        super().__init__()
+        self.vocab = vocab
+
+    def __missing__(self, token: str) -> int:
+        term = normalize_token(token)
+        if term is None:
+            term_id = -1
+        else:
+            term_id = self.vocab.get(term, -1)
+            if term_id < 0:
+                term_id = self.vocab[term] = len(self.vocab)
+        if len(self) >= _TOKEN_CACHE_LIMIT:
+            self.clear()
+        self[token] = term_id
+        return term_id
+
+
+class _Builder:
+    """Tokenises documents in batches and spills each batch's (term, doc, freq) postings to a scratch file."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self.vocab: dict[str, int] = {}
+        self.term_ids = _TermIds(self.vocab)
+        self.doc_ids: list[str] = []
+        self.lengths: list[np.ndarray] = []
+        self.doc_freqs = np.zeros(0, dtype=np.int64)
+        self.chunks: list[Path] = []
+        self._terms: list[int] = []
+        self._counts: list[int] = []
+
+    def add(self, doc_id: str, text: str) -> None:
+        tokens = tokenize(text)
+        self._terms.extend(map(self.term_ids.__getitem__, tokens))
+        self._counts.append(len(tokens))
+        self.doc_ids.append(doc_id)
+        if len(self._counts) >= _CHUNK_DOCS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._counts:
+            return
+        first = len(self.doc_ids) - len(self._counts)
+        terms = np.array(self._terms, dtype=np.int64)
+        docs = np.repeat(np.arange(first, len(self.doc_ids), dtype=np.int64), self._counts)
+        kept = terms >= 0  # stop words leave no term and do not count in the length
+        terms, docs = terms[kept], docs[kept]
+        self.lengths.append(np.bincount(docs - first, minlength=len(self._counts)).astype(np.int64))
+        pairs, freqs = np.unique((docs << 32) | terms, return_counts=True)
+        chunk_terms = (pairs & 0xFFFFFFFF).astype(np.int32)
+        chunk = np.stack([chunk_terms, (pairs >> 32).astype(np.int32), freqs.astype(np.int32)])
+        path = self.scratch / f"chunk{len(self.chunks):06d}.npy"
+        np.save(path, chunk)
+        self.chunks.append(path)
+        counts = np.bincount(chunk_terms, minlength=len(self.vocab))
+        counts[: len(self.doc_freqs)] += self.doc_freqs
+        self.doc_freqs = counts
+        self._terms, self._counts = [], []
+
+
+def build_index(
+    doc_ids: Iterable[str],
+    texts: Iterable[str],
+    out_dir: Path,
+    progress: bool = False,
+    *,
+    k1: float = K1,
+    b: float = B,
+) -> None:
+    """Analyse ``texts`` (one per id in ``doc_ids``, same order) and write a BM25 index to ``out_dir``.
+
+    Memory stays at a batch of documents plus the vocabulary: each batch's postings go to a scratch file, and a
+    second pass places them term by term straight into the memory-mapped output arrays.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    total = len(doc_ids) if hasattr(doc_ids, "__len__") else None
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as scratch:
+        builder = _Builder(Path(scratch))
+        for doc_id, text in tqdm(
+            zip(doc_ids, texts, strict=True), total=total, desc="index", unit=" docs", disable=not progress
+        ):
+            builder.add(doc_id, text)
+        builder.flush()
+        _write_index(builder, out_dir, progress, k1, b)
+
+
+def _write_index(builder: _Builder, out_dir: Path, progress: bool, k1: float, b: float) -> None:
+    ids = builder.doc_ids
+    num_docs = len(ids)
+    order = sorted(range(num_docs), key=ids.__getitem__)
+    sorted_ids = [ids[i] for i in order]
+    for previous, current in pairwise(sorted_ids):
+        if previous == current:
+            raise ValueError(f"duplicate document id {current!r}")
+    number = np.empty(num_docs, dtype=np.int32)  # input position -> document number (ascending id order)
+    number[np.array(order, dtype=np.int64)] = np.arange(num_docs, dtype=np.int32)
+
+    lengths = np.concatenate(builder.lengths) if builder.lengths else np.zeros(0, dtype=np.int64)
+    norms = norm_bytes(lengths)  # input order
+    doc_count = int(np.count_nonzero(lengths))  # docs that have the field, as Lucene counts them
+    sum_total_term_freq = int(lengths.sum())
+    avgdl = np.float32(sum_total_term_freq / doc_count) if doc_count else np.float32(1)
+    cache = bm25_cache(avgdl, k1, b)
+
+    doc_freqs = builder.doc_freqs
+    num_terms = len(builder.vocab)
+    offsets = np.zeros(num_terms + 1, dtype=np.int64)
+    np.cumsum(doc_freqs, out=offsets[1:])
+    num_postings = int(offsets[-1])
+
+    docs_out = np.lib.format.open_memmap(out_dir / "postings_docs.npy", "w+", np.int32, (num_postings,))
+    denoms_out = np.lib.format.open_memmap(out_dir / "postings_denoms.npy", "w+", np.float32, (num_postings,))
+    cursor = offsets[:-1].copy()
+    for path in tqdm(builder.chunks, desc="postings", unit=" batches", disable=not progress):
+        terms, docs, freqs = np.load(path)
+        by_term = np.argsort(terms, kind="stable")
+        terms, docs, freqs = terms[by_term], docs[by_term], freqs[by_term]
+        unique_terms, starts, counts = np.unique(terms, return_index=True, return_counts=True)
+        slots = cursor[terms] + (np.arange(len(terms)) - np.repeat(starts, counts))
+        cursor[unique_terms] += counts
+        docs_out[slots] = number[docs]
+        denoms_out[slots] = np.float32(1) + freqs.astype(np.float32) * cache[norms[docs]]
+        path.unlink()
+    for term in np.flatnonzero(doc_freqs >= _SORT_POSTINGS_MIN_DF):
+        start, end = offsets[term], offsets[term + 1]
+        by_doc = np.argsort(docs_out[start:end])
+        docs_out[start:end] = docs_out[start:end][by_doc]
+        denoms_out[start:end] = denoms_out[start:end][by_doc]
+    docs_out.flush()
+    denoms_out.flush()
+    del docs_out, denoms_out
+
+    np.save(out_dir / "term_offsets.npy", offsets)
+    np.save(out_dir / "idf.npy", idf_values(doc_freqs, doc_count))
+    np.save(out_dir / "norms.npy", norms[np.array(order, dtype=np.int64)])
+    encoded = [doc_id.encode("utf-8") for doc_id in sorted_ids]
+    width = max((len(e) for e in encoded), default=1) or 1
+    np.save(out_dir / "doc_ids.npy", np.array(encoded, dtype=f"S{width}"))
+    terms_by_id = list(builder.vocab)  # dicts keep insertion order = term id order
+    if any("\n" in term for term in terms_by_id):
+        raise ValueError("a term contains a newline")  # the tokenizer never produces one
+    (out_dir / "vocab.txt").write_text("\n".join(terms_by_id), encoding="utf-8")
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "similarity": "Lucene 8 BM25Similarity",
+        "analyzer": "Anserini DefaultEnglishAnalyzer (porter)",
+        "k1": k1,
+        "b": b,
+        "num_docs": num_docs,
+        "doc_count": doc_count,
+        "sum_total_term_freq": sum_total_term_freq,
+        "avgdl": float(avgdl),
+        "num_terms": num_terms,
+        "num_postings": num_postings,
+    }
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+
+# --- searching ------------------------------------------------------------------------------------------------
+class _Scratch(threading.local):
+    """Per-thread work arrays for multi-term queries (kept zeroed between searches)."""
+
+    scores: np.ndarray | None = None
+    owner: np.ndarray | None = None
+
+
+class BM25Index:
+    """A memory-mapped index written by ``build_index``; ``search`` returns document ids in rank order."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        meta_path = self.directory / "meta.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{self.directory} holds no search index (no meta.json)")
+        self.meta: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
+        if self.meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{self.directory}: index format {self.meta.get('format_version')}, expected {FORMAT_VERSION}"
+            )
+        self.num_docs: int = self.meta["num_docs"]
+        self.offsets = self._load("term_offsets.npy")
+        self.docs = self._load("postings_docs.npy")
+        self.denoms = self._load("postings_denoms.npy")
+        self.idf = self._load("idf.npy")
+        self.norms = self._load("norms.npy")
+        self.doc_ids = self._load("doc_ids.npy")
+        text = (self.directory / "vocab.txt").read_text(encoding="utf-8")
+        terms = text.split("\n") if self.meta["num_terms"] else []
+        self.vocab: dict[str, int] = dict(zip(terms, range(len(terms)), strict=True))
+        self._scratch = _Scratch()
+
+    @classmethod
+    def open(cls, directory: Path) -> BM25Index:
+        return cls(directory)
+
+    def _load(self, name: str) -> np.ndarray:
+        return np.load(self.directory / name, mmap_mode="r")
+
+    def __len__(self) -> int:
+        return self.num_docs
+
+    def doc_id(self, position: int) -> str:
+        return bytes(self.doc_ids[position]).decode("utf-8")
+
+    def search(self, query: str, k: int = DEFAULT_TOP_K) -> list[str]:
+        """The ids of the top ``k`` documents for ``query``, best first."""
+        positions, _ = self.rank(query, k)
+        return [bytes(raw).decode("utf-8") for raw in self.doc_ids[positions]]
+
+    def search_positions(self, query: str, k: int = DEFAULT_TOP_K) -> list[int]:
+        """Like ``search`` but document numbers (positions in ascending id order)."""
+        positions, _ = self.rank(query, k)
+        return positions.tolist()
+
+    def rank(self, query: str, k: int = DEFAULT_TOP_K) -> tuple[np.ndarray, np.ndarray]:
+        """Document numbers and float32 scores of the top ``k`` hits for ``query``."""
+        clauses = self._clauses(query)
+        if not clauses or k <= 0:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+        if len(clauses) == 1:
+            docs, scores = self._term_scores(*clauses[0])
+            docs = np.asarray(docs)
+        else:
+            docs, scores = self._sum_scores(clauses)
+        return _top_k(docs, scores, k)
+
+    def _clauses(self, query: str) -> list[tuple[int, np.float32]]:
+        """(term id, weight) per distinct query term in the index; a term repeated c times is boosted by c."""
+        counts: dict[str, int] = {}
+        for token in tokenize(query):
+            term = normalize_token(token)
+            if term is not None:
+                counts[term] = counts.get(term, 0) + 1
+        clauses = []
+        for term, count in counts.items():
+            term_id = self.vocab.get(term)
+            if term_id is not None:
+                clauses.append((term_id, np.float32(count) * self.idf[term_id]))
+        return clauses
+
+    def _term_scores(self, term_id: int, weight: np.float32) -> tuple[np.ndarray, np.ndarray]:
+        start, end = int(self.offsets[term_id]), int(self.offsets[term_id + 1])
+        return self.docs[start:end], weight - weight / self.denoms[start:end]
+
+    def _sum_scores(self, clauses: list[tuple[int, np.float32]]) -> tuple[np.ndarray, np.ndarray]:
+        """Sum clause scores per document in float64 (as Lucene's BooleanScorer does), then cast to float32."""
+        scratch = self._scratch
+        if scratch.scores is None:
+            scratch.scores = np.zeros(self.num_docs, dtype=np.float64)
+            scratch.owner = np.zeros(self.num_docs, dtype=np.int32)
+        sums, owner = scratch.scores, scratch.owner
+        assert owner is not None
+        touched: list[np.ndarray] = []
+        try:
+            for term_id, weight in clauses:
+                docs, scores = self._term_scores(term_id, weight)
+                docs = np.asarray(docs)
+                sums[docs] += scores  # a term lists a document once, so no two writes collide
+                touched.append(docs)
+            every = np.concatenate(touched)
+            # Keep the first of each document's entries: whichever entry wins the scatter owns the document.
+            index = np.arange(len(every), dtype=np.int32)
+            owner[every] = index
+            docs = every[owner[every] == index]
+            return docs, sums[docs].astype(np.float32)
+        finally:
+            for docs in touched:
+                sums[docs] = 0.0
+
+
+def _top_k(docs: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best (score descending, document number ascending) of the candidates."""
+    if len(docs) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        keep = scores >= kth
+        docs, scores = docs[keep], scores[keep]
+    order = np.lexsort((docs, -scores))[:k]
+    return docs[order], scores[order]

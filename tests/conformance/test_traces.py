@@ -1,0 +1,74 @@
+"""Replay the episodes recorded from the original WebShop and require identical output at every step.
+
+The traces (tests/fixtures/conformance/original-seed3, see its README) were recorded from the original with its
+real Lucene search and spaCy; the catalog is prepared with that run's prices, price ceilings and title nouns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from webshop_env.core.env import WebShopEnv
+
+CONFORMANCE = Path(__file__).parents[1] / "fixtures" / "conformance" / "original-seed3"
+
+GOAL_SETS = {"synthetic": "synthetic-goals", "human": "human-goals"}
+
+
+def load_episodes(goal_set: str) -> list[dict]:
+    path = CONFORMANCE / GOAL_SETS[goal_set] / "traces.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+EPISODES = [
+    (goal_set, i, episode) for goal_set in GOAL_SETS for i, episode in enumerate(load_episodes(goal_set))
+]
+
+
+@pytest.mark.parametrize("goal_set", list(GOAL_SETS))
+def test_goal_list_matches_original_order(conformance_catalog, goal_set: str) -> None:
+    reference = json.loads((CONFORMANCE / GOAL_SETS[goal_set] / "goals.json").read_text())
+    assert conformance_catalog.goal_count(goal_set) == len(reference)
+    for index, expected in enumerate(reference):
+        goal = conformance_catalog.goal(goal_set, index)
+        actual = {
+            "asin": goal.asin,
+            "category": goal.category,
+            "query": goal.query,
+            "name": goal.name,
+            "product_category": goal.product_category,
+            "instruction_text": goal.instruction_text,
+            "attributes": list(goal.attributes),
+            "price_upper": goal.price_upper,
+            "goal_options": goal.goal_options,
+            "weight": goal.weight,
+        }
+        assert actual == expected, f"{goal_set} goal {index}"
+
+
+@pytest.mark.parametrize(
+    ("goal_set", "episode"),
+    [(goal_set, episode) for goal_set, _, episode in EPISODES],
+    ids=[f"{goal_set}-{i}-goal{episode['goal']}" for goal_set, i, episode in EPISODES],
+)
+def test_episode_replays_identically(conformance_catalog, goal_set: str, episode: dict) -> None:
+    env = WebShopEnv(conformance_catalog)
+    first, *rest = episode["steps"]
+    step = env.reset(episode["goal"], goal_set=goal_set)
+    assert step.observation == first["observation"]
+    assert step.available_actions == first["available_actions"]
+    for number, expected in enumerate(rest, start=1):
+        where = f"step {number} action {expected['action']!r}"
+        step = env.step(step.state, expected["action"])
+        assert step.observation == expected["observation"], where
+        assert step.available_actions == expected["available_actions"], where
+        assert step.reward == expected["reward"], where
+        assert step.done == expected["done"], where
+        if "verbose_info" in expected:
+            assert step.info["reward_info"] == expected["verbose_info"], where
+        else:
+            assert "reward_info" not in step.info, where
+        if step.done:
+            assert number == len(rest), "the recording goes on after a purchase"

@@ -65,6 +65,7 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
         logger.handlers.clear()
         logger.propagate = True
     logging.getLogger("uvicorn.access").disabled = True  # our access lines replace uvicorn's
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per outgoing request (client, tests)
 
 
 access_log = logging.getLogger("webshop_env.access")

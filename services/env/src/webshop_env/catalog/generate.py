@@ -35,8 +35,14 @@ size except where generation stops, so the same seed gives byte-identical files,
 prefix of a larger one with the same seed. ``products`` counts raw records (duplicates and invalid ASINs
 included), as the original's ``num_products`` does.
 
+Format: compact JSON (orjson), UTF-8, one record (or one ``"asin": value`` member) per line; any JSON
+reader, and the streaming reader in ``catalog.raw``, reads it.
+
 Scale: the three files are written as a stream, record by record (nothing but a short ring buffer of recent
-records is held), so 1.2M products (about the original's size) take constant memory.
+records is held), under temporary names renamed at the end. Measured for 1.2M products (about the original's
+size) on 2 CPU cores: about 55 s (22k products/s), peak RSS about 30 MB, 1.39 GB + 221 MB + 29 MB of files.
+Each product's option groups are trimmed to at most ``MAX_OPTION_COMBINATIONS`` combinations, because the
+original makes one synthetic goal per combination (about 9.4 per instructed product on average).
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ from .store import FORMAT_VERSION, MANIFEST, RecordStore, RecordWriter
 
 DEFAULT_PRICE_SEED = 1234
 DEFAULT_CEILING_SEED = 233
+# Synthetic goals are one per option combination: millions on a full-size catalog. "auto" builds them only up
+# to this many products (the original's synthetic setups use the 1,000-product catalog); name them to force.
+AUTO_SYNTHETIC_MAX_PRODUCTS = 100_000
 
 
 @dataclass
@@ -81,7 +84,7 @@ def prepare_catalog(
     out_dir: Path,
     *,
     num_products: int | None = None,
-    goal_sets: tuple[str, ...] = GOAL_SETS,
+    goal_sets: tuple[str, ...] | str = "auto",
     price_seed: int = DEFAULT_PRICE_SEED,
     ceiling_seed: int = DEFAULT_CEILING_SEED,
     pins: Pins | None = None,
@@ -97,6 +100,12 @@ def prepare_catalog(
     work.mkdir(parents=True)
     extractor = noun_extractor or (None if pins.title_nouns is not None else default_noun_extractor())
     price_rng = random.Random(price_seed)
+    auto = goal_sets == "auto"
+    goal_sets = GOAL_SETS if auto else tuple(goal_sets)
+    unknown = set(goal_sets) - set(GOAL_SETS)
+    if unknown:
+        raise RawDataError(f"unknown goal set(s) {sorted(unknown)}; expected {', '.join(GOAL_SETS)} or auto")
+    wants_synthetic, wants_human = "synthetic" in goal_sets, "human" in goal_sets
 
     # 1. stream products: unsorted records + goal material + index text
     unsorted = work / "products.unsorted.jsonl"
@@ -108,6 +117,7 @@ def prepare_catalog(
     with RecordWriter(unsorted) as writer, open(work / "index_text.txt", "w", encoding="utf-8") as texts:
 
         def flush() -> None:
+            nonlocal wants_synthetic
             nouns = _title_nouns(batch, pins, extractor)
             for product, product_nouns in zip(batch, nouns, strict=True):
                 price = _point_price(product, pins, price_rng)
@@ -115,10 +125,15 @@ def prepare_catalog(
                 writer.append(_product_record(product, price, product_nouns))
                 texts.write(index_text(product).replace("\n", " ") + "\n")
                 asins.append(product.asin)
-                if product.instruction_text is not None or product.human_instructions:
+                if (wants_synthetic and product.instruction_text is not None) or (
+                    wants_human and product.human_instructions
+                ):
                     materials.append(_material(product))
             bar.update(len(batch))
             batch.clear()
+            if auto and wants_synthetic and len(asins) > AUTO_SYNTHETIC_MAX_PRODUCTS:
+                wants_synthetic = False  # too many products for one goal per option combination
+                materials[:] = [m for m in materials if m.human_instructions]
 
         for product in iter_products(raw_dir, num_products=num_products):
             batch.append(product)
@@ -145,14 +160,12 @@ def prepare_catalog(
 
     # 3. search index
     with open(work / "index_text.txt", encoding="utf-8") as handle:
-        index_texts = [line.rstrip("\n") for line in handle]
-    build_index(asins, index_texts, work / "index", progress=progress)
-    del index_texts
+        build_index(asins, (line.rstrip("\n") for line in handle), work / "index", progress=progress)
     (work / "index_text.txt").unlink()
 
     # 4. goals
     goal_counts: dict[str, int] = {}
-    for goal_set in goal_sets:
+    for goal_set in [s for s in goal_sets if s != "synthetic" or wants_synthetic]:
         goals = GOAL_BUILDERS[goal_set](materials, prices, random.Random(ceiling_seed))
         goals = shuffle_goals(goals)
         if goal_set in pins.goals:

@@ -77,7 +77,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         args.raw,
         args.out or default_catalog_dir(),
         num_products=args.num_products,
-        goal_sets=tuple(args.goal_sets.split(",")),
+        goal_sets=args.goal_sets if args.goal_sets == "auto" else tuple(args.goal_sets.split(",")),
         price_seed=args.price_seed,
         ceiling_seed=args.ceiling_seed,
         pins=pins,
@@ -185,7 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", type=Path, required=True, help="directory with items_shuffle*.json etc.")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: the default catalog)")
     p.add_argument("--num-products", type=int, default=None, help="use only the first N raw products")
-    p.add_argument("--goal-sets", default="synthetic,human", help="goal lists to build (default: both)")
+    p.add_argument(
+        "--goal-sets",
+        default="auto",
+        help="comma-separated goal lists to build, or auto: synthetic and human goals, human only above "
+        "100,000 products (synthetic goals are one per option combination)",
+    )
     p.add_argument("--price-seed", type=int, default=1234, help="seed for point prices of price ranges")
     p.add_argument("--ceiling-seed", type=int, default=233, help="seed for goal price ceilings")
     p.add_argument("--pin-prices", type=Path, help="JSON {asin: price} from a reference run")

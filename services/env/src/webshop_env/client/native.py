@@ -20,6 +20,9 @@ from typing import Any
 
 import httpx
 
+from .transport import LeanTransport
+
+
 class WebShopError(Exception):
     """Base class of the client's errors."""
 
@@ -48,6 +51,8 @@ class WebShopClient:
         backoff: base delay in seconds; attempt ``k`` sleeps ``uniform(0, min(max_backoff, backoff * 2**k))``.
         max_backoff: cap of one sleep.
         max_connections: connection pool size (at least the number of concurrent requests you make).
+        transport: an httpx transport; default: ``LeanTransport`` for ``http://`` URLs (much cheaper per
+            request than httpx's pool at high concurrency), httpx's own for ``https://``.
     """
 
     def __init__(
@@ -66,6 +71,8 @@ class WebShopClient:
         self.max_backoff = max_backoff
         self._random = random.Random()
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        if transport is None and self.base_url.startswith("http://"):
+            transport = LeanTransport(max_connections=max_connections)
         self._http = httpx.AsyncClient(
             base_url=self.base_url, timeout=httpx.Timeout(timeout), limits=limits, transport=transport
         )

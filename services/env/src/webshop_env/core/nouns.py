@@ -2,9 +2,10 @@
 
 The original tags both titles with spaCy on every purchase and keeps the lower-cased tokens tagged NOUN or
 PROPN, in order, with repeats. ``SpacyNounExtractor`` does the same (when spaCy and an English model are
-installed). ``HeuristicNounExtractor`` is the documented fallback when they are not: spaCy-like tokens, minus
-function words, adjectives from a closed list and words with adjective suffixes, minus numbers. The prepared
-catalog records which extractor produced its nouns.
+installed). ``HeuristicNounExtractor`` is the documented fallback when they are not. It follows what the
+small English model does with product titles: capitalised title words come out as proper nouns; lower-case
+words count as nouns unless they are function words, common adjectives, or look like adjectives or
+participles by their suffix; numbers never count. The prepared catalog records which extractor was used.
 """
 
 from __future__ import annotations
@@ -261,8 +262,8 @@ _ADJECTIVES = frozenset(
         "gold",
     ]
 )
-_ADJECTIVE_SUFFIXES = ("ful", "less", "ous", "ive", "able", "ible", "ish", "ary", "ic", "ical")
-HEURISTIC = "heuristic-v1"
+_ADJECTIVE_SUFFIXES = ("ful", "less", "ous", "ive", "ible", "ish", "ical", "ing", "ed")
+HEURISTIC = "heuristic-v2"
 
 
 class NounExtractor(Protocol):
@@ -278,13 +279,16 @@ class HeuristicNounExtractor:
 
     def nouns(self, titles: Iterable[str]) -> Iterator[list[str]]:
         for title in titles:
-            yield [token for token in (t.lower() for t in _TOKEN.findall(title)) if self._is_noun(token)]
+            yield [token.lower() for token in _TOKEN.findall(title) if self._is_noun(token)]
 
     @staticmethod
     def _is_noun(token: str) -> bool:
-        if not token[0].isalpha() or token in _FUNCTION_WORDS or token in _ADJECTIVES:
+        lower = token.lower()
+        if not token[0].isalpha() or lower in _FUNCTION_WORDS:
             return False
-        return not (len(token) > 4 and token.endswith(_ADJECTIVE_SUFFIXES))
+        if token[0].isupper():
+            return True
+        return lower not in _ADJECTIVES and not (len(lower) > 4 and lower.endswith(_ADJECTIVE_SUFFIXES))
 
 
 class SpacyNounExtractor:

@@ -61,6 +61,7 @@ DEFAULT_TOP_K = 50
 _CHUNK_DOCS = 8192  # documents per batch while building
 _TOKEN_CACHE_LIMIT = 4_000_000  # raw token -> term id entries kept while building
 _SORT_POSTINGS_MIN_DF = 64  # postings lists at least this long are sorted by document (memory locality)
+_DENSE_RATIO = 8  # a multi-term query sums over all documents once its postings reach 1/8 of them
 
 
 # --- Lucene's SmallFloat (document length in one byte) --------------------------------------------------------
@@ -294,9 +295,9 @@ def _write_index(builder: _Builder, out_dir: Path, progress: bool, k1: float, b:
 
 # --- searching ------------------------------------------------------------------------------------------------
 class _Scratch(threading.local):
-    """Per-thread work arrays for multi-term queries (kept zeroed between searches)."""
+    """Per-thread work arrays of the sparse multi-term path (``sums`` is all zeros between searches)."""
 
-    scores: np.ndarray | None = None
+    sums: np.ndarray | None = None
     owner: np.ndarray | None = None
 
 
@@ -353,12 +354,12 @@ class BM25Index:
         clauses = self._clauses(query)
         if not clauses or k <= 0:
             return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
-        if len(clauses) == 1:
-            docs, scores = self._term_scores(*clauses[0])
-            docs = np.asarray(docs)
-        else:
-            docs, scores = self._sum_scores(clauses)
-        return _top_k(docs, scores, k)
+        postings = [self._term_scores(term_id, weight) for term_id, weight in clauses]
+        if len(postings) == 1:
+            return _top_k(*postings[0], k)
+        if sum(len(docs) for docs, _ in postings) * _DENSE_RATIO >= self.num_docs:
+            return self._dense_top_k(postings, k)
+        return _top_k(*self._sparse_sums(postings), k)
 
     def _clauses(self, query: str) -> list[tuple[int, np.float32]]:
         """(term id, weight) per distinct query term in the index; a term repeated c times is boosted by c."""
@@ -375,40 +376,71 @@ class BM25Index:
         return clauses
 
     def _term_scores(self, term_id: int, weight: np.float32) -> tuple[np.ndarray, np.ndarray]:
+        """A term's documents and float32 scores: weight - weight / (1 + freq * cache[norm])."""
         start, end = int(self.offsets[term_id]), int(self.offsets[term_id + 1])
-        return self.docs[start:end], weight - weight / self.denoms[start:end]
+        return np.asarray(self.docs[start:end]), weight - weight / np.asarray(self.denoms[start:end])
 
-    def _sum_scores(self, clauses: list[tuple[int, np.float32]]) -> tuple[np.ndarray, np.ndarray]:
-        """Sum clause scores per document in float64 (as Lucene's BooleanScorer does), then cast to float32."""
+    def _dense_top_k(
+        self, postings: list[tuple[np.ndarray, np.ndarray]], k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top k when the query touches many documents: sum into an array over all documents.
+
+        ``bincount`` adds each document's clause scores in float64 in clause order, as Lucene's BooleanScorer
+        does, before the cast to float32.
+        """
+        docs = np.concatenate([docs for docs, _ in postings], dtype=np.intp)
+        scores = np.concatenate([scores for _, scores in postings], dtype=np.float64)
+        sums = np.bincount(docs, weights=scores, minlength=self.num_docs).astype(np.float32)
+        bound = _kth_bound(sums, k)
+        # every clause score is > 0, so a document matches exactly when its sum is
+        hits = np.flatnonzero(sums >= bound) if bound > 0 else np.flatnonzero(sums > 0)
+        return _top_k(hits, sums[hits], k)
+
+    def _sparse_sums(self, postings: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """Per-document float32 sums when the query touches few documents: work on the touched ones only."""
         scratch = self._scratch
-        if scratch.scores is None:
-            scratch.scores = np.zeros(self.num_docs, dtype=np.float64)
-            scratch.owner = np.zeros(self.num_docs, dtype=np.int32)
-        sums, owner = scratch.scores, scratch.owner
-        assert owner is not None
-        touched: list[np.ndarray] = []
+        if scratch.sums is None or scratch.owner is None:
+            scratch.sums = np.zeros(self.num_docs, dtype=np.float64)
+            scratch.owner = np.zeros(self.num_docs, dtype=np.intp)
+        sums, owner = scratch.sums, scratch.owner
+        every = np.concatenate([docs for docs, _ in postings], dtype=np.intp)
         try:
-            for term_id, weight in clauses:
-                docs, scores = self._term_scores(term_id, weight)
-                docs = np.asarray(docs)
-                sums[docs] += scores  # a term lists a document once, so no two writes collide
-                touched.append(docs)
-            every = np.concatenate(touched)
-            # Keep the first of each document's entries: whichever entry wins the scatter owns the document.
-            index = np.arange(len(every), dtype=np.int32)
-            owner[every] = index
-            docs = every[owner[every] == index]
+            start = 0
+            for docs, scores in postings:
+                term_docs = every[start : start + len(docs)]
+                sums[term_docs] += scores  # a term lists a document once, so no two writes collide
+                start += len(docs)
+            # One entry per document: whichever entry the scatter left in ``owner`` keeps the document.
+            entry = np.arange(len(every), dtype=np.intp)
+            owner[every] = entry
+            docs = every[owner[every] == entry]
             return docs, sums[docs].astype(np.float32)
         finally:
-            for docs in touched:
-                sums[docs] = 0.0
+            sums[every] = 0.0
+
+
+def _kth_bound(scores: np.ndarray, k: int) -> np.float32:
+    """A value that at least ``k`` scores reach and no score among the best ``k`` is below (k-th best or less).
+
+    A full selection over 100k+ scores costs ~1 ms, so first try the k/8-th best of every 16th score: ~8x k
+    scores usually reach it, and counting them proves it is a valid bound.
+    """
+    n = len(scores)
+    if n <= k:
+        return np.float32(-np.inf)
+    if n >= 4096 and n >= 64 * k:
+        sample = scores[::16]
+        rank = len(sample) - (k // 8 + 2)
+        bound = np.partition(sample, rank)[rank]
+        if np.count_nonzero(scores >= bound) >= k:
+            return bound
+    return np.partition(scores, n - k)[n - k]
 
 
 def _top_k(docs: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best (score descending, document number ascending) of the candidates."""
     if len(docs) > k:
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-        keep = scores >= kth
+        keep = scores >= _kth_bound(scores, k)
         docs, scores = docs[keep], scores[keep]
     order = np.lexsort((docs, -scores))[:k]
     return docs[order], scores[order]

@@ -1,0 +1,419 @@
+#!/usr/bin/env python3
+"""The deployment topology on one machine, without Docker: N environment replicas behind a real nginx.
+
+    python scripts/local_cluster.py up --replicas 2 --catalog data/catalog    # ports 36101.. and 36003
+    python scripts/local_cluster.py status
+    python scripts/local_cluster.py down
+
+``up`` starts N ``webshop-env serve`` processes (``python -m webshop_env.cli.serve serve``, ports
+``base-port``, ``base-port + 1``, ...) and nginx (Debian's binary, ``nginx -p RUN/nginx -c RUN/nginx.conf``,
+rendered from ``configs/nginx/webshop.conf.template``), each in a session of its own with its output in
+``RUN/logs/``. It records their pids in ``RUN/pids.json``, waits until every replica's ``/readyz`` and
+nginx's ``/nginx-health`` answer, prints the URLs and log files, and returns; the processes stay up.
+``down`` stops exactly the recorded processes (SIGTERM to each one's process group, SIGKILL after a grace
+period) and removes the pid file. ``RUN`` is ``run/local`` at the repository root unless ``--run-dir`` says
+otherwise. Port 0 picks free ports (tests use that).
+
+All replicas share one state secret: ``WEBSHOP_STATE_SECRET`` from the environment, else a random one kept
+in ``RUN/state_secret`` (mode 600) for this cluster. Other ``WEBSHOP_*`` variables pass through.
+
+Importable from tests: ``up(...) -> dict``, ``down(run_dir)``, ``status(run_dir)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATE = REPO / "configs" / "nginx" / "webshop.conf.template"
+DEFAULT_RUN_DIR = REPO / "run" / "local"
+PIDS = "pids.json"
+NGINX_MISSING = "nginx not found: run `make nginx` (apt-get install nginx)"
+TEMPLATE_VARS = re.compile(r"\$\{(WEBSHOP_[A-Z0-9_]+)\}")
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started or stopped; the message says why (with log tails)."""
+
+
+# ---- helpers --------------------------------------------------------------------------------------------
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports that are free right now (bound and released together)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def render_nginx_conf(values: Mapping[str, str], template: Path = TEMPLATE) -> str:
+    """Substitute ``${WEBSHOP_*}`` placeholders; every one must have a value (nginx's own ``$vars`` stay)."""
+    text = template.read_text()
+    missing = sorted({name for name in TEMPLATE_VARS.findall(text) if name not in values})
+    if missing:
+        raise ClusterError(f"no value for {', '.join(missing)} in {template}")
+    return TEMPLATE_VARS.sub(lambda match: values[match.group(1)], text)
+
+
+def python_binary() -> str:
+    """An interpreter that has ``webshop_env``: this one, else the repository's virtual environment."""
+    import importlib.util
+
+    if importlib.util.find_spec("webshop_env") is not None:
+        return sys.executable
+    venv = REPO / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def nginx_binary() -> str:
+    found = shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+    if found is None:
+        raise ClusterError(NGINX_MISSING)
+    return found
+
+
+def _get(url: str, timeout: float = 1.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (OSError, urllib.error.URLError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (our own exited child, not yet reaped) is not alive
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        content = path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return f"    ({path}: no log)"
+    return "\n".join(f"    {line}" for line in content) or f"    ({path}: empty)"
+
+
+def _read_pids(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / PIDS).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _processes(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [*record.get("replicas", []), *([record["nginx"]] if record.get("nginx") else [])]
+
+
+def _secret(run_dir: Path, env: Mapping[str, str]) -> str:
+    if env.get("WEBSHOP_STATE_SECRET"):
+        return env["WEBSHOP_STATE_SECRET"]
+    path = run_dir / "state_secret"
+    if path.exists():
+        return path.read_text().strip()
+    value = secrets.token_urlsafe(32)
+    path.touch(mode=0o600)
+    path.write_text(value)
+    return value
+
+
+# ---- commands -------------------------------------------------------------------------------------------
+def up(
+    replicas: int = 2,
+    catalog: Path | str = "data/catalog",
+    base_port: int = 36101,
+    port: int = 36003,
+    workers: int = 1,
+    run_dir: Path | str = DEFAULT_RUN_DIR,
+    host: str = "127.0.0.1",
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Start the cluster and wait until it answers; returns the record written to ``RUN/pids.json``.
+
+    ``base_port=0`` / ``port=0`` pick free ports. ``env`` adds or overrides environment variables of the
+    replicas (e.g. ``{"WEBSHOP_COMPAT_MAX_SESSIONS": "50"}``). On failure everything started is stopped and
+    ``ClusterError`` carries the tails of the logs.
+    """
+    if replicas < 1:
+        raise ClusterError("--replicas must be at least 1")
+    nginx = nginx_binary()
+    run_dir = Path(run_dir).resolve()
+    catalog = Path(catalog).resolve()
+    if not (catalog / "manifest.json").exists():
+        raise ClusterError(f"{catalog} is not a prepared catalog: run `make data` or `webshop-env catalog prepare`")
+    existing = _read_pids(run_dir)
+    if existing and any(_alive(p["pid"]) for p in _processes(existing)):
+        raise ClusterError(f"a cluster is already running from {run_dir} (see `status`); run `down` first")
+    logs = run_dir / "logs"
+    nginx_dir = run_dir / "nginx"
+    logs.mkdir(parents=True, exist_ok=True)
+    nginx_dir.mkdir(parents=True, exist_ok=True)
+
+    if base_port == 0 or port == 0:
+        picked = free_ports(replicas + 1, host)
+        ports = picked[:replicas] if base_port == 0 else [base_port + i for i in range(replicas)]
+        port = picked[-1] if port == 0 else port
+    else:
+        ports = [base_port + i for i in range(replicas)]
+
+    child_env = {**os.environ, **(env or {})}
+    child_env["WEBSHOP_STATE_SECRET"] = _secret(run_dir, child_env)
+    child_env["WEBSHOP_CATALOG"] = str(catalog)
+    child_env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # each replica sets up its own when it has workers
+    record: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "catalog": str(catalog),
+        "url": f"http://{host}:{port}",
+        "port": port,
+        "started_unix": int(time.time()),
+        "replicas": [],
+        "nginx": None,
+    }
+    try:
+        for index, replica_port in enumerate(ports, start=1):
+            log_path = logs / f"replica-{index}.log"
+            command = [
+                python_binary(), "-m", "webshop_env.cli.serve", "serve", "--catalog", str(catalog),
+                "--host", host, "--port", str(replica_port), "--workers", str(workers),
+            ]  # fmt: skip
+            process = _spawn(command, log_path, child_env)
+            record["replicas"].append(
+                {"name": f"replica-{index}", "pid": process.pid, "port": replica_port,
+                 "url": f"http://{host}:{replica_port}", "log": str(log_path)}
+            )  # fmt: skip
+            _write_pids(run_dir, record)
+
+        upstreams = "\n".join(f"        server {host}:{p} max_fails=3 fail_timeout=5s;" for p in ports)
+        conf = nginx_dir / "nginx.conf"
+        conf.write_text(
+            render_nginx_conf(
+                {
+                    "WEBSHOP_UPSTREAMS": upstreams,
+                    "WEBSHOP_LISTEN_PORT": f"{host}:{port}",
+                    "WEBSHOP_NGINX_RUNTIME_DIR": str(nginx_dir),
+                    "WEBSHOP_NGINX_ACCESS_LOG": str(logs / "nginx-access.log"),
+                    "WEBSHOP_NGINX_ERROR_LOG": str(logs / "nginx-error.log"),
+                }
+            )
+        )
+        check = subprocess.run([nginx, "-t", "-q", "-p", str(nginx_dir), "-c", str(conf)],
+                               capture_output=True, text=True)  # fmt: skip
+        if check.returncode != 0:
+            raise ClusterError(f"nginx -t rejected {conf}:\n{check.stderr}")
+        nginx_log = logs / "nginx.log"
+        process = _spawn([nginx, "-p", str(nginx_dir), "-c", str(conf)], nginx_log, child_env)
+        record["nginx"] = {"name": "nginx", "pid": process.pid, "port": port, "url": record["url"],
+                           "log": str(logs / "nginx-error.log"), "access_log": str(logs / "nginx-access.log"),
+                           "conf": str(conf)}  # fmt: skip
+        _write_pids(run_dir, record)
+        _wait_ready(record, timeout)
+    except BaseException as error:
+        down(run_dir, quiet=True)
+        if isinstance(error, ClusterError):
+            raise
+        if isinstance(error, Exception):
+            raise ClusterError(f"starting the cluster failed: {error}") from error
+        raise
+    if not quiet:
+        print(describe(record))
+    return record
+
+
+def _spawn(command: Sequence[str], log_path: Path, env: Mapping[str, str]) -> subprocess.Popen:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            list(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
+            cwd=str(REPO), start_new_session=True,  # own process group: `down` stops it and its workers
+        )  # fmt: skip
+
+
+def _write_pids(run_dir: Path, record: Mapping[str, Any]) -> None:
+    path = run_dir / PIDS
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    tmp.replace(path)
+
+
+def _wait_ready(record: Mapping[str, Any], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    checks = [(r, r["url"] + "/readyz") for r in record["replicas"]]
+    checks.append((record["nginx"], record["url"] + "/nginx-health"))
+    pending = list(checks)
+    while pending:
+        for process, url in list(pending):
+            if not _alive(process["pid"]):
+                raise ClusterError(
+                    f"{process['name']} (pid {process['pid']}) exited during start-up; its log "
+                    f"{process['log']}:\n{_tail(Path(process['log']))}"
+                )
+            if _get(url) == 200:
+                pending.remove((process, url))
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            waiting = ", ".join(p["name"] for p, _ in pending)
+            tails = "\n".join(f"  {p['name']} ({p['log']}):\n{_tail(Path(p['log']))}" for p, _ in pending)
+            raise ClusterError(f"not ready after {timeout:.0f} s: {waiting}\n{tails}")
+        time.sleep(0.2)
+
+
+def down(run_dir: Path | str = DEFAULT_RUN_DIR, grace: float = 10.0, quiet: bool = False) -> list[str]:
+    """Stop the recorded processes (SIGTERM, then SIGKILL after ``grace`` s); returns what was stopped."""
+    run_dir = Path(run_dir).resolve()
+    record = _read_pids(run_dir)
+    if record is None:
+        if not quiet:
+            print(f"nothing recorded in {run_dir / PIDS}: nothing to stop")
+        return []
+    targets = [p for p in _processes(record) if _ours(p)]
+    for process in targets:
+        _signal_group(process["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(_alive(p["pid"]) for p in targets) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for process in targets:
+        if _alive(process["pid"]):
+            _signal_group(process["pid"], signal.SIGKILL)
+    for process in targets:
+        _reap(process["pid"])
+    (run_dir / PIDS).unlink(missing_ok=True)
+    stopped = [f"{p['name']} (pid {p['pid']})" for p in targets]
+    if not quiet:
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return stopped
+
+
+def _ours(process: Mapping[str, Any]) -> bool:
+    """Still the process we started (guards against a recycled pid)?"""
+    pid = process["pid"]
+    if not _alive(pid):
+        return False
+    cmdline = _cmdline(pid)
+    return "nginx" in cmdline if process["name"] == "nginx" else "webshop_env" in cmdline
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group the process leads (it was started in a session of its own), else the pid."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def status(run_dir: Path | str = DEFAULT_RUN_DIR) -> dict[str, Any] | None:
+    """The recorded cluster with ``alive`` and ``ready`` per process, or None when nothing is recorded."""
+    record = _read_pids(Path(run_dir).resolve())
+    if record is None:
+        return None
+    for process in record["replicas"]:
+        process["alive"] = _alive(process["pid"])
+        process["ready"] = _get(process["url"] + "/readyz") == 200
+    if record.get("nginx"):
+        record["nginx"]["alive"] = _alive(record["nginx"]["pid"])
+        record["nginx"]["ready"] = _get(record["url"] + "/nginx-health") == 200
+    return record
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    lines = [f"WebShop local cluster ({record['run_dir']}), catalog {record['catalog']}",
+             f"  balancer  {record['url']}   (nginx pid {record['nginx']['pid']})"]  # fmt: skip
+    for process in record["replicas"]:
+        state = ""
+        if "alive" in process:
+            state = "  ready" if process.get("ready") else ("  alive, not ready" if process["alive"] else "  DOWN")
+        lines.append(f"  {process['name']:<10}{process['url']}   (pid {process['pid']}){state}")
+    lines.append(f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, nginx-access.log, nginx-error.log)")
+    lines.append(f"  try       curl -s {record['url']}/v1/info")
+    return "\n".join(lines)
+
+
+# ---- CLI ------------------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("up", help="start N replicas and nginx, wait until ready")
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--catalog", type=Path, default=Path(os.environ.get("WEBSHOP_CATALOG", "data/catalog")))
+    p.add_argument("--base-port", type=int, default=36101, help="first replica port (0: free ports)")
+    p.add_argument("--port", type=int, default=36003, help="nginx port (0: a free port)")
+    p.add_argument("--workers", type=int, default=1, help="uvicorn workers per replica")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    for name in ("down", "status"):
+        q = commands.add_parser(name)
+        q.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
+    p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            record = up(args.replicas, args.catalog, args.base_port, args.port, args.workers, args.run_dir,
+                        args.host, timeout=args.timeout, quiet=args.json)  # fmt: skip
+            if args.json:
+                print(json.dumps(record, indent=2))
+        elif args.command == "down":
+            down(args.run_dir)
+        else:
+            record = status(args.run_dir)
+            if record is None:
+                print(f"no cluster recorded in {Path(args.run_dir).resolve() / PIDS}")
+                return 1
+            print(describe(record))
+    except ClusterError as error:
+        print(f"local_cluster: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

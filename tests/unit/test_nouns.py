@@ -1,0 +1,35 @@
+"""The fallback noun extractor stays close to spaCy's nouns on product titles (recorded in the fixtures)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from webshop_env.catalog.raw import iter_products
+from webshop_env.core.nouns import HeuristicNounExtractor, default_noun_extractor
+
+CONFORMANCE = Path(__file__).parents[1] / "fixtures" / "conformance" / "original-seed3"
+
+
+def test_heuristic_agrees_with_recorded_spacy_nouns() -> None:
+    reference = json.loads((CONFORMANCE / "synthetic-goals" / "title_nouns.json").read_text())
+    products = list(iter_products(CONFORMANCE / "raw"))
+    found = HeuristicNounExtractor().nouns(p.title for p in products)
+    true_positive = false_positive = false_negative = 0
+    for product, nouns in zip(products, found, strict=True):
+        ours, theirs = set(nouns), set(reference[product.asin])
+        true_positive += len(ours & theirs)
+        false_positive += len(ours - theirs)
+        false_negative += len(theirs - ours)
+    precision = true_positive / (true_positive + false_positive)
+    recall = true_positive / (true_positive + false_negative)
+    assert precision > 0.95 and recall > 0.9, (precision, recall)
+
+
+def test_heuristic_rules() -> None:
+    (nouns,) = HeuristicNounExtractor().nouns(["Orbit Slim Fit Bluetooth Speaker - long lasting design for 2 rooms"])
+    assert nouns == ["orbit", "slim", "fit", "bluetooth", "speaker", "design", "rooms"]
+
+
+def test_default_extractor_falls_back_without_a_model() -> None:
+    assert isinstance(default_noun_extractor(model="no_such_model_xyz"), HeuristicNounExtractor)

@@ -182,7 +182,9 @@ def up(
     run_dir = Path(run_dir).resolve()
     catalog = Path(catalog).resolve()
     if not (catalog / "manifest.json").exists():
-        raise ClusterError(f"{catalog} is not a prepared catalog: run `make data` or `webshop-env catalog prepare`")
+        raise ClusterError(
+            f"{catalog} is not a prepared catalog: run `make data` or `webshop-env catalog prepare`"
+        )
     existing = _read_pids(run_dir)
     if existing and any(_alive(p["pid"]) for p in _processes(existing)):
         raise ClusterError(f"a cluster is already running from {run_dir} (see `status`); run `down` first")
@@ -370,9 +372,15 @@ def describe(record: Mapping[str, Any]) -> str:
     for process in record["replicas"]:
         state = ""
         if "alive" in process:
-            state = "  ready" if process.get("ready") else ("  alive, not ready" if process["alive"] else "  DOWN")
+            state = (
+                "  ready"
+                if process.get("ready")
+                else ("  alive, not ready" if process["alive"] else "  DOWN")
+            )
         lines.append(f"  {process['name']:<10}{process['url']}   (pid {process['pid']}){state}")
-    lines.append(f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, nginx-access.log, nginx-error.log)")
+    lines.append(
+        f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, nginx-access.log, nginx-error.log)"
+    )
     lines.append(f"  try       curl -s {record['url']}/v1/info")
     return "\n".join(lines)
 

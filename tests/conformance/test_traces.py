@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from webshop_env.core.env import WebShopEnv
 
 CONFORMANCE = Path(__file__).parents[1] / "fixtures" / "conformance" / "original-seed3"

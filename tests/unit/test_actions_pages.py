@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from webshop_env.core.actions import parse_action
 from webshop_env.core.model import ProductRecord
 from webshop_env.core.pages import (

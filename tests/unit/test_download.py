@@ -141,7 +141,9 @@ def test_full_download_writes_files_and_checksums(
     assert all(header is None for _, header in behaviour.requests)
 
 
-def test_full_set_names(tmp_path: Path, server: tuple[str, Behaviour], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_set_names(
+    tmp_path: Path, server: tuple[str, Behaviour], monkeypatch: pytest.MonkeyPatch
+) -> None:
     base_url, behaviour = server
     for name in download.FULL_FILES:
         behaviour.files[name] = payload(name, 1000)
@@ -248,12 +250,17 @@ def test_connection_refused_gives_up_with_backoff(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(download.time, "sleep", waits.append)
     monkeypatch.setattr(download, "RETRIES", 3)
     with pytest.raises(DownloadError, match="failed 3 times in a row"):
-        download_file(f"http://127.0.0.1:{port}/x.json", tmp_path / "x.json", expected_size=10, progress=False)
+        download_file(
+            f"http://127.0.0.1:{port}/x.json", tmp_path / "x.json", expected_size=10, progress=False
+        )
     assert waits == [download.BACKOFF_SECONDS, download.BACKOFF_SECONDS * 2]
 
 
 def test_size_mismatch_is_an_error(
-    tmp_path: Path, server: tuple[str, Behaviour], small_files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    server: tuple[str, Behaviour],
+    small_files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     base_url, _ = server
     name = SMALL[0]
@@ -265,7 +272,10 @@ def test_size_mismatch_is_an_error(
 
 
 def test_sha256_mismatch_is_an_error(
-    tmp_path: Path, server: tuple[str, Behaviour], small_files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    server: tuple[str, Behaviour],
+    small_files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     base_url, _ = server
     name = SMALL[0]
@@ -352,6 +362,7 @@ def test_drive_url_form(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     monkeypatch.setattr(download, "download_file", fake_download_file)
     download_catalog(tmp_path, progress=False)
     assert seen[0] == (
-        "https://drive.usercontent.google.com/download?id=1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib&export=download&confirm=t"
+        "https://drive.usercontent.google.com/download?id=1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib"
+        "&export=download&confirm=t"
     )
     assert len(seen) == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from webshop_env.core.env import EpisodeFinished, EpisodeState, UnknownGoal, WebShopEnv
 from webshop_env.core.oracle import expert_actions, run_actions
 from webshop_env.core.pages import PageKind

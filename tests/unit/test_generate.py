@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,13 @@ from webshop_env.catalog.generate import (
 from webshop_env.catalog.raw import DUMMY_ATTR, MAX_ASIN_LENGTH, Product, iter_json_array, iter_products
 
 FILES = (PRODUCT_FILE, ATTRIBUTE_FILE, HUMAN_FILE)
-SIZE = 600
 
 
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+@pytest.fixture(scope="module", params=[150, 1500], ids=lambda size: f"{size}-products")
+def catalog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """Every hard case is forced into the first 150 records; 1500 records show them at their natural rates."""
     out = tmp_path_factory.mktemp("catalog")
-    return out, generate_catalog(out, SIZE, seed=7, progress=False)
+    return out, generate_catalog(out, request.param, seed=7, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +35,16 @@ def raw_records(catalog: tuple[Path, dict]) -> list[dict]:
 @pytest.fixture(scope="module")
 def products(catalog: tuple[Path, dict]) -> list[Product]:
     return list(iter_products(catalog[0]))
+
+
+def raw_values(records: list[dict]) -> list[str]:
+    """Every option value as written in the raw records (before cleaning)."""
+    return [
+        content["value"]
+        for record in records
+        for contents in (record["customization_options"] or {}).values()
+        for content in contents or []
+    ]
 
 
 def read_bytes(directory: Path) -> dict[str, bytes]:
@@ -60,13 +71,14 @@ def test_smaller_catalog_is_a_prefix_of_a_larger_one(tmp_path: Path) -> None:
 
 def test_summary_and_files(catalog: tuple[Path, dict], raw_records: list[dict]) -> None:
     out, summary = catalog
-    assert summary["products"] == SIZE == len(raw_records)
+    size = summary["products"]
+    assert size == len(raw_records)
     assert summary["seed"] == 7
     for name in FILES:
         assert summary["files"][name] == (out / name).stat().st_size > 2
         json.loads((out / name).read_bytes())  # each file is one well-formed JSON document
     assert not list(out.glob(".*.tmp"))
-    assert summary["valid_products"] + summary["duplicate_records"] + summary["invalid_asin_records"] == SIZE
+    assert summary["valid_products"] + summary["duplicate_records"] + summary["invalid_asin_records"] == size
 
 
 def test_raw_records_have_the_original_keys_and_shapes(raw_records: list[dict]) -> None:
@@ -77,7 +89,9 @@ def test_raw_records_have_the_original_keys_and_shapes(raw_records: list[dict]) 
     for record in raw_records:
         assert set(record) == keys
         assert record["category"] in CATEGORIES
-        assert record["images"] and all(url.startswith("https://example.invalid/") for url in record["images"])
+        assert record["images"] and all(
+            url.startswith("https://example.invalid/") for url in record["images"]
+        )
         assert isinstance(record["average_rating"], float)
         assert " › " in record["product_category"]
         assert record["query"] == record["query"].lower().strip()
@@ -106,24 +120,23 @@ def test_hard_cases_survive_cleaning(raw_records: list[dict], products: list[Pro
     values = [v for p in products for vs in p.options.values() for v in vs]
     assert "black | white" in values
     assert {"navy blue", "dark grey"} <= set(values)
-    assert any("/" in str(c["value"]) for r in raw_records for cs in (r["customization_options"] or {}).values()
-               for c in cs or [])  # fmt: skip
+    assert any("/" in value for value in raw_values(raw_records))
     # repeated across groups within one product
     assert any(
         len({v for vs in p.options.values() for v in vs}) < sum(len(vs) for vs in p.options.values())
         for p in products
     )
-    assert any("small" in p.options.get("size", []) and "small" in p.options.get("style", []) for p in products)
+    assert any(
+        "small" in p.options.get("size", []) and "small" in p.options.get("style", []) for p in products
+    )
     # products without options, both spellings, and a null option group
     assert any(r["customization_options"] == {} for r in raw_records)
     assert any(r["customization_options"] is None for r in raw_records)
     assert any(None in (r["customization_options"] or {}).values() for r in raw_records)
     assert any(not p.options for p in products)
     # raw values in mixed case / padded come out lower-case and stripped
-    assert any(
-        c["value"] != c["value"].strip() for r in raw_records for cs in (r["customization_options"] or {}).values()
-        for c in cs or []
-    )  # fmt: skip
+    assert any(value != value.strip() for value in raw_values(raw_records))
+    assert any(value != value.lower() for value in raw_values(raw_records))
     assert all(v == v.strip().lower() for v in values)
     # bullets: empty, whitespace-only, and a plain string
     bullets = [b for p in products for b in p.bullet_points]
@@ -190,3 +203,20 @@ def test_empty_and_tiny_catalogs(tmp_path: Path) -> None:
     assert len(list(iter_products(tmp_path / "one"))) == 1
     with pytest.raises(ValueError, match="products"):
         generate_catalog(tmp_path / "bad", -1, progress=False)
+
+
+def test_hard_cases_also_occur_at_random_after_the_showcase_records(tmp_path: Path) -> None:
+    generate_catalog(tmp_path, 6000, seed=11, progress=False)
+    records = list(iter_json_array(tmp_path / PRODUCT_FILE))
+    later = records[200:]
+    asins = [r["asin"] for r in records]
+    counts = Counter(asins)
+    assert any(counts[a] > 1 and a != "nan" for a in asins[200:])
+    assert any(r["asin"] == "nan" for r in later)
+    assert any(len(r["asin"]) > MAX_ASIN_LENGTH for r in later)
+    assert any(r["customization_options"] == {} for r in later)
+    assert any(r["customization_options"] is None for r in later)
+    assert any(" - $" in r["pricing"] for r in later)
+    assert any("," in r["pricing"] for r in later)
+    assert any(isinstance(r["small_description"], list) and "" in r["small_description"] for r in later)
+    assert any("/" in value for value in raw_values(later))

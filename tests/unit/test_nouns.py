@@ -27,7 +27,9 @@ def test_heuristic_agrees_with_recorded_spacy_nouns() -> None:
 
 
 def test_heuristic_rules() -> None:
-    (nouns,) = HeuristicNounExtractor().nouns(["Orbit Slim Fit Bluetooth Speaker - long lasting design for 2 rooms"])
+    (nouns,) = HeuristicNounExtractor().nouns(
+        ["Orbit Slim Fit Bluetooth Speaker - long lasting design for 2 rooms"]
+    )
     assert nouns == ["orbit", "slim", "fit", "bluetooth", "speaker", "design", "rooms"]
 
 

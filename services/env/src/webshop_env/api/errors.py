@@ -127,7 +127,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(400 if kind == "malformed_json" else 422, kind, detail)
 
     async def on_http(request: Request, error: StarletteHTTPException) -> Response:
-        kind = _HTTP_KINDS.get(error.status_code, "bad_request" if error.status_code < 500 else "internal_error")
+        kind = _HTTP_KINDS.get(
+            error.status_code, "bad_request" if error.status_code < 500 else "internal_error"
+        )
         detail = str(error.detail)
         if detail == "There was an error parsing the body":
             kind, detail = "malformed_json", "request body could not be read as UTF-8 JSON"
@@ -164,7 +166,9 @@ class BodyLimitMiddleware:
                 try:
                     length = int(value)
                 except ValueError:
-                    await self._reject(scope, receive, send, 400, "bad_request", "invalid Content-Length header")
+                    await self._reject(
+                        scope, receive, send, 400, "bad_request", "invalid Content-Length header"
+                    )
                     return
                 break
         if length is not None:
@@ -206,7 +210,9 @@ class BodyLimitMiddleware:
         size = f"{length} bytes" if length is not None else "the request body"
         return f"{size} exceeds the limit of {self.max_bytes} bytes (WEBSHOP_MAX_BODY_BYTES)"
 
-    async def _reject(self, scope: Scope, receive: Receive, send: Send, status: int, kind: str, detail: str) -> None:
+    async def _reject(
+        self, scope: Scope, receive: Receive, send: Send, status: int, kind: str, detail: str
+    ) -> None:
         if self.on_reject is not None:
             self.on_reject(kind)
         response = error_response(status, kind, detail, headers={"Connection": "close"})

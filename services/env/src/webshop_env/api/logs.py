@@ -17,14 +17,16 @@ _MARK = "_webshop_handler"
 
 
 class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "logger", "msg", ...fields}``; ``fields`` come from ``extra={"fields": {...}}``."""
+    """``{"ts", "level", "logger", "msg", "pid", ...fields}``; ``fields`` come from ``extra={"fields": {...}}``."""
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
+            "pid": record.process,
         }
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):

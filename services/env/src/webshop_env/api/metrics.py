@@ -55,10 +55,16 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         self.compat_sessions = Gauge(
-            "webshop_compat_sessions", "Live AgentGym-compatible sessions", multiprocess_mode="livesum", registry=r
+            "webshop_compat_sessions",
+            "Live AgentGym-compatible sessions",
+            multiprocess_mode="livesum",
+            registry=r,
         )
         self.compat_evictions = Counter(
-            "webshop_compat_evictions_total", "AgentGym sessions dropped without /close", ["reason"], registry=r
+            "webshop_compat_evictions_total",
+            "AgentGym sessions dropped without /close",
+            ["reason"],
+            registry=r,
         )
 
     def render(self) -> tuple[bytes, str]:

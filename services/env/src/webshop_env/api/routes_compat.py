@@ -143,7 +143,9 @@ async def instruction_text(request: Request, env_idx: EnvIdxQuery = None) -> Res
 
 
 @router.post("/close", response_model=CloseResponse, responses=ERRORS)
-async def close(request: Request, body: CompatClose | None = None, env_idx: EnvIdxQuery = None) -> dict[str, Any]:
+async def close(
+    request: Request, body: CompatClose | None = None, env_idx: EnvIdxQuery = None
+) -> dict[str, Any]:
     """Free the session (`closed: false` if it was not live)."""
     index = _env_idx(body.env_idx if body else None, env_idx)
     return {"closed": runtime_of(request).sessions.close(index)}

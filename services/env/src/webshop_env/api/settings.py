@@ -49,7 +49,9 @@ class Settings(BaseSettings):
     max_batch: int = Field(default=256, ge=1, description="most steps in one /v1/step_batch request")
     show_attrs: bool = Field(default=False, description="offer the item page's Attributes button")
     log_level: str = Field(default="INFO", description="Python log level name")
-    log_format: Literal["json", "text"] = Field(default="json", description="one JSON object per line, or text")
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="one JSON object per line, or text"
+    )
     access_log: bool = Field(default=True, description="one log line per request")
 
     @field_validator("log_level")

@@ -65,10 +65,14 @@ class TokenCodec:
     def decode(self, token: object) -> EpisodeState:
         """The state in ``token``; raises ``TokenError`` for anything not signed by us for this catalog."""
         if not isinstance(token, str) or not token:
-            raise TokenError("the state token must be a non-empty string (the `state` of the previous response)")
+            raise TokenError(
+                "the state token must be a non-empty string (the `state` of the previous response)"
+            )
         parts = token.split(".")
         if len(parts) != 3:
-            raise TokenError("malformed state token: expected three dot-separated parts; pass `state` unchanged")
+            raise TokenError(
+                "malformed state token: expected three dot-separated parts; pass `state` unchanged"
+            )
         version, payload, mac_text = parts
         if version != VERSION:
             raise TokenError(

@@ -40,7 +40,7 @@ reader, and the streaming reader in ``catalog.raw``, reads it.
 
 Scale: the three files are written as a stream, record by record (nothing but a short ring buffer of recent
 records is held), under temporary names renamed at the end. Measured for 1.2M products (about the original's
-size) on 2 CPU cores: about 55 s (22k products/s), peak RSS about 30 MB, 1.39 GB + 221 MB + 29 MB of files.
+size) on 2 CPU cores: 45-55 s (22k-27k products/s), peak RSS about 30 MB, 1.39 GB + 221 MB + 29 MB of files.
 Each product's option groups are trimmed to at most ``MAX_OPTION_COMBINATIONS`` combinations, because the
 original makes one synthetic goal per combination (about 9.4 per instructed product on average).
 """

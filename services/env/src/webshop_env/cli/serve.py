@@ -48,7 +48,9 @@ def add_commands(subparsers: Any) -> None:
         "--workers", type=int, default=int(os.environ.get("WEBSHOP_WORKERS", 1)),
         help="worker processes (default: $WEBSHOP_WORKERS or 1); AgentGym sessions need 1",
     )  # fmt: skip
-    p.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR (default: $WEBSHOP_LOG_LEVEL)")
+    p.add_argument(
+        "--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR (default: $WEBSHOP_LOG_LEVEL)"
+    )
     p.add_argument(
         "--allow-ephemeral-secret", action="store_true",
         help="without WEBSHOP_STATE_SECRET, use a random secret shared by this replica's workers only",
@@ -159,7 +161,9 @@ async def bench_http(
     from ..client import WebShopClient, WebShopError
 
     concurrency = max(1, concurrency)
-    async with WebShopClient(url, timeout=timeout, retries=retries, max_connections=concurrency + 8) as client:
+    async with WebShopClient(
+        url, timeout=timeout, retries=retries, max_connections=concurrency + 8
+    ) as client:
         await client.wait_until_ready(timeout)
         summary = await client.goals(goal_set)
         name = goal_set or summary["default_goal_set"]
@@ -232,7 +236,9 @@ def _percentile(values: list[float], q: float) -> float:
 
 # ---- stand-alone entry point ----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m webshop_env.cli.serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m webshop_env.cli.serve", description=__doc__.splitlines()[0]
+    )
     add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     return parser
 

@@ -123,7 +123,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._idle.clear()
 
     # ---- internals -------------------------------------------------------------------------------------
-    async def _checkout(self, origin: tuple[str, int], request: httpx.Request, timeout: float | None) -> _Connection:
+    async def _checkout(
+        self, origin: tuple[str, int], request: httpx.Request, timeout: float | None
+    ) -> _Connection:
         idle = self._idle.get(origin)
         now = time.monotonic()
         while idle:
@@ -134,9 +136,13 @@ class LeanTransport(httpx.AsyncBaseTransport):
         try:
             reader, writer = await _within(asyncio.open_connection(origin[0], origin[1]), timeout)
         except asyncio.TimeoutError:
-            raise httpx.ConnectTimeout(f"connecting to {origin[0]}:{origin[1]} timed out", request=request) from None
+            raise httpx.ConnectTimeout(
+                f"connecting to {origin[0]}:{origin[1]} timed out", request=request
+            ) from None
         except OSError as error:
-            raise httpx.ConnectError(f"cannot connect to {origin[0]}:{origin[1]}: {error}", request=request) from None
+            raise httpx.ConnectError(
+                f"cannot connect to {origin[0]}:{origin[1]}: {error}", request=request
+            ) from None
         return _Connection(reader, writer)
 
     @staticmethod
@@ -182,7 +188,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
         except asyncio.IncompleteReadError as error:
             if not error.partial and connection.reused:
                 raise _StaleConnection from None
-            raise httpx.RemoteProtocolError("server disconnected without a complete answer", request=request) from None
+            raise httpx.RemoteProtocolError(
+                "server disconnected without a complete answer", request=request
+            ) from None
         except asyncio.LimitOverrunError:
             raise httpx.RemoteProtocolError("response headers too large", request=request) from None
         except OSError as error:
@@ -222,7 +230,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 body = await reader.read()
                 keep = False
         except (asyncio.IncompleteReadError, OSError, ValueError):
-            raise httpx.RemoteProtocolError("server disconnected in the middle of the body", request=request) from None
+            raise httpx.RemoteProtocolError(
+                "server disconnected in the middle of the body", request=request
+            ) from None
         return status, headers, body, keep
 
     @staticmethod

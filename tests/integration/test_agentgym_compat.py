@@ -1,0 +1,107 @@
+"""AgentGym compatibility against a real replica process, with a client that calls the API exactly the way
+``agentenv.envs.webshop.WebshopEnvClient`` does (plain ``requests``; see the API reference §3.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+from _support import COMPAT_CAP, metric_value
+
+
+class AgentGymStyleClient:
+    """The request pattern of AgentGym's WebshopEnvClient (create, _post with env_idx injected, _get ?env_idx=)."""
+
+    def __init__(self, env_server_base: str, timeout: int = 300) -> None:
+        self.env_server_base = env_server_base
+        self.timeout = timeout
+        ok = requests.post(f"{self.env_server_base}/create", timeout=self.timeout)
+        if ok.status_code != 200:
+            raise RuntimeError(f"Failed to create environment: {ok}")
+        self.env_id = ok.json()
+
+    def _post(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
+        data["env_idx"] = self.env_id
+        for _ in range(5):
+            res = requests.post(f"{self.env_server_base}/{path}", json=data, timeout=self.timeout)
+            if res.status_code == 503:
+                continue
+            if res.status_code == 200:
+                break
+        assert res.status_code == 200, res.text
+        return res.json()
+
+    def _get(self, path: str) -> dict[str, Any]:
+        res = requests.get(f"{self.env_server_base}/{path}?env_idx={self.env_id}", timeout=self.timeout)
+        assert res.status_code == 200, res.text
+        return res.json()
+
+    def observe(self) -> str:
+        return self._get("observation")
+
+    def step(self, action: str) -> tuple[str, float, bool]:
+        if action.endswith("</s>"):
+            action = action[: -len("</s>")]
+        response = self._post("step", {"action": action})
+        return response["state"], response["reward"], response["done"]
+
+    def reset(self, idx: int) -> list:
+        response = self._post("reset", {"session_id": idx})
+        response[0] = self.observe()
+        return response
+
+    def close(self) -> dict:
+        return self._post("close", {})
+
+
+def test_agentgym_client_plays_expert_episodes(replica, expert_plans: dict[int, list[str]]) -> None:
+    for goal in list(expert_plans)[:3]:
+        client = AgentGymStyleClient(replica.url)
+        assert isinstance(client.env_id, int)
+        first = client.reset(goal)
+        assert (
+            isinstance(first, list) and first[1] is None and first[0].startswith("WebShop [SEP] Instruction:")
+        )
+        actions = requests.get(f"{replica.url}/available_actions?env_idx={client.env_id}", timeout=10).json()
+        assert actions == {"has_search_bar": True, "clickables": ["search"]}
+        instruction = requests.get(
+            f"{replica.url}/instruction_text?env_idx={client.env_id}", timeout=10
+        ).json()
+        assert instruction.startswith("Instruction: ")
+        for action in expert_plans[goal]:
+            observation, reward, done = client.step(action)
+        assert done is True and reward == 1.0 and observation.startswith("Thank you for shopping with us!")
+        assert client.close() == {"closed": True}
+
+
+def test_unknown_env_is_404_json(replica) -> None:
+    response = requests.post(f"{replica.url}/step", json={"env_idx": 7, "action": "search[x]"}, timeout=10)
+    assert response.status_code == 404 and response.json()["error"] == "unknown_env"
+    response = requests.get(f"{replica.url}/observation?env_idx=7", timeout=10)
+    assert response.status_code == 404 and response.json()["error"] == "unknown_env"
+    assert requests.get(replica.url + "/", timeout=10).json() == "ok"
+
+
+def test_session_cap_bounds_live_sessions(replica) -> None:
+    created = [requests.post(f"{replica.url}/create", timeout=10).json() for _ in range(500)]
+    assert len(set(created)) == 500
+    live = requests.get(f"{replica.url}/list_envs", timeout=10).json()
+    assert len(live) <= COMPAT_CAP
+    assert set(created[-COMPAT_CAP:]) <= set(live)  # the newest survive; the oldest idle were evicted
+    evicted = requests.get(f"{replica.url}/observation?env_idx={created[0]}", timeout=10)
+    assert evicted.status_code == 404 and evicted.json()["error"] == "unknown_env"
+    metrics = requests.get(f"{replica.url}/metrics", timeout=10).text
+    gauge = metric_value(metrics, "webshop_compat_sessions")
+    assert gauge is not None and gauge <= COMPAT_CAP
+    assert (metric_value(metrics, "webshop_compat_evictions_total", {"reason": "cap"}) or 0) >= 450
+    assert requests.get(f"{replica.url}/healthz", timeout=10).status_code == 200
+
+
+def test_compat_through_the_balancer_is_sticky(cluster, expert_plans: dict[int, list[str]]) -> None:
+    goal, actions = next(iter(expert_plans.items()))
+    client = AgentGymStyleClient(cluster["url"])
+    client.reset(goal)
+    for action in actions:
+        _, reward, done = client.step(action)
+    assert done is True and reward == 1.0
+    assert client.close() == {"closed": True}

@@ -1,0 +1,115 @@
+"""State tokens and the AgentGym session store, directly (no HTTP)."""
+
+from __future__ import annotations
+
+import base64
+import zlib
+
+import orjson
+import pytest
+
+from webshop_env.api.compat_sessions import CompatSessions, UnknownSession
+from webshop_env.api.tokens import TokenCodec, TokenError
+from webshop_env.core.env import EpisodeState
+from webshop_env.core.pages import PageKind
+
+FINGERPRINT = "a54d05279e77cd0c"
+
+
+def test_token_round_trip_keeps_every_field() -> None:
+    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    state = EpisodeState(
+        goal_set="human", goal=12, page=PageKind.ITEM, query="red shoes [x] é", page_num=3, product=41,
+        options={"size": "9", "color": "navy"}, sub_page=None, steps=7, reward=None,
+    )  # fmt: skip
+    token = codec.encode(state)
+    assert token.count(".") == 2 and token.isascii()
+    assert codec.decode(token) == state
+    assert list(codec.decode(token).options) == ["size", "color"]  # click order survives
+
+
+def test_token_rejections_name_the_cause() -> None:
+    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    token = codec.encode(EpisodeState(goal_set="synthetic", goal=1))
+    with pytest.raises(TokenError, match="another WEBSHOP_STATE_SECRET"):
+        TokenCodec(b"j" * 32, FINGERPRINT).decode(token)
+    with pytest.raises(TokenError, match="another catalog"):
+        TokenCodec(b"k" * 32, "ffffffffffffffff").decode(token)
+    with pytest.raises(TokenError, match="version"):
+        codec.decode("v0" + token[2:])
+    for garbage in (None, 5, "", "a.b", "a.b.c.d"):
+        with pytest.raises(TokenError):
+            codec.decode(garbage)
+
+
+def test_decompression_bomb_is_rejected_without_inflating_it() -> None:
+    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    bomb = base64.urlsafe_b64encode(zlib.compress(b"{" + b" " * (50 << 20), 9)).rstrip(b"=").decode()
+    with pytest.raises(TokenError, match="signature"):
+        codec.decode(f"v1.{bomb}.AAAA")
+
+
+def test_signed_payload_with_a_broken_state_is_a_token_error() -> None:
+    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    body = base64.urlsafe_b64encode(zlib.compress(orjson.dumps({"f": FINGERPRINT[:12], "d": {"g": 1}})))
+    signed = "v1." + body.rstrip(b"=").decode()
+    mac = base64.urlsafe_b64encode(codec._mac(signed.encode())).rstrip(b"=").decode()
+    with pytest.raises(TokenError, match="malformed"):
+        codec.decode(f"{signed}.{mac}")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def state(goal: int) -> EpisodeState:
+    return EpisodeState(goal_set="synthetic", goal=goal)
+
+
+def test_sessions_cap_evicts_least_recently_used() -> None:
+    clock = Clock()
+    evictions: list[tuple[str, int]] = []
+    sizes: list[int] = []
+    store = CompatSessions(
+        3, 60.0, clock=clock, on_change=sizes.append, on_evict=lambda r, n: evictions.append((r, n))
+    )
+    a, b, c = (store.create(state(i)) for i in range(3))
+    clock.now += 1
+    store.get(a)  # a is now the most recently used
+    d = store.create(state(3))
+    assert len(store) == 3 and set(store.ids()) == {a, c, d}
+    with pytest.raises(UnknownSession):
+        store.get(b)
+    assert evictions == [("cap", 1)] and sizes[-1] == 3
+    assert len({a, b, c, d}) == 4 and all(0 < i < 2**31 for i in (a, b, c, d))
+
+
+def test_sessions_expire_after_idle_ttl() -> None:
+    clock = Clock()
+    store = CompatSessions(10, 60.0, clock=clock)
+    old = store.create(state(1))
+    clock.now += 30
+    fresh = store.create(state(2))
+    clock.now += 31  # old idle for 61 s, fresh for 31 s
+    with pytest.raises(UnknownSession):
+        store.get(old)
+    assert store.get(fresh) == state(2)
+    clock.now += 59
+    store.put(fresh, state(3))  # using it keeps it alive
+    clock.now += 59
+    assert store.get(fresh) == state(3)
+    clock.now += 61
+    assert store.sweep() == 1 and len(store) == 0
+
+
+def test_sessions_close() -> None:
+    store = CompatSessions(10, 60.0)
+    env_idx = store.create(state(1))
+    assert store.close(env_idx) is True and store.close(env_idx) is False
+    with pytest.raises(UnknownSession):
+        store.put(env_idx, state(2))
+    assert "call /create" in str(UnknownSession(env_idx))

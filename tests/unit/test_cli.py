@@ -1,0 +1,54 @@
+"""The `webshop-env` command line: episodes as JSON lines, the expert, clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "webshop_env.cli.main", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_solve_then_replay_the_actions_as_an_episode(conformance_catalog_dir: Path) -> None:
+    solved = run_cli("solve", "--catalog", str(conformance_catalog_dir), "--goal", "12", "--goal-set", "human")
+    assert solved.returncode == 0, solved.stderr
+    actions = solved.stdout.split("\n")[:-1]
+    assert actions[0].startswith("search[") and actions[-1] == "click[buy now]"
+    arguments = ["episode", "--catalog", str(conformance_catalog_dir), "--goal", "12", "--goal-set", "human"]
+    for action in actions:
+        arguments += ["--action", action]
+    episode = run_cli(*arguments, "--json")
+    assert episode.returncode == 0, episode.stderr
+    lines = [json.loads(line) for line in episode.stdout.splitlines()]
+    assert set(lines[0]) == {"observation", "instruction", "available_actions"}
+    assert [line["action"] for line in lines[1:]] == actions
+    assert lines[-1]["done"] is True and lines[-1]["reward"] == 1.0
+    assert lines[-1]["info"]["reward_info"]["r_type"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--goal", "100000"], "out of range"),
+        (["--goal", "0", "--goal-set", "human", "--catalog", "/nonexistent"], "not a prepared catalog"),
+    ],
+)
+def test_errors_are_one_clear_line(conformance_catalog_dir: Path, args: list[str], message: str) -> None:
+    if "--catalog" not in args:
+        args = [*args, "--catalog", str(conformance_catalog_dir)]
+    result = run_cli("episode", *args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_help_explains_every_command() -> None:
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for command in ("catalog", "episode", "play", "solve", "bench"):
+        assert command in result.stdout

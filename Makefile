@@ -66,3 +66,6 @@ bench: setup data ## in-process simulator benchmark (JSON)
 
 clean: ## remove caches (keeps .venv and data)
 	rm -rf .pytest_cache .ruff_cache .hypothesis
+
+# Docker compose stack, training, eval and the demo.
+include mk/stack.mk

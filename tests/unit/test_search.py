@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from webshop_env.search import bm25
-from webshop_env.search.analyzer import STOP_WORDS, analyze, normalize_token, strip_possessive, tokenize
+from webshop_env.search.analyzer import (
+    STOP_WORDS,
+    analyze,
+    lower_case,
+    normalize_token,
+    strip_possessive,
+    tokenize,
+)
 from webshop_env.search.bm25 import (
     LENGTH_TABLE,
     NUM_FREE_VALUES,
@@ -100,6 +107,7 @@ def test_cache_is_computed_in_float32() -> None:
 
 
 # --- analysis chain -------------------------------------------------------------------------------------------
+# The expected tokens below are what Lucene 8.7's StandardTokenizer / this analysis chain produce.
 
 
 @pytest.mark.parametrize(
@@ -135,8 +143,15 @@ def test_tokenizer_cases(text: str, tokens: list[str]) -> None:
         ("ภาษาไทย ok", ["ภาษาไทย", "ok"]),  # South-East-Asian runs stay whole
         ("Café naïve cafe\u0301", ["Café", "naïve", "cafe\u0301"]),  # combining marks stay attached
         ("Apple® iPhone™ ©2020", ["Apple", "®", "iPhone", "™", "©", "2020"]),  # ©®™ are emoji tokens
-        ("❤️ ★ ✔ 👍🏻 👨\u200d👩\u200d👧 🇺🇸 #️⃣", ["❤️", "✔", "👍🏻", "👨\u200d👩\u200d👧", "🇺🇸", "#️⃣"]),
+        ("❤️ ★ ✔ 👍🏻 👨\u200d👩\u200d👧 🇺🇸 #️⃣", ["❤️", "★", "✔", "👍🏻", "👨\u200d👩\u200d👧", "🇺🇸", "#️⃣"]),
         ("soft\u00adware zero\u200bwidth", ["soft\u00adware", "zero", "width"]),  # soft hyphen is Format
+        ("א' p:א' א\"ב a.א\"ב", ["א'", "p:א", 'א"ב', "a.א", "ב"]),  # Hebrew quotes (WB7a-c)
+        ("ℹ\u200d© ℹ️ Ⓜabc", ["ℹ\u200d©", "ℹ️", "Ⓜabc"]),  # letters that are emoji too
+        (
+            "😀\u200d 🏻\u200d \u200d🏻 👍\u200d\u200d🏻",
+            ["😀\u200d", "🏻\u200d", "🏻", "👍\u200d\u200d🏻"],
+        ),  # ZWJs
+        ("a\u202fb ‿x １２３ ٣٤ 1٣", ["a\u202fb", "‿x", "１２３", "٣٤", "1٣"]),  # joiners and other digits
     ],
 )
 def test_tokenizer_unicode_cases(text: str, tokens: list[str]) -> None:
@@ -156,6 +171,13 @@ def test_possessive_filter() -> None:
     assert strip_possessive("'s") == ""
     assert strip_possessive("mens") == "mens"
     assert strip_possessive("o'reilly") == "o'reilly"
+
+
+def test_lower_case_is_javas_per_code_point_mapping() -> None:
+    assert lower_case("MEN") == "men"
+    assert lower_case("İSTANBUL") == "istanbul"  # str.lower gives "i̇stanbul"
+    assert lower_case("ΣΊΣΥΦΟΣ") == "σίσυφοσ"  # no final-sigma rule
+    assert analyze("ΣΊΣΥΦΟΣ İstanbul") == ["σίσυφοσ", "istanbul"]
 
 
 def test_stop_words_are_lucenes_33() -> None:

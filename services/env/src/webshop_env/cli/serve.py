@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import atexit
 import itertools
+import logging
 import os
 import secrets
 import shutil
@@ -104,6 +105,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     open_catalog(settings.catalog)  # raises CatalogError with instructions; the workers open their own
     if args.workers > 1:
         _multiprocess_metrics_dir()
+        logging.getLogger("webshop_env.api").warning(
+            "%d workers: the native /v1 protocol is served by any worker, but AgentGym-compatible sessions "
+            "(/create, /reset, /step, ...) live in one worker process; give AgentGym clients a replica "
+            "with --workers 1",
+            args.workers,
+        )
     uvicorn.run(
         APP_FACTORY,
         factory=True,

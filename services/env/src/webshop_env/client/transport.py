@@ -92,13 +92,15 @@ class LeanTransport(httpx.AsyncBaseTransport):
         try:
             payload = self._serialize(request, await request.aread())
             origin = (request.url.host, request.url.port or 80)
-            for _ in range(2):
-                connection = await self._checkout(origin, request, timeouts.get("connect"))
+            for attempt in range(2):
+                connection = await self._checkout(origin, request, timeouts.get("connect"), fresh=attempt > 0)
                 try:
                     status, headers, body, keep = await self._exchange(connection, payload, request, timeouts)
                 except _StaleConnection:
+                    # The server restarted or timed its idle connections out: the others are stale too.
                     connection.close()
-                    continue  # once more, on a fresh connection (the pool is empty of this one)
+                    self._drop_idle(origin)
+                    continue  # once more, on a fresh connection
                 except BaseException:
                     connection.close()
                     raise
@@ -123,10 +125,14 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._idle.clear()
 
     # ---- internals -------------------------------------------------------------------------------------
+    def _drop_idle(self, origin: tuple[str, int]) -> None:
+        for connection in self._idle.pop(origin, []):
+            connection.close()
+
     async def _checkout(
-        self, origin: tuple[str, int], request: httpx.Request, timeout: float | None
+        self, origin: tuple[str, int], request: httpx.Request, timeout: float | None, fresh: bool = False
     ) -> _Connection:
-        idle = self._idle.get(origin)
+        idle = None if fresh else self._idle.get(origin)
         now = time.monotonic()
         while idle:
             connection = idle.pop()

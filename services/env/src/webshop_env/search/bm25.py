@@ -210,6 +210,7 @@ def build_index(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "meta.json").unlink(missing_ok=True)  # written last: an index without it is incomplete
     total = len(doc_ids) if hasattr(doc_ids, "__len__") else None
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as scratch:
         builder = _Builder(Path(scratch))
@@ -382,10 +383,14 @@ class BM25Index:
                 weight, self.denoms[start:end], workspace.get("scores32", end - start, np.float32)
             )
             return _top_k(np.asarray(self.docs[start:end]), scores, k)
-        every = self._accumulate(clauses, workspace)
-        if len(every) * _DENSE_RATIO >= self.num_docs:
-            return self._dense_top_k(workspace, k)
-        return self._sparse_top_k(every, workspace, k)
+        try:
+            every = self._accumulate(clauses, workspace)
+            if len(every) * _DENSE_RATIO >= self.num_docs:
+                return self._dense_top_k(workspace, k)
+            return self._sparse_top_k(every, workspace, k)
+        except BaseException:
+            workspace.sums.fill(0.0)  # leave no partial sums behind for the next search
+            raise
 
     def _clauses(self, query: str) -> list[tuple[int, int, np.float32]]:
         """(postings start, end, weight) per distinct query term in the index; c occurrences boost it by c."""
@@ -430,8 +435,10 @@ class BM25Index:
         sums.fill(0.0)
         bound = _kth_bound(scores, k)
         matches = workspace.get("mask", self.num_docs, np.bool_)
-        # every clause score is > 0, so a document matches exactly when its sum is
-        np.greater_equal(scores, bound, out=matches) if bound > 0 else np.greater(scores, 0, out=matches)
+        if bound > 0:
+            np.greater_equal(scores, bound, out=matches)
+        else:  # fewer than k matches: every clause score is > 0, so a document matches when its sum is
+            np.greater(scores, 0, out=matches)
         hits = np.flatnonzero(matches)
         return _top_k(hits, scores[hits], k)
 
@@ -460,16 +467,16 @@ def _term_scores(weight: np.float32, denoms: np.ndarray, out: np.ndarray) -> np.
 def _kth_bound(scores: np.ndarray, k: int) -> np.float32:
     """A value that at least ``k`` scores reach and no score among the best ``k`` is below (k-th best or less).
 
-    A full selection over 100k+ scores costs ~1 ms, so first try the k/8-th best of every 16th score: ~8x k
-    scores usually reach it, and counting them proves it is a valid bound.
+    A full selection over 100k+ scores costs ~1 ms, so first try a value from a strided sample of ~16k scores,
+    picked so that about 2k + 4 strides' worth of scores reach it; counting them proves it is a valid bound.
     """
     n = len(scores)
     if n <= k:
         return np.float32(-np.inf)
     if n >= 4096 and n >= 64 * k:
-        sample = scores[::16]
-        rank = len(sample) - (k // 8 + 2)
-        bound = np.partition(sample, rank)[rank]
+        sample = scores[:: max(16, n // 16384)]
+        position = len(sample) - (-(-2 * k * len(sample) // n) + 4)
+        bound = np.partition(sample, position)[position]
         if np.count_nonzero(scores >= bound) >= k:
             return bound
     return np.partition(scores, n - k)[n - k]

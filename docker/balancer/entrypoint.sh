@@ -1,0 +1,82 @@
+#!/bin/sh
+# Balancer entrypoint: render the ONE nginx template (configs/nginx/webshop.conf.template, the same file
+# `make up-local` renders) for docker compose, check it with `nginx -t`, then run nginx in the foreground.
+#
+#   webshop-balancer            render, check, exec nginx (the container's default)
+#   webshop-balancer check      render and check only (what tests/deploy runs against a real nginx >= 1.27.3)
+#
+# In compose the upstream is the Docker DNS name of the scaled `webshop` service. nginx resolves it at run time
+# (`resolve`, open source since nginx 1.27.3), through Docker's embedded DNS server, and re-resolves it every
+# 10 s, so `docker compose up --scale webshop=N` and replaced replicas are picked up without a reload.
+# `resolve` needs the upstream in shared memory (`zone`) and a resolver: both go into the upstream block
+# through WEBSHOP_UPSTREAMS (the template substitutes it into both of its upstream blocks, which then share
+# one zone). Because names are resolved at run time, `nginx -t` needs no DNS: it really checks the syntax.
+#
+# Settings (environment):
+#   WEBSHOP_BACKEND            replicas as host:port           (default webshop:8000)
+#   WEBSHOP_RESOLVER           DNS server for WEBSHOP_BACKEND  (default 127.0.0.11, Docker's embedded DNS)
+#   WEBSHOP_UPSTREAMS          complete upstream lines; when set, replaces the two above
+#   WEBSHOP_LISTEN_PORT        listen port inside the container (default 8080)
+#   WEBSHOP_NGINX_RUNTIME_DIR  pid, temp files and the rendered nginx.conf (default /tmp/nginx; writable by
+#                              the non-root user, a tmpfs under a read-only root file system)
+#   WEBSHOP_NGINX_ACCESS_LOG   default /dev/stdout (JSON lines)
+#   WEBSHOP_NGINX_ERROR_LOG    default stderr
+#   WEBSHOP_NGINX_TEMPLATE     template path (default /etc/webshop/webshop.conf.template)
+#   NGINX_BIN                  nginx binary (default nginx)
+# Every ${WEBSHOP_*} placeholder the template contains must have a value: one it does not know stops the
+# start with its name, instead of an nginx.conf with a hole in it.
+set -eu
+
+WEBSHOP_BACKEND="${WEBSHOP_BACKEND:-webshop:8000}"
+WEBSHOP_RESOLVER="${WEBSHOP_RESOLVER:-127.0.0.11}"
+WEBSHOP_LISTEN_PORT="${WEBSHOP_LISTEN_PORT:-8080}"
+WEBSHOP_NGINX_RUNTIME_DIR="${WEBSHOP_NGINX_RUNTIME_DIR:-/tmp/nginx}"
+WEBSHOP_NGINX_ACCESS_LOG="${WEBSHOP_NGINX_ACCESS_LOG:-/dev/stdout}"
+WEBSHOP_NGINX_ERROR_LOG="${WEBSHOP_NGINX_ERROR_LOG:-stderr}"
+template="${WEBSHOP_NGINX_TEMPLATE:-/etc/webshop/webshop.conf.template}"
+nginx_bin="${NGINX_BIN:-nginx}"
+
+if [ -z "${WEBSHOP_UPSTREAMS:-}" ]; then
+    # One zone for both upstream blocks (same name, same size: nginx shares it); ipv6=off because Docker's
+    # embedded DNS answers A records for service names.
+    WEBSHOP_UPSTREAMS="        zone webshop_upstreams 512k;
+        resolver ${WEBSHOP_RESOLVER} valid=10s ipv6=off;
+        resolver_timeout 5s;
+        server ${WEBSHOP_BACKEND} max_fails=3 fail_timeout=5s resolve;"
+fi
+export WEBSHOP_UPSTREAMS WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR WEBSHOP_NGINX_ACCESS_LOG \
+    WEBSHOP_NGINX_ERROR_LOG
+
+if [ ! -r "$template" ]; then
+    echo "webshop-balancer: template $template not found" >&2
+    exit 66
+fi
+
+# The placeholders the template uses, e.g. "${WEBSHOP_UPSTREAMS} ${WEBSHOP_LISTEN_PORT} ...": envsubst
+# replaces only these, so nginx's own $variables stay as they are. (Single quotes on purpose: a literal
+# dollar-brace is the pattern.)
+# shellcheck disable=SC2016
+placeholders=$(grep -o '\${WEBSHOP_[A-Z0-9_]*}' "$template" | sort -u | tr '\n' ' ')
+for placeholder in $placeholders; do
+    name=${placeholder#??}
+    name=${name%?}
+    eval "is_set=\${$name+yes}"
+    if [ "${is_set:-}" != yes ]; then
+        echo "webshop-balancer: the template needs $name, which is not set" >&2
+        exit 64
+    fi
+    export "${name?}"
+done
+
+mkdir -p "$WEBSHOP_NGINX_RUNTIME_DIR"
+conf="$WEBSHOP_NGINX_RUNTIME_DIR/nginx.conf"
+envsubst "$placeholders" <"$template" >"$conf"
+
+# -e stderr: the log nginx uses before it has read the config (not the image's /var/log, which a non-root
+# user under a read-only root file system may not open).
+"$nginx_bin" -e stderr -t -q -p "$WEBSHOP_NGINX_RUNTIME_DIR" -c "$conf"
+if [ "${1:-}" = check ]; then
+    echo "webshop-balancer: $conf is valid"
+    exit 0
+fi
+exec "$nginx_bin" -e stderr -p "$WEBSHOP_NGINX_RUNTIME_DIR" -c "$conf"

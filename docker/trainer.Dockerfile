@@ -1,0 +1,86 @@
+# syntax=docker/dockerfile:1.7
+# Trainer / eval image: verl 0.7.1 GRPO (ToolAgentLoop + WebshopInteraction) and the eval runner, on the CUDA
+# image that verl 0.7.1's own stable image is built on.
+#
+#   docker build -f docker/trainer.Dockerfile -t webshop-trainer:local .     (context: the repository root)
+#
+# Base: lmsysorg/sglang:v0.5.9 (torch 2.9.1+cu129, Python 3.12, flash-attn 2.8.3, sglang 0.5.9); verl's own
+# 0.7.1 image (verlai/verl:sgl059.latest) starts from it too. Tags can be re-pushed: pin the digest. Resolve it
+# on a machine with registry access, then write FROM lmsysorg/sglang:v0.5.9@sha256:<digest> below:
+#   docker buildx imagetools inspect lmsysorg/sglang:v0.5.9 --format '{{json .Manifest.Digest}}'
+# Digest placeholder (to fill in after checking it):
+#   lmsysorg/sglang:v0.5.9@sha256:<DIGEST>
+# (Public compose files cite sha256:e216b7dc4ac1938b599b982233ccf7eb2b11dd1f07fc2e00a7b9841052c553be for this
+# tag; it could not be checked from the machine this file was written on, which cannot reach a registry.)
+#
+# Non-root: the image runs as `verl` (uid 10001). verl, Ray, sglang and NCCL need no root on one node; they need
+# a writable HOME and caches (set below, moved to the cache volume by compose), a large /dev/shm (compose:
+# `ipc: host`) and a high open-files limit (compose: ulimits). Run with `--user 0:0` only to debug.
+FROM lmsysorg/sglang:v0.5.9
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# PIP_BREAK_SYSTEM_PACKAGES: the base image installs into the distribution's Python on purpose (so do we);
+# the flag keeps pip from refusing should the image carry an EXTERNALLY-MANAGED marker.
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PIP_BREAK_SYSTEM_PACKAGES=1 \
+    PYTHONUNBUFFERED=1
+
+WORKDIR /opt/webshop
+
+# 1. Freeze everything the base image ships (torch, sglang, flash-attn, flashinfer, CUDA wheels, transformers,
+#    ...) except numpy (see trainer-constraints.txt), and keep the pins of trainer-constraints.txt only for
+#    packages the image lacks, so the two constraint files never disagree. Names are compared normalised
+#    (PEP 503: lower case, runs of - _ . as one -).
+COPY docker/trainer-constraints.txt ./trainer-constraints.txt
+RUN python3 -m pip list --format=freeze | grep -viE '^numpy==' > image-lock.txt \
+ && awk -F'==' ' \
+      function norm(n) { n = tolower(n); gsub(/[-_.]+/, "-", n); return n } \
+      FNR == NR { have[norm($1)] = 1; next } \
+      /^[[:space:]]*(#|$)/ { next } \
+      !(norm($1) in have) { print }' image-lock.txt trainer-constraints.txt > trainer-extra.txt \
+ && echo "base image: $(wc -l < image-lock.txt) packages frozen; $(wc -l < trainer-extra.txt) pins added:" \
+ && cat trainer-extra.txt
+
+# 2. verl without its dependency list: `verl[sglang]==0.7.1` would pin sglang 0.5.6 and downgrade the image.
+#    Its base dependencies are resolved in step 3, under both constraint files.
+RUN python3 -m pip install --no-deps verl==0.7.1
+
+# 3. The env package (client side), the trainer package and verl's remaining dependencies. Nothing the image
+#    ships can move (image-lock.txt); then check that what training imports imports here (no GPU at build
+#    time: sglang's version is read from its metadata, not imported), and print the versions.
+COPY services/env/ services/env/
+COPY services/trainer/ services/trainer/
+# DL3013 (pin pip versions): every version comes from image-lock.txt or trainer-extra.txt (--constraint).
+# hadolint ignore=DL3013
+RUN python3 -m pip install --constraint image-lock.txt --constraint trainer-extra.txt \
+        ./services/env ./services/trainer verl==0.7.1 cachetools \
+ && python3 -c "import importlib.metadata as m, numpy, torch, verl, verl.trainer.main_ppo, \
+verl.experimental.agent_loop, webshop_env, webshop_trainer; print('torch', torch.__version__, '| sglang', \
+m.version('sglang'), '| verl', verl.__version__, '| numpy', numpy.__version__)" \
+ && { python3 -m pip check || echo "pip check reported the conflicts above (the base image may carry some)"; }
+
+# verl's Hydra configs (test and full runs, interaction config); webshop-train finds them through
+# WEBSHOP_CONFIG_DIR and passes main_ppo the absolute --config-path it needs.
+COPY configs/ /opt/webshop/configs/
+
+RUN groupadd --gid 10001 verl \
+ && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/verl --shell /bin/bash verl \
+ && mkdir -p /data /outputs /cache \
+ && chown verl:verl /data /outputs /cache
+
+# Caches that JIT compilers and the model hub write (flashinfer, triton, Hugging Face): under /cache, which
+# compose mounts as a volume so that model downloads and compiled kernels survive the container.
+ENV HOME=/home/verl \
+    XDG_CACHE_HOME=/cache \
+    HF_HOME=/cache/huggingface \
+    TRITON_CACHE_DIR=/cache/triton \
+    WEBSHOP_CONFIG_DIR=/opt/webshop/configs
+
+USER 10001:10001
+WORKDIR /home/verl
+
+ENTRYPOINT ["webshop-train"]
+CMD ["--help"]

@@ -1,0 +1,169 @@
+"""``webshop-train``: dataset builder, preflight, tiny model and the training launcher.
+
+webshop-train data --catalog DIR --split train --out data/verl/webshop_train.parquet [--limit N]
+webshop-train data --catalog DIR --split train --out FILE --from-agentgym webshop_train.json
+webshop-train preflight [--config test|full]          # CPU; writes outputs/preflight/summary.json
+webshop-train train --config test|full [overrides...] # python -m verl.trainer.main_ppo with our config
+webshop-train tiny-model --catalog DIR --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import INTERACTION_CONFIG, TRAINING_CONFIGS, config_dir
+
+
+def _data(args: argparse.Namespace) -> int:
+    from webshop_env.catalog.store import CatalogError
+
+    from .data import DataError, build_dataset
+
+    try:
+        summary = build_dataset(args.catalog, args.split, args.out, limit=args.limit, goal_set=args.goal_set,
+                                agentgym_file=args.from_agentgym, progress=not args.quiet)  # fmt: skip
+    except (DataError, CatalogError) as error:
+        print(f"webshop-train data: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary))
+    return 0
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from .preflight import PreflightOptions, run_preflight
+
+    options = PreflightOptions(
+        config=args.config, catalog=args.catalog, out_dir=args.out, env_url=args.env_url, goals=args.goals,
+        rollouts=args.rollouts, max_turns=args.max_turns, replicas=args.replicas, config_dir=args.config_dir,
+        goal_set=args.goal_set, fresh_cluster=args.fresh_cluster,
+    )  # fmt: skip
+    summary = run_preflight(options)
+    brief = {k: summary.get(k) for k in ("ok", "config_valid", "rollouts", "mean_reward", "oracle_mean_reward",
+                                         "leaked_states", "seconds", "checks", "errors", "summary_path")}  # fmt: skip
+    print(json.dumps(brief, indent=2))
+    if not summary["ok"]:
+        print("preflight FAILED: " + "; ".join(summary["errors"]), file=sys.stderr)
+        if summary.get("traceback"):
+            print(summary["traceback"], file=sys.stderr)
+        return 1
+    return 0
+
+
+def _tiny_model(args: argparse.Namespace) -> int:
+    from .tiny_model import build_tiny_model
+
+    print(build_tiny_model(args.out, args.catalog, force=args.force))
+    return 0
+
+
+def train_command(config: str, overrides: Sequence[str], directory: Path) -> list[str]:
+    """The ``main_ppo`` command line (``--config-path`` must be absolute with a pip-installed verl)."""
+    return [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(directory.resolve()),
+            "--config-name", TRAINING_CONFIGS[config], *overrides]  # fmt: skip
+
+
+def train_environment(config: str, output_root: Path, experiment: str, directory: Path) -> dict[str, str]:
+    """Where verl's loggers write: ``<output_root>/<experiment>/{logs,checkpoints,metrics}``."""
+    run = output_root.resolve() / experiment
+    for sub in ("logs", "checkpoints", "metrics"):
+        (run / sub).mkdir(parents=True, exist_ok=True)
+    return {
+        "WEBSHOP_OUTPUT_DIR": str(output_root.resolve()),
+        "WEBSHOP_EXPERIMENT": experiment,
+        "WEBSHOP_INTERACTION_CONFIG": os.environ.get("WEBSHOP_INTERACTION_CONFIG")
+        or str((directory / INTERACTION_CONFIG).resolve()),
+        "VERL_FILE_LOGGER_PATH": str(run / "metrics" / "metrics.jsonl"),
+        "TENSORBOARD_DIR": str(run / "logs" / "tensorboard"),
+    }
+
+
+def _train(args: argparse.Namespace) -> int:
+    directory = (args.config_dir or config_dir()).resolve()
+    experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or TRAINING_CONFIGS[args.config]
+    output_root = Path(args.output_dir or os.environ.get("WEBSHOP_OUTPUT_DIR") or "outputs")
+    env = {**os.environ, **train_environment(args.config, output_root, experiment, directory)}
+    overrides = list(args.overrides)
+    if env.get("WANDB_API_KEY") and not any(o.startswith("trainer.logger=") for o in overrides):
+        overrides.append("trainer.logger=[console,file,tensorboard,wandb]")
+    command = train_command(args.config, overrides, directory)
+    log_path = output_root.resolve() / experiment / "logs" / "train.log"
+    print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
+    print(f"  logs: {log_path}   metrics: {env['VERL_FILE_LOGGER_PATH']}", file=sys.stderr)
+    if args.dry_run:
+        return 0
+    with open(log_path, "ab") as log, subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                                       stderr=subprocess.STDOUT) as process:  # fmt: skip
+        assert process.stdout is not None
+        for line in process.stdout:
+            sys.stdout.buffer.write(line)
+            sys.stdout.flush()
+            log.write(line)
+        return process.wait()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="webshop-train", description="verl GRPO on WebShop: data, checks, launch"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("data", help="build a parquet dataset in verl's format (one row per goal)")
+    p.add_argument("--catalog", type=Path, required=True, help="prepared catalog directory")
+    p.add_argument("--split", choices=["train", "eval", "test"], required=True)
+    p.add_argument("--out", type=Path, required=True, help="output .parquet file")
+    p.add_argument("--limit", type=int, default=None, help="only the first N goals")
+    p.add_argument("--goal-set", default=None, help="synthetic (default) or human")
+    p.add_argument("--from-agentgym", type=Path, default=None,
+                   help="AgentGym-RL webshop_train.json (item_id webshop_<N>, synthetic goals)")  # fmt: skip
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_data)
+
+    p = commands.add_parser("preflight", help="CPU checks of configs, data, env and verl's agent loop")
+    p.add_argument("--config", choices=sorted(TRAINING_CONFIGS), default=None,
+                   help="check only this config and roll out with it (default: check both, roll out with test)")  # fmt: skip
+    p.add_argument("--catalog", type=Path, default=None, help="default: $WEBSHOP_CATALOG / data/catalog")
+    p.add_argument("--out", type=Path, default=Path("outputs/preflight"))
+    p.add_argument("--env-url", default=None,
+                   help="reuse this service if it serves the same catalog (default: $WEBSHOP_URL or :36003)")  # fmt: skip
+    p.add_argument(
+        "--fresh-cluster", action="store_true", help="always start (and stop) a cluster of its own"
+    )
+    p.add_argument("--goal-set", default="synthetic")
+    p.add_argument("--goals", type=int, default=4)
+    p.add_argument("--rollouts", type=int, default=2)
+    p.add_argument("--max-turns", type=int, default=6)
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--config-dir", type=Path, default=None)
+    p.set_defaults(func=_preflight)
+
+    p = commands.add_parser("train", help="launch verl's trainer with configs/webshop_grpo_{test,train}.yaml")
+    p.add_argument("--config", choices=sorted(TRAINING_CONFIGS), default="test")
+    p.add_argument("--experiment", default=None, help="default: $WEBSHOP_EXPERIMENT or the config's name")
+    p.add_argument("--output-dir", default=None, help="default: $WEBSHOP_OUTPUT_DIR or outputs")
+    p.add_argument("--config-dir", type=Path, default=None)
+    p.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_epochs=2")
+    p.set_defaults(func=_train)
+
+    p = commands.add_parser("tiny-model", help="build the tiny local model + tokenizer used by the preflight")
+    p.add_argument("--catalog", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=_tiny_model)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Settings of the interaction, and where the repository's config files are.
+
+The interaction's settings come from the ``config:`` mapping of ``configs/webshop_interaction.yaml`` (verl 0.7.1
+passes that mapping, plus ``name``, to the constructor). Unknown keys are an error: a misspelled timeout must
+not silently fall back to its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_ENV_URL = "http://127.0.0.1:36003"
+INTERACTION_NAME = "webshop"
+AGENT_NAME = "tool_agent"
+DATA_SOURCE = "webshop"
+
+
+def default_env_url() -> str:
+    """``WEBSHOP_URL`` from the environment, else the local balancer's address."""
+    return os.environ.get("WEBSHOP_URL") or DEFAULT_ENV_URL
+
+
+@dataclass(frozen=True)
+class InteractionSettings:
+    """What ``WebshopInteraction`` reads from its config (all optional).
+
+    Attributes:
+        env_url: the balancer (or one replica); default ``$WEBSHOP_URL`` or ``http://127.0.0.1:36003``.
+        goal_set: goal list used when a row names none (None: the server's default).
+        timeout: seconds per HTTP attempt.
+        retries: attempts after the first on connection errors, timeouts and 5xx.
+        backoff: base of the exponential backoff between attempts, in seconds.
+        max_backoff: cap of one backoff sleep.
+        max_connections: HTTP connection pool of the process (shared by all trajectories).
+        ready_timeout: seconds to wait for the service at the first episode of a process (0: do not wait,
+            fail at the first request instead).
+        state_ttl_s: an episode untouched this long is dropped (trajectories that verl stops on a turn or
+            length limit never report their end).
+        invalid_action_penalty: subtracted from the turn reward of a reply with no parseable action.
+        max_observation_chars: cut longer pages (0: never).
+        on_env_error: ``terminate`` ends a trajectory whose episode the server refuses (4xx: expired or
+            foreign state) with reward 0; ``raise`` raises. Unreachable servers always raise after retries.
+    """
+
+    env_url: str = dataclasses.field(default_factory=default_env_url)
+    goal_set: str | None = None
+    timeout: float = 30.0
+    retries: int = 5
+    backoff: float = 0.2
+    max_backoff: float = 5.0
+    max_connections: int = 512
+    ready_timeout: float = 120.0
+    state_ttl_s: float = 1800.0
+    invalid_action_penalty: float = 0.0
+    max_observation_chars: int = 0
+    on_env_error: str = "terminate"
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> InteractionSettings:
+        """Build from the interaction config; ``name`` (added by verl) is ignored, other unknown keys raise."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in config.items() if k != "name"}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown WebshopInteraction setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        if values.get("env_url") in (None, ""):
+            values.pop("env_url", None)
+        settings = cls(**values)
+        if settings.on_env_error not in ("terminate", "raise"):
+            raise ValueError(f"on_env_error must be 'terminate' or 'raise', not {settings.on_env_error!r}")
+        if settings.state_ttl_s <= 0:
+            raise ValueError("state_ttl_s must be positive")
+        return settings
+
+
+def repo_root() -> Path | None:
+    """The checkout this package is installed from (editable install), if any."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "configs").is_dir() and (parent / "services").is_dir():
+            return parent
+    return None
+
+
+def config_dir() -> Path:
+    """``WEBSHOP_CONFIG_DIR``, else ``configs/`` of the checkout, else ``./configs``."""
+    if os.environ.get("WEBSHOP_CONFIG_DIR"):
+        return Path(os.environ["WEBSHOP_CONFIG_DIR"]).resolve()
+    root = repo_root()
+    return (root / "configs") if root else (Path.cwd() / "configs").resolve()
+
+
+TRAINING_CONFIGS = {"test": "webshop_grpo_test", "full": "webshop_grpo_train"}
+INTERACTION_CONFIG = "webshop_interaction.yaml"

@@ -1,0 +1,219 @@
+"""``webshop-train eval`` and ``webshop-train report``.
+
+``cli.py`` wires them in with ``add_commands(subparsers)``; each parser's ``func`` takes the parsed
+namespace and returns the exit status. ``main(argv)`` runs them stand-alone (``python -m
+webshop_trainer.eval_cli eval ...``).
+
+Exit status of ``eval``: 0 complete; 1 usage or set-up error (environment unreachable, bad arguments);
+2 the run finished incomplete (policy failures after retries, listed in ``metrics.json``: rerun to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_ERROR, EXIT_INCOMPLETE = 0, 1, 2
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``eval`` and ``report`` to ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    from .evaluation.runner import DEFAULT_URL
+
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a policy on a split through the balancer (metrics, trajectories, report.html)",
+        description="Run episodes of a split concurrently against the environment service with the training "
+        "prompt and action extraction; resumable (finished episodes in --out are skipped).",
+    )
+    p.add_argument("--policy", required=True, choices=("expert", "random", "openai", "checkpoint"))
+    p.add_argument("--out", type=Path, required=True, help="output directory (resumed when it holds a run)")
+    p.add_argument("--url", default=DEFAULT_URL, help="environment service / balancer (default: %(default)s)")
+    p.add_argument("--split", default="test", choices=("test", "eval", "train"))
+    p.add_argument("--goal-set", default=None, help="synthetic or human (default: the server's default)")
+    p.add_argument("--max-samples", type=int, default=None, help="first N goals of the split (default: all)")
+    p.add_argument(
+        "--max-turns", type=int, default=15, help="actions per episode; hitting it scores 0 (truncated)"
+    )
+    p.add_argument("--concurrency", type=int, default=32, help="episodes in flight")
+    p.add_argument("--seed", type=int, default=0, help="random policy / sampling / bootstrap seed")
+    p.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="local copy of the served catalog: goal categories, in-process expert plans",
+    )
+    p.add_argument("--overwrite", action="store_true", help="discard what --out holds and start afresh")
+    p.add_argument("--max-policy-errors", type=int, default=3, help="stop after this many failed episodes")
+    p.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for the environment")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-report", action="store_true", help="skip report.html")
+    chat = p.add_argument_group("openai / checkpoint policies")
+    chat.add_argument(
+        "--base-url",
+        default=os.environ.get("OPENAI_BASE_URL"),
+        help="OpenAI-compatible API root, e.g. http://127.0.0.1:30000/v1",
+    )
+    chat.add_argument("--model", default=None, help="served model name")
+    chat.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY)")
+    chat.add_argument("--temperature", type=float, default=0.0)
+    chat.add_argument("--top-p", type=float, default=1.0)
+    chat.add_argument("--max-tokens", type=int, default=512, help="tokens per reply")
+    chat.add_argument("--request-timeout", type=float, default=120.0, help="seconds per model request")
+    chat.add_argument("--retries", type=int, default=5, help="retries per model request")
+    chat.add_argument("--retry-backoff", type=float, default=0.5, help="base of the retry backoff (s)")
+    chat.add_argument(
+        "--max-observation-chars",
+        type=int,
+        default=0,
+        help="cut pages in later turns like the interaction setting of the same name (0: never)",
+    )
+    chat.add_argument(
+        "--model-path",
+        default=os.environ.get("MODEL_PATH"),
+        help="checkpoint: Hugging Face model directory to serve with sglang",
+    )
+    chat.add_argument("--server-port", type=int, default=0, help="checkpoint: sglang port (0: a free one)")
+    chat.add_argument("--server-python", default=None, help="checkpoint: interpreter that has sglang")
+    chat.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        dest="server_args",
+        help="checkpoint: extra sglang argument (repeatable), e.g. --server-arg=--tp=2",
+    )
+    chat.add_argument(
+        "--startup-timeout", type=float, default=900.0, help="checkpoint: seconds to get healthy"
+    )
+    p.set_defaults(func=run_eval)
+
+    r = subparsers.add_parser(
+        "report",
+        help="training curves (PNG + HTML) from a run's verl metric log, or rebuild an eval's report.html",
+        description="--run outputs/<experiment>: plot reward, success, KL, policy loss, response length and "
+        "env steps/s from verl's metric log. --eval DIR: rebuild DIR/report.html from its trajectories.",
+    )
+    target = r.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--run", type=Path, help="training run directory (outputs/<experiment>) or a metric file"
+    )
+    target.add_argument("--eval", type=Path, dest="eval_dir", help="evaluation output directory")
+    r.add_argument("--out", type=Path, default=None, help="where to write (default: <run>/report)")
+    r.set_defaults(func=run_report)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """``webshop-train eval``."""
+    from .evaluation.policies import PolicyError
+    from .evaluation.runner import EvalConfig, EvalError, PolicySpec, evaluate
+
+    config = EvalConfig(
+        out=args.out,
+        url=args.url,
+        split=args.split,
+        goal_set=args.goal_set,
+        max_samples=args.max_samples,
+        max_turns=args.max_turns,
+        concurrency=args.concurrency,
+        catalog=args.catalog,
+        max_policy_errors=args.max_policy_errors,
+        overwrite=args.overwrite,
+        ready_timeout=args.ready_timeout,
+        progress=not args.no_progress,
+        write_report=not args.no_report,
+    )
+    spec = PolicySpec(
+        name=args.policy,
+        seed=args.seed,
+        base_url=args.base_url,
+        model=args.model,
+        api_key=args.api_key,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        request_timeout=args.request_timeout,
+        retries=args.retries,
+        backoff=args.retry_backoff,
+        model_path=args.model_path,
+        server_port=args.server_port,
+        server_python=args.server_python,
+        server_args=list(args.server_args),
+        startup_timeout=args.startup_timeout,
+        max_observation_chars=args.max_observation_chars,
+    )
+    try:
+        result = evaluate(config, spec)
+    except (EvalError, PolicyError) as error:
+        print(f"webshop-train eval: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    m = result.metrics
+    print(
+        f"{spec.name} on {args.split} ({m['config']['goal_set']} goals): score {m['score']:.1f} "
+        f"[{m['score_ci95'][0]:.1f}, {m['score_ci95'][1]:.1f}]"
+        f"  success {m['success_rate']:.3f}  episodes {m['episodes']}/{m['requested_episodes']}"
+        f"  mean steps {m['mean_steps']:.2f}  invalid {m['invalid_action_rate']:.3f}"
+    )
+    print(f"  metrics       {result.metrics_path}")
+    print(f"  trajectories  {result.out / 'trajectories.jsonl'}")
+    if config.write_report:
+        print(f"  report        {result.report_path}")
+    if not result.complete:
+        print(
+            f"webshop-train eval: INCOMPLETE: {len(result.failures)} episode(s) failed and {m['not_run']} "
+            f"were not run; first error: {result.failures[0]['error'] if result.failures else 'none'}. "
+            "Fix the cause and "
+            "rerun the same command to resume.",
+            file=sys.stderr,
+        )
+        return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``webshop-train report``."""
+    if args.eval_dir is not None:
+        import json
+
+        from .evaluation.report_html import load_records, write_report
+        from .evaluation.runner import METRICS, REPORT, TRAJECTORIES
+
+        metrics_path, trajectories = args.eval_dir / METRICS, args.eval_dir / TRAJECTORIES
+        if not metrics_path.exists() or not trajectories.exists():
+            print(
+                f"webshop-train report: {args.eval_dir} has no {METRICS} and {TRAJECTORIES}", file=sys.stderr
+            )
+            return EXIT_ERROR
+        out = args.out or args.eval_dir
+        out.mkdir(parents=True, exist_ok=True)
+        path = write_report(out / REPORT, json.loads(metrics_path.read_text()), load_records(trajectories))
+        print(f"report: {path}")
+        return EXIT_OK
+
+    from .evaluation.curves import write_curves
+
+    try:
+        result = write_curves(args.run, args.out)
+    except FileNotFoundError as error:
+        print(f"webshop-train report: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"curves: {result.html}" + (f"  {result.png}" if result.png else ""))
+    for title, keys in result.panels.items():
+        print(f"  {title:<16} {', '.join(keys) if keys else '(no matching metric)'}")
+    if result.note:
+        print(f"  note: {result.note}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="webshop-train", description="WebShop evaluation and reports")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The chat an LLM policy has with the environment, built exactly as in training.
+
+Everything here delegates to the trainer's own modules: ``webshop_trainer.prompts`` (system prompt, first
+user turn, the user turn after each step) and ``webshop_trainer.actions`` (action extraction), and it sends
+what ``WebshopInteraction`` sends for a reply without an action, so an evaluation measures the model under
+the very conditions GRPO optimised it for. Keep it that way: no prompt text or parsing rule of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webshop_trainer import prompts
+from webshop_trainer.actions import extract_action
+
+try:  # the interaction's constant; it lives in actions.py once moved there (interaction.py imports verl)
+    from webshop_trainer.actions import UNPARSEABLE_ACTION  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - until then, the same value as interaction.UNPARSEABLE_ACTION
+    UNPARSEABLE_ACTION = "noop[no action in reply]"
+
+
+@dataclass
+class Conversation:
+    """The messages so far: system prompt and first page, then assistant replies and pages in turn."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    max_observation_chars: int = 0  # the interaction setting of the same name (0: pages are never cut)
+
+    @classmethod
+    def start(
+        cls,
+        instruction: str,
+        observation: str,
+        available_actions: Mapping[str, Any],
+        max_observation_chars: int = 0,
+    ) -> Conversation:
+        """The dataset's ``prompt`` for this goal: what a training trajectory starts from."""
+        return cls(
+            list(prompts.initial_messages(instruction, observation, available_actions)), max_observation_chars
+        )
+
+    def add_reply(self, output: str) -> None:
+        self.messages.append({"role": "assistant", "content": output})
+
+    def add_step(
+        self, observation: str, available_actions: Mapping[str, Any], action: str | None, valid: bool
+    ) -> None:
+        """The user turn the interaction returns after a step that did not end the episode."""
+        text = prompts.step_message(
+            observation,
+            available_actions,
+            action=action,
+            valid=valid,
+            max_observation_chars=self.max_observation_chars,
+        )
+        self.messages.append({"role": "user", "content": text})
+
+    @staticmethod
+    def action_of(output: str) -> str | None:
+        """The action the training interaction takes from this reply (None: it names none)."""
+        return extract_action(output)

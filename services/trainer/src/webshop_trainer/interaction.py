@@ -1,0 +1,336 @@
+"""``WebshopInteraction``: verl 0.7.x's ``BaseInteraction`` over the stateless WebShop service.
+
+How verl 0.7.1 drives it (``ToolAgentLoop``): one new agent loop, and so one new interaction object, per
+trajectory, inside the agent-loop worker processes; ``start_interaction(request_id, **interaction_kwargs)``
+once, then ``generate_response(request_id, messages, **interaction_kwargs)`` after every assistant turn;
+``finalize_interaction`` is never called, and a trajectory stopped by a turn or length limit simply ends.
+
+So, in this module:
+
+- construction is cheap: every interaction object of a process shares one pooled async HTTP client (per
+  event loop and settings);
+- per-trajectory state is tiny (the env's signed state token plus counters) and lives in one process-wide
+  registry keyed by instance id; it is freed on ``done``, when the interaction object that opened it is
+  garbage-collected (i.e. when verl drops the agent loop), by ``finalize_interaction``, and after an idle TTL;
+- the turn reward is a ``TurnScore``: a float (what verl sums and stores in ``turn_scores``) that also says
+  whether the reply was invalid and whether the episode ended. verl 0.7.1 drops the metrics dict that
+  ``generate_response`` returns, and ``turn_scores`` is the only per-turn channel that reaches the reward
+  function (``reward.compute_score``), which counts steps and invalid actions from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from uuid import uuid4
+
+from verl.interactions.base import BaseInteraction
+
+from webshop_env.client import WebShopClient, WebShopRequestError, WebShopUnavailable
+
+from . import prompts
+from .actions import extract_action
+from .config import InteractionSettings
+
+logger = logging.getLogger(__name__)
+
+# What is sent to the env for a reply with no parseable action: the env treats it as an invalid action
+# (page unchanged, reward 0, one more step), so the step counter and step limit stay the server's.
+UNPARSEABLE_ACTION = "noop[no action in reply]"
+
+
+class TurnScore(float):
+    """A turn's reward, carrying what happened in that turn (it pickles across Ray processes)."""
+
+    invalid: bool
+    done: bool
+    env_reward: float
+
+    def __new__(cls, value: float, *, invalid: bool = False, done: bool = False, env_reward: float = 0.0):
+        score = super().__new__(cls, value)
+        score.invalid = invalid
+        score.done = done
+        score.env_reward = env_reward
+        return score
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_turn_score, (float(self), self.invalid, self.done, self.env_reward))
+
+    def __repr__(self) -> str:
+        return f"TurnScore({float(self)!r}, invalid={self.invalid}, done={self.done}, env_reward={self.env_reward})"
+
+
+def _turn_score(value: float, invalid: bool, done: bool, env_reward: float) -> TurnScore:
+    return TurnScore(value, invalid=invalid, done=done, env_reward=env_reward)
+
+
+@dataclass
+class Episode:
+    """One trajectory's env state: the signed token and counters (nothing else is kept)."""
+
+    state: str
+    goal: int
+    goal_set: str | None
+    split: str | None
+    steps: int = 0
+    invalid: int = 0
+    unparseable: int = 0
+    reward: float = 0.0
+    last_used: float = 0.0
+
+
+class EpisodeRegistry:
+    """Per-process map instance id -> Episode, with an idle TTL (verl never says when a trajectory ends)."""
+
+    def __init__(self, sweep_interval: float = 10.0) -> None:
+        self._episodes: dict[str, Episode] = {}
+        self._sweep_interval = sweep_interval
+        self._last_sweep = 0.0
+        self.expired = 0
+        self.opened = 0
+        self.peak = 0
+
+    def __len__(self) -> int:
+        return len(self._episodes)
+
+    def __contains__(self, instance_id: object) -> bool:
+        return instance_id in self._episodes
+
+    def ids(self) -> list[str]:
+        return list(self._episodes)
+
+    def put(self, instance_id: str, episode: Episode) -> None:
+        episode.last_used = time.monotonic()
+        self._episodes[instance_id] = episode
+        self.opened += 1
+        self.peak = max(self.peak, len(self._episodes))
+
+    def get(self, instance_id: str) -> Episode | None:
+        episode = self._episodes.get(instance_id)
+        if episode is not None:
+            episode.last_used = time.monotonic()
+        return episode
+
+    def drop(self, instance_id: str) -> bool:
+        return self._episodes.pop(instance_id, None) is not None
+
+    def drop_many(self, instance_ids: set[str]) -> int:
+        dropped = sum(self.drop(i) for i in list(instance_ids))
+        instance_ids.clear()
+        return dropped
+
+    def sweep(self, ttl: float, now: float | None = None, force: bool = False) -> int:
+        """Drop episodes idle for more than ``ttl`` seconds (at most every ``sweep_interval`` unless forced)."""
+        now = time.monotonic() if now is None else now
+        if not force and now - self._last_sweep < self._sweep_interval:
+            return 0
+        self._last_sweep = now
+        stale = [i for i, e in self._episodes.items() if now - e.last_used > ttl]
+        for instance_id in stale:
+            del self._episodes[instance_id]
+        if stale:
+            self.expired += len(stale)
+            logger.info("dropped %d WebShop episode(s) idle for more than %.0f s", len(stale), ttl)
+        return len(stale)
+
+    def clear(self) -> None:
+        """Forget every episode and reset the counters (tests and the preflight start from zero)."""
+        self._episodes.clear()
+        self.expired = self.opened = self.peak = 0
+
+
+#: The registry of this process (all interaction objects share it; tests and the preflight inspect it).
+EPISODES = EpisodeRegistry()
+
+# One client per (event loop, settings): an httpx pool is bound to the loop it was first used on.
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], WebShopClient]] = (
+    weakref.WeakKeyDictionary()
+)
+_READY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[str]] = weakref.WeakKeyDictionary()
+_READY_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def shared_client(settings: InteractionSettings) -> WebShopClient:
+    """The process's client for these settings on the running event loop (created on first use)."""
+    loop = asyncio.get_running_loop()
+    key = (settings.env_url, settings.timeout, settings.retries, settings.backoff, settings.max_backoff,
+           settings.max_connections)  # fmt: skip
+    clients = _CLIENTS.setdefault(loop, {})
+    client = clients.get(key)
+    if client is None:
+        client = WebShopClient(
+            settings.env_url,
+            timeout=settings.timeout,
+            retries=settings.retries,
+            backoff=settings.backoff,
+            max_backoff=settings.max_backoff,
+            max_connections=settings.max_connections,
+        )
+        clients[key] = client
+    return client
+
+
+async def close_shared_clients() -> None:
+    """Close the running loop's clients (tests and the preflight call this before their loop ends)."""
+    loop = asyncio.get_running_loop()
+    for client in _CLIENTS.pop(loop, {}).values():
+        await client.aclose()
+    _READY.pop(loop, None)
+    _READY_LOCKS.pop(loop, None)
+
+
+async def ensure_ready(settings: InteractionSettings, client: WebShopClient) -> None:
+    """Wait (once per process and URL) until the service answers; fail fast with a clear message."""
+    loop = asyncio.get_running_loop()
+    ready = _READY.setdefault(loop, set())
+    if settings.env_url in ready or settings.ready_timeout <= 0:
+        return
+    lock = _READY_LOCKS.setdefault(loop, asyncio.Lock())
+    async with lock:
+        if settings.env_url in ready:
+            return
+        if not await client.health():
+            logger.warning(
+                "waiting up to %.0f s for the WebShop service at %s (set env_url in the interaction config "
+                "or WEBSHOP_URL; `make up-local` starts one locally)", settings.ready_timeout, settings.env_url,
+            )  # fmt: skip
+            await client.wait_until_ready(settings.ready_timeout)
+        ready.add(settings.env_url)
+
+
+def parse_goal(kwargs: Mapping[str, Any]) -> int:
+    """The goal index from ``goal`` (or ``session_id``/``goal_id``; int, ``"12"`` or ``"webshop_12"``)."""
+    for key in ("goal", "session_id", "goal_id"):
+        value = kwargs.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            break
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().rsplit("_", 1)[-1]
+        if text.isdigit():
+            return int(text)
+        raise ValueError(
+            f"interaction_kwargs[{key!r}] = {value!r} is not a goal index (int or 'webshop_<N>')"
+        )
+    raise ValueError(
+        f"interaction_kwargs has no goal: expected 'goal' (or 'session_id'), got keys {sorted(kwargs)}; "
+        "rebuild the dataset with `webshop-train data`"
+    )
+
+
+class WebshopInteraction(BaseInteraction):
+    """verl interaction that plays one WebShop episode per trajectory through the balancer."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.settings = InteractionSettings.from_config(config)
+        self.registry = EPISODES
+        # The instance ids this object opened; dropped from the registry when verl drops this object.
+        self._owned: set[str] = set()
+        weakref.finalize(self, EPISODES.drop_many, self._owned)
+
+    # ---- verl API --------------------------------------------------------------------------------------
+    async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:
+        """Reset the env on the row's goal; returns the instance id that keys this trajectory."""
+        instance_id = instance_id or uuid4().hex
+        goal = parse_goal(kwargs)
+        goal_set = kwargs.get("goal_set") or self.settings.goal_set
+        split = kwargs.get("split") or None
+        self.registry.sweep(self.settings.state_ttl_s)
+        client = shared_client(self.settings)
+        await ensure_ready(self.settings, client)
+        first = await client.reset(goal, goal_set=goal_set, split=split)
+        self.registry.put(
+            instance_id, Episode(state=first["state"], goal=goal, goal_set=goal_set, split=split)
+        )
+        self._owned.add(instance_id)
+        return instance_id
+
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict[str, Any]]:
+        """Step the env with the action in the last assistant message.
+
+        Returns ``(done, next user message, turn reward, metrics)``.
+        """
+        episode = self.registry.get(instance_id)
+        if episode is None:
+            logger.warning("no WebShop episode for %s (expired after %.0f s idle, or already finished)",
+                           instance_id, self.settings.state_ttl_s)  # fmt: skip
+            return True, "The episode has expired.", TurnScore(0.0, done=True), {"expired": True}
+        reply = prompts.last_assistant_text(messages)
+        action = extract_action(reply)
+        try:
+            result = await shared_client(self.settings).step(episode.state, action or UNPARSEABLE_ACTION)
+        except WebShopRequestError as error:
+            self._finish(instance_id)
+            if self.settings.on_env_error == "raise":
+                raise
+            logger.warning("WebShop refused a step of %s (goal %s): %s; ending the trajectory with reward 0",
+                           instance_id, episode.goal, error)  # fmt: skip
+            return (
+                True,
+                f"The environment ended the episode: {error.detail}",
+                TurnScore(0.0, done=True),
+                {"env_error": error.error},
+            )
+        except WebShopUnavailable:
+            self._finish(instance_id)
+            raise
+
+        info = result.get("info") or {}
+        valid = action is not None and bool(info.get("valid", True))
+        done = bool(result.get("done"))
+        truncated = bool(info.get("truncated"))
+        env_reward = float(result.get("reward") or 0.0)
+        episode.state = result["state"]
+        episode.steps += 1
+        episode.invalid += 0 if valid else 1
+        episode.unparseable += 1 if action is None else 0
+        episode.reward = env_reward if done else episode.reward
+        penalty = self.settings.invalid_action_penalty if action is None else 0.0
+        score = TurnScore(env_reward - penalty, invalid=not valid, done=done, env_reward=env_reward)
+        message = prompts.step_message(
+            result.get("observation", ""),
+            result.get("available_actions") or {},
+            action=action,
+            valid=valid,
+            done=done,
+            truncated=truncated,
+            max_observation_chars=self.settings.max_observation_chars,
+        )
+        metrics = {
+            "action": action,
+            "valid": valid,
+            "steps": episode.steps,
+            "invalid_actions": episode.invalid,
+            "env_reward": env_reward,
+            "truncated": truncated,
+        }
+        if done:
+            self._finish(instance_id)
+        return done, message, score, metrics
+
+    async def calculate_score(self, instance_id: str | None = None, **kwargs: Any) -> float:
+        """The episode's env reward so far (0 until the purchase)."""
+        episode = self.registry.get(instance_id) if instance_id else None
+        return episode.reward if episode else 0.0
+
+    async def finalize_interaction(self, instance_id: str | None = None, **kwargs: Any) -> None:
+        """Free one trajectory's state, or all of this object's when no id is given (0.7.1 never calls it)."""
+        if instance_id is None:
+            self.registry.drop_many(self._owned)
+        else:
+            self._finish(instance_id)
+
+    # ---- helpers ---------------------------------------------------------------------------------------
+    def _finish(self, instance_id: str) -> None:
+        self.registry.drop(instance_id)
+        self._owned.discard(instance_id)

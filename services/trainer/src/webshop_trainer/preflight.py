@@ -1,0 +1,562 @@
+"""The GPU path's safety net, run on CPU: ``webshop-train preflight``.
+
+1. Compose each training config with Hydra as ``verl.trainer.main_ppo`` would (plus its legacy-reward
+   migration), reject keys the stock verl config does not define (verl accepts misspelled YAML keys
+   silently), check the batch divisibility rules and the multi-turn wiring, and run verl's ``validate_config``.
+2. Build small parquet files and load them with verl's own dataset class and the tokenizer.
+3. Start (or reuse) the local env cluster: real replicas behind a real nginx.
+4. Run verl's real ``AgentLoopWorker`` -> ``ToolAgentLoop`` -> ``WebshopInteraction`` -> reward function path
+   on CPU: once with a tiny random model built locally, once with a scripted policy replaying the oracle's
+   actions, which must earn reward 1.0 through the reward function.
+5. Check that no per-trajectory state is left behind; write ``summary.json``; exit non-zero on any failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import gc
+import importlib.util
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import (
+    AGENT_NAME,
+    INTERACTION_CONFIG,
+    INTERACTION_NAME,
+    TRAINING_CONFIGS,
+    config_dir,
+    default_env_url,
+    repo_root,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class PreflightError(RuntimeError):
+    """A preflight check failed; the message says which and why."""
+
+
+# ---- 1. configs --------------------------------------------------------------------------------------------
+def compose_training_config(name: str, overrides: Sequence[str] = (), directory: Path | None = None) -> Any:
+    """Compose ``configs/<name>.yaml`` exactly as ``main_ppo`` does (Hydra + ``migrate_legacy_reward_impl``).
+
+    Returns ``(config before migration, config after migration)``.
+    """
+    from hydra import compose, initialize_config_dir
+    from verl.experimental.reward_loop import migrate_legacy_reward_impl
+
+    directory = (directory or config_dir()).resolve()
+    if not (directory / f"{name}.yaml").exists():
+        raise PreflightError(f"no training config {directory / (name + '.yaml')}")
+    with initialize_config_dir(config_dir=str(directory), version_base=None):
+        raw = compose(config_name=name, overrides=list(overrides))
+    migrated = migrate_legacy_reward_impl(copy.deepcopy(raw))
+    return raw, migrated
+
+
+def compose_stock_config() -> Any:
+    """verl's own ``ppo_trainer`` config, composed from the installed package."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        return compose(config_name="ppo_trainer")
+
+
+def unknown_keys(ours: Any, stock: Any) -> list[str]:
+    """Dotted keys set in ``ours`` that the stock config does not define.
+
+    Below a stock node that is an empty mapping (``engine_kwargs.sglang: {}``, ``override_config: {}``...)
+    any key is allowed: those are free-form by design.
+    """
+    from omegaconf import OmegaConf
+
+    mine = OmegaConf.to_container(ours, resolve=False)
+    base = OmegaConf.to_container(stock, resolve=False)
+    found: list[str] = []
+
+    def walk(node: Any, reference: Any, prefix: str) -> None:
+        if not isinstance(node, dict) or not isinstance(reference, dict):
+            return
+        if not reference:  # free-form mapping
+            return
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            if key not in reference:
+                found.append(path)
+            else:
+                walk(value, reference[key], path + ".")
+
+    walk(mine, base, "")
+    return found
+
+
+def batch_rule_errors(config: Any) -> list[str]:
+    """The divisibility and wiring rules verl 0.7.1 enforces late (or never), checked up front."""
+    errors: list[str] = []
+    trainer, data = config.trainer, config.data
+    actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    n_gpus = int(trainer.n_gpus_per_node) * int(trainer.nnodes)
+    batch, n = int(data.train_batch_size), int(rollout.n)
+    workers = int(rollout.agent.num_workers)
+    if n_gpus < 1:
+        errors.append(f"trainer.n_gpus_per_node * trainer.nnodes = {n_gpus}: need at least one GPU")
+        return errors
+    if (batch * n) % n_gpus:
+        errors.append(
+            f"data.train_batch_size * rollout.n = {batch * n} is not divisible by the GPU count {n_gpus}"
+        )
+    if (batch * n) % workers:
+        errors.append(
+            f"data.train_batch_size * rollout.n = {batch * n} is not divisible by rollout.agent.num_workers = "
+            f"{workers} (the batch is split equally across agent-loop workers)"
+        )
+    mini = int(actor.ppo_mini_batch_size)
+    if mini > batch:
+        errors.append(f"actor.ppo_mini_batch_size = {mini} is larger than data.train_batch_size = {batch}")
+    elif batch % mini:
+        errors.append(
+            f"data.train_batch_size = {batch} is not divisible by actor.ppo_mini_batch_size = {mini}"
+        )
+    model_parallel = (
+        int(rollout.tensor_model_parallel_size)
+        * int(rollout.data_parallel_size)
+        * int(rollout.pipeline_model_parallel_size)
+    )
+    if n_gpus % model_parallel:
+        errors.append(
+            f"rollout.tensor_model_parallel_size * data_parallel_size * pipeline_model_parallel_size = "
+            f"{model_parallel} does not divide the GPU count {n_gpus} (set tensor_model_parallel_size=1 on one GPU)"
+        )
+    for key in ("rollout", "ref"):
+        node = config.actor_rollout_ref[key]
+        if not actor.use_dynamic_bsz and node.log_prob_micro_batch_size_per_gpu is None:
+            errors.append(f"actor_rollout_ref.{key}.log_prob_micro_batch_size_per_gpu is not set")
+    if not actor.use_dynamic_bsz and actor.ppo_micro_batch_size_per_gpu is None:
+        errors.append("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is not set")
+    if rollout.agent.default_agent_loop != AGENT_NAME:
+        errors.append(
+            f"rollout.agent.default_agent_loop is {rollout.agent.default_agent_loop!r}, not {AGENT_NAME!r}: "
+            "verl would silently run single-turn"
+        )
+    if not data.return_raw_chat:
+        errors.append("data.return_raw_chat must be true (the agent loop reads the raw chat)")
+    if int(data.max_response_length) < 256:
+        errors.append("data.max_response_length is the budget for ALL turns; it is far too small")
+    return errors
+
+
+def interaction_config_errors(path: str | None) -> list[str]:
+    """The interaction config exists, has verl 0.7.1's format, names ``webshop`` and its class builds."""
+    from omegaconf import OmegaConf
+
+    if not path:
+        return [
+            "actor_rollout_ref.rollout.multi_turn.interaction_config_path is not set: no interaction would run"
+        ]
+    file = Path(path)
+    if not file.exists():
+        return [f"interaction config {file} does not exist"]
+    try:
+        loaded = OmegaConf.load(file)
+        items = loaded.interaction
+    except Exception as error:
+        return [f"interaction config {file}: {error}"]
+    errors: list[str] = []
+    names = []
+    for position, item in enumerate(items):
+        missing = [k for k in ("class_name", "config") if k not in item]
+        if missing:
+            errors.append(f"interaction config {file}: entry {position} lacks {', '.join(missing)}")
+            continue
+        names.append(item.get("name"))
+        try:
+            from verl.interactions.utils.interaction_registry import get_interaction_class
+
+            cls = get_interaction_class(item.class_name)
+            cls(config={**OmegaConf.to_container(item.config, resolve=True), "name": item.get("name")})
+        except Exception as error:
+            errors.append(f"interaction config {file}: {item.class_name} cannot be built: {error}")
+    if INTERACTION_NAME not in names:
+        errors.append(
+            f"interaction config {file} has no interaction named {INTERACTION_NAME!r} (has {names})"
+        )
+    return errors
+
+
+def check_training_config(
+    name: str, overrides: Sequence[str] = (), directory: Path | None = None
+) -> dict[str, Any]:
+    """Step 1 for one config: ``{"name", "valid", "errors", "summary"}`` (never raises)."""
+    from omegaconf import OmegaConf
+
+    report: dict[str, Any] = {"name": name, "valid": False, "errors": []}
+    errors: list[str] = report["errors"]
+    try:
+        raw, config = compose_training_config(name, overrides, directory)
+    except Exception as error:
+        errors.append(f"composing {name}: {type(error).__name__}: {error}")
+        return report
+    errors.extend(
+        f"unknown key (not in verl's ppo_trainer config): {key}"
+        for key in unknown_keys(raw, compose_stock_config())
+    )
+    try:
+        resolved = copy.deepcopy(config)
+        OmegaConf.resolve(resolved)
+    except Exception as error:
+        errors.append(f"resolving {name}: {error}")
+        return report
+    errors.extend(batch_rule_errors(resolved))
+    errors.extend(
+        interaction_config_errors(resolved.actor_rollout_ref.rollout.multi_turn.interaction_config_path)
+    )
+    try:
+        from verl.trainer.ppo.reward import get_custom_reward_fn
+
+        if get_custom_reward_fn(resolved) is None:
+            errors.append("reward.custom_reward_function.path is not set: verl would use its default scorer")
+    except Exception as error:
+        errors.append(f"reward.custom_reward_function cannot be loaded: {error}")
+    try:
+        import warnings
+
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy
+        from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            validate_config(resolved, use_reference_policy=need_reference_policy(resolved),
+                            use_critic=need_critic(resolved))  # fmt: skip
+        omega_conf_to_dataclass(resolved.actor_rollout_ref.rollout)
+    except Exception as error:
+        errors.append(f"verl's validate_config: {type(error).__name__}: {error}")
+    rollout = resolved.actor_rollout_ref.rollout
+    report["summary"] = {
+        "n_gpus": int(resolved.trainer.n_gpus_per_node) * int(resolved.trainer.nnodes),
+        "train_batch_size": int(resolved.data.train_batch_size),
+        "rollout_n": int(rollout.n),
+        "max_assistant_turns": rollout.multi_turn.max_assistant_turns,
+        "lr": float(resolved.actor_rollout_ref.actor.optim.lr),
+        "total_epochs": int(resolved.trainer.total_epochs),
+        "model": str(resolved.actor_rollout_ref.model.path),
+        "default_local_dir": str(resolved.trainer.default_local_dir),
+    }
+    report["valid"] = not errors
+    return report
+
+
+# ---- 3. cluster --------------------------------------------------------------------------------------------
+def _get_json(url: str, timeout: float = 2.0) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return json.loads(response.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def load_local_cluster() -> Any:
+    """``scripts/local_cluster.py`` loaded by path (verl installs an unrelated top-level ``scripts`` package)."""
+    root = repo_root()
+    path = (root / "scripts" / "local_cluster.py") if root else None
+    if path is None or not path.exists():
+        raise PreflightError(
+            "scripts/local_cluster.py not found: run the preflight from a checkout of the repository"
+        )
+    spec = importlib.util.spec_from_file_location("webshop_local_cluster", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+@dataclass
+class Cluster:
+    url: str
+    reused: bool
+    run_dir: Path | None = None
+    stop: Callable[[], Any] | None = None
+
+
+def start_or_reuse_cluster(catalog_dir: Path, fingerprint: str, run_dir: Path, env_url: str | None,
+                           replicas: int = 2) -> Cluster:  # fmt: skip
+    """Reuse the service at ``env_url`` if it serves this catalog, else start replicas + nginx on free ports."""
+    if env_url:
+        info = _get_json(env_url.rstrip("/") + "/v1/info")
+        if info and info.get("fingerprint") == fingerprint:
+            return Cluster(url=env_url.rstrip("/"), reused=True)
+        if info:
+            logger.warning("the service at %s serves another catalog (%s, not %s); starting a local cluster",
+                           env_url, info.get("fingerprint"), fingerprint)  # fmt: skip
+    cluster = load_local_cluster()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cluster.down(run_dir, quiet=True)  # a previous preflight that was killed
+    try:
+        record = cluster.up(replicas=replicas, catalog=catalog_dir, base_port=0, port=0, workers=1, run_dir=run_dir,
+                            timeout=120.0, quiet=True)  # fmt: skip
+    except cluster.ClusterError as error:
+        raise PreflightError(f"could not start the local env cluster: {error}") from None
+    return Cluster(
+        url=record["url"], reused=False, run_dir=run_dir, stop=lambda: cluster.down(run_dir, quiet=True)
+    )
+
+
+# ---- 2 + 4. data and rollouts ------------------------------------------------------------------------------
+def pick_oracle_goals(
+    catalog_dir: Path, goal_set: str, split: str, count: int, max_turns: int
+) -> dict[int, list[str]]:
+    """``count`` goals of the split whose oracle plan fits ``max_turns``, replays to reward 1.0 in-process, and
+    whose instruction is unique among the picked ones (the scripted policy finds its plan by instruction)."""
+    from webshop_env.catalog.store import open_catalog
+    from webshop_env.core.env import WebShopEnv
+    from webshop_env.core.goals import split_range
+    from webshop_env.core.oracle import expert_actions, run_actions
+
+    catalog = open_catalog(catalog_dir)
+    env = WebShopEnv(catalog)
+    picked: dict[int, list[str]] = {}
+    instructions: set[str] = set()
+    for goal in split_range(split, catalog.goal_count(goal_set)):
+        plan = expert_actions(env, goal, goal_set=goal_set)
+        if not plan or len(plan) > max_turns:
+            continue
+        steps = run_actions(env, goal, plan, goal_set=goal_set)
+        instruction = steps[0].instruction
+        if steps[-1].reward != 1.0 or instruction in instructions:
+            continue
+        picked[goal] = plan
+        instructions.add(instruction)
+        if len(picked) == count:
+            return picked
+    raise PreflightError(
+        f"found only {len(picked)} {split} goals of the {goal_set} set that the oracle solves in {max_turns} turns"
+    )
+
+
+async def _run_rollouts(config: Any, samples: list[dict[str, Any]], n: int, server: Any) -> dict[str, Any]:
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    from .interaction import close_shared_clients
+    from .local_rollout import LocalAgentLoopWorker, generation_batch, summarize_output
+
+    worker = LocalAgentLoopWorker(config, server, RewardLoopWorker(config))
+    try:
+        output = await worker.generate_sequences(generation_batch(samples, n))
+    finally:
+        await close_shared_clients()
+    summary = summarize_output(output)
+    summary["responses"] = [
+        worker.tokenizer.decode(row[row != worker.tokenizer.pad_token_id][:400], skip_special_tokens=False)
+        for row in output.batch["responses"][:2]
+    ]
+    return summary
+
+
+@dataclass
+class PreflightOptions:
+    """What ``webshop-train preflight`` runs (the defaults keep it under ~2 minutes on 2 cores)."""
+
+    config: str | None = None  # "test" | "full" | None (check both; roll out with "test")
+    catalog: Path | None = None
+    out_dir: Path = Path("outputs/preflight")
+    env_url: str | None = None  # reuse this service (default: $WEBSHOP_URL or the local balancer's address)
+    fresh_cluster: bool = False  # never reuse: always start (and stop) a cluster of our own
+    goal_set: str = "synthetic"
+    goals: int = 4
+    rollouts: int = 2
+    max_turns: int = 6
+    max_new_tokens: int = 24
+    replicas: int = 2
+    config_dir: Path | None = None
+    extra_overrides: list[str] = field(default_factory=list)
+
+
+def _default_catalog(out_dir: Path) -> Path:
+    """The configured catalog if it exists, else a small generated one under ``out_dir`` (built once)."""
+    from webshop_env.settings import default_catalog_dir
+
+    configured = default_catalog_dir()
+    if (configured / "manifest.json").exists():
+        return configured
+    target = out_dir / "catalog"
+    if not (target / "manifest.json").exists():
+        from webshop_env.catalog.generate import generate_catalog
+        from webshop_env.catalog.prepare import prepare_catalog
+
+        print(f"preflight: no catalog at {configured}; generating a small one in {target}", file=sys.stderr)
+        generate_catalog(out_dir / "raw", products=600, seed=7, progress=False)
+        prepare_catalog(out_dir / "raw", target, progress=False)
+    return target
+
+
+def run_preflight(options: PreflightOptions) -> dict[str, Any]:
+    """Run every step; returns the summary (``ok`` False and ``errors`` filled when a check failed)."""
+    started = time.monotonic()
+    out_dir = options.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {"ok": False, "config_valid": False, "rollouts": 0, "mean_reward": None,
+                               "oracle_mean_reward": None, "leaked_states": None, "errors": [], "checks": {},
+                               "timings": {}}  # fmt: skip
+    errors: list[str] = summary["errors"]
+    checks: dict[str, bool] = summary["checks"]
+    timings: dict[str, float] = summary["timings"]
+    cluster: Cluster | None = None
+    directory = (options.config_dir or config_dir()).resolve()
+
+    def lap(name: str, since: float) -> float:
+        now = time.monotonic()
+        timings[name] = round(now - since, 2)
+        return now
+
+    try:
+        # 1. configs
+        t = time.monotonic()
+        names = [options.config] if options.config else list(TRAINING_CONFIGS)
+        os.environ.setdefault("WEBSHOP_INTERACTION_CONFIG", str(directory / INTERACTION_CONFIG))
+        reports = [check_training_config(TRAINING_CONFIGS[n], directory=directory) for n in names]
+        summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
+        for report in reports:
+            errors.extend(f"{report['name']}: {e}" for e in report["errors"])
+        summary["config_valid"] = checks["config_valid"] = all(r["valid"] for r in reports)
+        t = lap("configs", t)
+
+        # 2. data + tiny model
+        from webshop_env.catalog.store import open_catalog
+
+        from .data import build_dataset
+        from .tiny_model import build_tiny_model
+
+        catalog_dir = (options.catalog or _default_catalog(out_dir)).resolve()
+        fingerprint = open_catalog(catalog_dir).fingerprint
+        summary["catalog"] = {"dir": str(catalog_dir), "fingerprint": fingerprint}
+        model_dir = build_tiny_model(out_dir / "tiny_model", catalog_dir)
+        t = lap("tiny_model", t)
+        plans = pick_oracle_goals(catalog_dir, options.goal_set, "train", options.goals, options.max_turns)
+        train_file = out_dir / "data" / "train.parquet"
+        built = build_dataset(catalog_dir, "train", train_file, goal_set=options.goal_set, goal_ids=list(plans),
+                              progress=False)  # fmt: skip
+        summary["dataset"] = {"train": built}
+        rollout_name = TRAINING_CONFIGS[options.config or "test"]
+        interaction_file = directory / INTERACTION_CONFIG
+        overrides = [
+            f"actor_rollout_ref.model.path={model_dir}",
+            f"data.train_files={train_file}",
+            f"data.val_files={train_file}",
+            "data.train_max_samples=-1",
+            "data.val_max_samples=-1",
+            "data.max_prompt_length=2048",
+            "data.max_response_length=8192",
+            f"actor_rollout_ref.rollout.n={options.rollouts}",
+            f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={options.max_turns}",
+            f"actor_rollout_ref.rollout.multi_turn.max_user_turns={options.max_turns}",
+            f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interaction_file}",
+            *options.extra_overrides,
+        ]
+        _, rollout_config = compose_training_config(rollout_name, overrides, directory)
+        from omegaconf import OmegaConf
+        from verl.trainer.main_ppo import create_rl_dataset
+        from verl.utils import hf_tokenizer
+
+        OmegaConf.resolve(rollout_config)
+        tokenizer = hf_tokenizer(str(model_dir))
+        dataset = create_rl_dataset([str(train_file)], rollout_config.data, tokenizer, None, is_train=True)
+        samples = [dataset[i] for i in range(len(dataset))]
+        checks["dataset_loads"] = len(samples) == built["rows"] and all(
+            s.get("agent_name") == AGENT_NAME and s["interaction_kwargs"].get("name") == INTERACTION_NAME
+            and "ground_truth" in s["reward_model"] for s in samples
+        )  # fmt: skip
+        summary["dataset"]["loaded_rows"] = len(samples)
+        if not checks["dataset_loads"]:
+            errors.append(
+                f"verl's dataset kept {len(samples)} of {built['rows']} rows or lost required fields"
+            )
+        t = lap("data", t)
+
+        # 3. cluster
+        reuse_url = None if options.fresh_cluster else (options.env_url or default_env_url())
+        cluster = start_or_reuse_cluster(
+            catalog_dir, fingerprint, out_dir / "cluster", reuse_url, options.replicas
+        )
+        os.environ["WEBSHOP_URL"] = cluster.url  # the interaction config reads ${oc.env:WEBSHOP_URL}
+        summary["cluster"] = {"url": cluster.url, "reused": cluster.reused}
+        t = lap("cluster", t)
+
+        # 4. rollouts: tiny model, then the scripted oracle
+        from .interaction import EPISODES
+        from .local_rollout import ScriptedServer, TinyModelServer
+
+        EPISODES.clear()
+        tiny = asyncio.run(_run_rollouts(rollout_config, samples, options.rollouts,
+                                         TinyModelServer(str(model_dir), options.max_new_tokens)))  # fmt: skip
+        t = lap("tiny_rollouts", t)
+        summary["rollouts"] = len(tiny["scores"])
+        summary["mean_reward"] = _mean(tiny["scores"])
+        summary["tiny_model"] = {
+            "mean_turns": _mean(tiny["num_turns"]),
+            "mean_steps": _mean(tiny["extras"].get("steps", [])),
+            "invalid_rate": _mean(tiny["extras"].get("invalid_rate", [])),
+            "sample_response": tiny["responses"][0] if tiny["responses"] else "",
+        }
+        checks["tiny_rollouts"] = summary["rollouts"] == len(samples) * options.rollouts and all(
+            s >= 2 for s in tiny["extras"].get("steps", [0])
+        )
+        if not checks["tiny_rollouts"]:
+            errors.append(f"tiny-model rollouts incomplete or single-turn: {tiny['extras'].get('steps')}")
+
+        instruction_plans = {
+            s["extra_info"]["instruction"]: plans[int(s["extra_info"]["goal"])] for s in samples
+        }
+        oracle = asyncio.run(_run_rollouts(rollout_config, samples, options.rollouts,
+                                           ScriptedServer(tokenizer, instruction_plans)))  # fmt: skip
+        t = lap("oracle_rollouts", t)
+        summary["oracle_rollouts"] = len(oracle["scores"])
+        summary["oracle_mean_reward"] = _mean(oracle["scores"])
+        summary["oracle"] = {
+            "success_rate": _mean(oracle["extras"].get("success", [])),
+            "mean_steps": _mean(oracle["extras"].get("steps", [])),
+            "invalid_actions": sum(oracle["extras"].get("invalid_actions", [])),
+        }
+        checks["oracle_reward"] = bool(oracle["scores"]) and all(s == 1.0 for s in oracle["scores"])
+        if not checks["oracle_reward"]:
+            errors.append(f"the scripted oracle did not earn 1.0 on every trajectory: {oracle['scores']}")
+        checks["multi_turn"] = all(s >= 2 for s in oracle["extras"].get("steps", [0]))
+        if not checks["multi_turn"]:
+            errors.append(f"trajectories were not multi-turn: steps {oracle['extras'].get('steps')}")
+
+        # 5. leaks: every trajectory's state must be gone once verl dropped its agent loop
+        gc.collect()
+        summary["leaked_states"] = len(EPISODES)
+        summary["states"] = {"opened": EPISODES.opened, "peak_open": EPISODES.peak, "expired_by_ttl": EPISODES.expired,
+                             "tiny_trajectories_without_purchase": sum(
+                                 1 for p in tiny["extras"].get("purchased", []) if not p)}  # fmt: skip
+        checks["no_leaked_states"] = summary["leaked_states"] == 0
+        if not checks["no_leaked_states"]:
+            errors.append(f"{summary['leaked_states']} per-trajectory state(s) left behind")
+        lap("checks", t)
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}")
+        summary["traceback"] = traceback.format_exc(limit=8)
+    finally:
+        if cluster is not None and cluster.stop is not None:
+            cluster.stop()
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    summary["ok"] = not errors and all(checks.values()) and summary["config_valid"]
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    summary["summary_path"] = str(path)
+    return summary
+
+
+def _mean(values: Sequence[float] | Mapping[Any, float]) -> float | None:
+    values = list(values)
+    return round(sum(values) / len(values), 4) if values else None

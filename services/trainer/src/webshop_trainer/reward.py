@@ -1,0 +1,72 @@
+"""The reward function verl calls once per trajectory (``reward.custom_reward_function``).
+
+verl 0.7.1's reward loop calls ``compute_score(data_source, solution_str, ground_truth, extra_info)`` with the
+agent loop's ``extra_fields`` merged into ``extra_info``; ToolAgentLoop puts the interaction's per-turn
+rewards there as ``turn_scores``. The episode's environment reward is the purchase step's reward (0 when the
+trajectory ended without a purchase), so the score is the sum of the turn rewards (equal to the env reward
+unless an invalid-reply penalty is configured).
+
+Configure with::
+
+    reward:
+      custom_reward_function:
+        path: pkg://webshop_trainer.reward
+        name: compute_score
+
+The returned dict's extra keys are logged by verl as metrics; every call returns the same keys.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+METRIC_KEYS = ("score", "env_reward", "success", "purchased", "steps", "invalid_actions", "invalid_rate")
+
+
+def _as_float(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+def episode_summary(turn_scores: Sequence[Any] | None) -> dict[str, float]:
+    """Score and metrics of one trajectory from its ``turn_scores`` (``TurnScore`` or plain floats)."""
+    scores = list(turn_scores) if turn_scores is not None else []
+    steps = len(scores)
+    score = sum(_as_float(s) for s in scores)
+    finals = [s for s in scores if getattr(s, "done", False)]
+    if finals:
+        env_reward = _as_float(getattr(finals[-1], "env_reward", finals[-1]))
+        purchased = 1.0
+    else:  # plain floats: only the purchase step earns a non-zero env reward
+        env_reward = max((_as_float(s) for s in scores), default=0.0)
+        env_reward = max(env_reward, 0.0)
+        purchased = 1.0 if env_reward > 0 else 0.0
+    invalid = sum(1 for s in scores if getattr(s, "invalid", False))
+    return {
+        "score": score,
+        "env_reward": env_reward,
+        "success": 1.0 if env_reward == 1.0 else 0.0,
+        "purchased": purchased,
+        "steps": float(steps),
+        "invalid_actions": float(invalid),
+        "invalid_rate": invalid / steps if steps else 0.0,
+    }
+
+
+def compute_score(
+    data_source: str | None = None,
+    solution_str: str | None = None,
+    ground_truth: Any = None,
+    extra_info: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """``{"score": episode reward, env_reward, success, purchased, steps, invalid_actions, invalid_rate}``."""
+    turn_scores = (extra_info or {}).get("turn_scores")
+    if turn_scores is not None and not isinstance(turn_scores, Sequence):
+        turn_scores = list(turn_scores)  # numpy arrays after a round trip through a DataProto
+    return episode_summary(turn_scores)

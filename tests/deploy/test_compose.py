@@ -1,0 +1,168 @@
+"""compose.yaml: valid against the Compose specification (Docker Compose v2's own `config`, no daemon needed),
+rendered with .env.example, and shaped as the design says; .env.example documents every variable."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "compose.yaml"
+ENV_EXAMPLE = REPO / ".env.example"
+Compose = Any  # the `compose` fixture (tests/deploy/conftest.py)
+
+CORE = {"catalog-init", "webshop", "balancer"}
+PROFILED = {"trainer": ["train"], "eval": ["eval"], "tensorboard": ["monitor"]}
+
+
+def _published(service: dict) -> list[dict]:
+    return service.get("ports") or []
+
+
+def test_compose_file_is_valid_with_env_example(compose: Compose) -> None:
+    for profiles in ((), compose.all_profiles):
+        result = compose.run(*profiles, "config", "--quiet")
+        assert result.returncode == 0, result.stderr
+
+
+def test_validation_is_real_an_unknown_key_is_rejected(compose: Compose, tmp_path: Path) -> None:
+    """Control: the same command rejects a file that breaks the specification."""
+    broken = tmp_path / "compose.yaml"
+    broken.write_text(COMPOSE_FILE.read_text().replace("    read_only: true\n", "    read_onyl: true\n", 1))
+    result = compose.run("config", "--quiet", file=broken)
+    assert result.returncode != 0
+    assert "read_onyl" in result.stderr
+
+
+def test_state_secret_is_required(compose: Compose) -> None:
+    result = compose.run("config", "--quiet", secret=False)
+    assert result.returncode != 0
+    assert "WEBSHOP_STATE_SECRET" in result.stderr and "set it in .env" in result.stderr
+
+
+def test_services_and_profiles(rendered: dict) -> None:
+    services = rendered["services"]
+    assert set(services) == CORE | set(PROFILED)
+    for name in CORE:
+        assert not services[name].get("profiles"), f"{name} must start with a plain `docker compose up`"
+    for name, profiles in PROFILED.items():
+        assert services[name]["profiles"] == profiles
+
+
+def test_catalog_init_runs_first(rendered: dict) -> None:
+    services = rendered["services"]
+    init = services["catalog-init"]
+    assert init["restart"] == "no"
+    assert [v["target"] for v in init["volumes"]] == ["/data"]
+    assert not init["volumes"][0].get("read_only"), "catalog-init writes the data volume"
+    for name in ("webshop", "trainer", "eval"):
+        condition = services[name]["depends_on"]["catalog-init"]["condition"]
+        assert condition == "service_completed_successfully", name
+    assert services["webshop"]["depends_on"]["catalog-init"].get("restart") is True
+
+
+def test_webshop_replicas(rendered: dict, compose: Compose) -> None:
+    webshop = rendered["services"]["webshop"]
+    assert webshop["deploy"]["replicas"] == 2
+    assert "container_name" not in webshop, "a fixed name prevents scaling"
+    assert set(webshop["networks"]) == {"envnet"}
+    assert not _published(webshop) and not webshop.get("expose")
+    assert webshop["environment"]["WEBSHOP_STATE_SECRET"] == compose.secret
+    assert webshop["environment"]["WEBSHOP_CATALOG"] == "/data/catalog"
+    assert "WEBSHOP_PORT" not in webshop["environment"], "the host port must not leak into the replica"
+    data = next(v for v in webshop["volumes"] if v["target"] == "/data")
+    assert data["read_only"] is True
+    assert webshop["restart"] == "unless-stopped"
+    assert any("/readyz" in part for part in webshop["healthcheck"]["test"])
+    assert webshop["read_only"] is True
+
+
+def test_balancer(rendered: dict) -> None:
+    services = rendered["services"]
+    balancer = services["balancer"]
+    assert set(balancer["networks"]) == {"envnet", "default"}
+    assert balancer["depends_on"]["webshop"]["condition"] == "service_healthy"
+    (port,) = _published(balancer)
+    listen = balancer["environment"]["WEBSHOP_LISTEN_PORT"]
+    assert (port["target"], port["published"], port["host_ip"]) == (int(listen), "36003", "127.0.0.1")
+    assert balancer["environment"]["WEBSHOP_BACKEND"] == "webshop:8000"
+    assert balancer["environment"]["WEBSHOP_RESOLVER"] == "127.0.0.11"
+    assert any(f"127.0.0.1:{listen}/nginx-health" in part for part in balancer["healthcheck"]["test"])
+    for name in ("trainer", "eval"):
+        assert services[name]["environment"]["WEBSHOP_URL"] == f"http://balancer:{listen}"
+        assert services[name]["depends_on"]["balancer"]["condition"] == "service_healthy"
+
+
+def test_networks(rendered: dict) -> None:
+    assert rendered["networks"]["envnet"].get("internal") is True
+    assert not rendered["networks"]["default"].get("internal")
+
+
+def test_gpu_jobs(rendered: dict) -> None:
+    for name in ("trainer", "eval"):
+        service = rendered["services"][name]
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+        assert device["device_ids"] == ["0"]
+        assert service["ipc"] == "host"
+        assert service["ulimits"]["nofile"] == {"soft": 65535, "hard": 65535}
+        mounts = {v["target"]: v for v in service["volumes"]}
+        assert mounts["/data"]["read_only"] is True
+        assert not mounts["/outputs/checkpoints"].get("read_only")
+        assert not mounts["/outputs/logs"].get("read_only")
+
+
+def test_settings_from_the_environment_are_applied(compose: Compose) -> None:
+    rendered = compose.config(
+        *compose.all_profiles,
+        env={"WEBSHOP_REPLICAS": "3", "GPU_IDS": "0,1", "WEBSHOP_PORT": "40000", "WEBSHOP_BIND": "0.0.0.0",
+             "DATA_DIR": "/srv/webshop-data", "WEBSHOP_WORKERS": "8", "RUN_UID": "1234", "RUN_GID": "999"},
+    )  # fmt: skip
+    services = rendered["services"]
+    assert services["webshop"]["deploy"]["replicas"] == 3
+    assert services["webshop"]["command"] == ["serve", "--workers", "8"]
+    assert services["trainer"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0,1"]
+    (port,) = services["balancer"]["ports"]
+    assert (port["published"], port["host_ip"]) == ("40000", "0.0.0.0")
+    assert services["catalog-init"]["volumes"][0]["source"] == "/srv/webshop-data"
+    assert services["trainer"]["user"] == "1234:999"
+
+
+def test_only_the_balancer_publishes_the_environment(rendered: dict) -> None:
+    """The replicas are reachable only through nginx; TensorBoard (a UI, profile monitor) stays on loopback."""
+    publishing = {name for name, service in rendered["services"].items() if _published(service)}
+    assert publishing == {"balancer", "tensorboard"}
+    (port,) = rendered["services"]["tensorboard"]["ports"]
+    assert port["host_ip"] == "127.0.0.1"
+
+
+def test_containers_run_as_non_root(rendered: dict) -> None:
+    for name, service in rendered["services"].items():
+        user = service.get("user")
+        if user is None:
+            dockerfile = REPO / service["build"]["dockerfile"]
+            assert dockerfile.exists(), f"{name}: no user and no Dockerfile to take it from"
+            continue  # the image's USER applies: tests/deploy/test_dockerfiles.py checks it is not root
+        uid = user.split(":")[0]
+        assert uid not in ("0", "root"), f"{name} runs as root"
+
+
+def test_every_variable_is_documented_in_env_example() -> None:
+    text = COMPOSE_FILE.read_text()
+    # ${NAME}, ${NAME:-default}, ${NAME:?message} and $NAME, but not the $$ escape of container-side variables
+    used = set(re.findall(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
+    used |= set(re.findall(r"(?<!\$)\$([A-Za-z_][A-Za-z0-9_]*)", text))
+    documented = set(re.findall(r"^#?\s*([A-Z_][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(), re.MULTILINE))
+    assert used, "no variables found: the pattern is broken"
+    assert not used - documented, (
+        f"used by compose.yaml but missing from .env.example: {sorted(used - documented)}"
+    )
+    users = text + (REPO / "mk" / "stack.mk").read_text()
+    unused = {name for name in documented if not re.search(rf"\b{name}\b", users)}
+    assert not unused, f"documented in .env.example but used nowhere: {sorted(unused)}"
+
+
+def test_env_example_has_no_secret_value() -> None:
+    """A real value would be copied into every deployment: the secret must be made per deployment."""
+    assert re.search(r"^WEBSHOP_STATE_SECRET=$", ENV_EXAMPLE.read_text(), re.MULTILINE)

@@ -1,0 +1,236 @@
+"""The shell scripts compose.yaml runs (catalog-init, trainer, eval), executed here as the containers would get
+them after compose's interpolation: catalog-init against the real `webshop-env` CLI on a small generated
+catalog, the trainer and eval scripts against recording stubs of `webshop-train`, `nvidia-smi` and `python3`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+STUB = """#!/bin/sh
+{ echo "--- $(basename "$0")"; for arg in "$@"; do printf '%s\\n' "$arg"; done
+  env | grep -E '^(WEBSHOP_|HF_TOKEN|WANDB_)' | sort | sed 's/^/@env /'; } >> "$STUB_LOG"
+"""
+NVIDIA_SMI_STUB = """#!/bin/sh
+echo "GPU 0: NVIDIA H100 (UUID: GPU-0)"
+echo "GPU 1: NVIDIA H100 (UUID: GPU-1)"
+"""
+
+
+def _script(rendered: dict, service: str) -> tuple[list[str], str]:
+    spec = rendered["services"][service]
+    (script,) = spec["command"]
+    return spec["entrypoint"], script.replace("$$", "$")  # compose's escape for a literal $
+
+
+def _environment(rendered: dict, service: str, **overrides: str) -> dict[str, str]:
+    env = {k: ("" if v is None else str(v)) for k, v in rendered["services"][service]["environment"].items()}
+    env.update(overrides)
+    return env
+
+
+def _run(
+    entrypoint: list[str], script: str, env: dict[str, str], path: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*entrypoint, script], capture_output=True, text=True, env={**env, "PATH": path, "LANG": "C.UTF-8"},
+        timeout=120,
+    )  # fmt: skip
+
+
+def _calls(log: Path) -> list[tuple[str, list[str], dict[str, str]]]:
+    """(program, arguments, WEBSHOP_*/HF_TOKEN/WANDB_* environment) of each stub call."""
+    calls: list[tuple[str, list[str], dict[str, str]]] = []
+    for line in log.read_text().splitlines():
+        if line.startswith("--- "):
+            calls.append((line[4:], [], {}))
+        elif line.startswith("@env "):
+            name, _, value = line[5:].partition("=")
+            calls[-1][2][name] = value
+        else:
+            calls[-1][1].append(line)
+    return calls
+
+
+@pytest.fixture
+def stubs(tmp_path: Path) -> dict[str, Any]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("webshop-train", STUB), ("python3", STUB), ("nvidia-smi", NVIDIA_SMI_STUB)):
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    return {"path": f"{bin_dir}:/usr/bin:/bin", "log": tmp_path / "calls.log", "root": tmp_path}
+
+
+# ---- catalog-init ----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def webshop_env_bin() -> Path:
+    candidate = Path(sys.executable).parent / "webshop-env"
+    if not candidate.exists():
+        pytest.skip("webshop-env is not installed in this environment (make setup)")
+    return candidate
+
+
+def test_catalog_init_prepares_once_and_again_when_the_source_changes(
+    rendered: dict, webshop_env_bin: Path, tmp_path: Path
+) -> None:
+    entrypoint, script = _script(rendered, "catalog-init")
+    data = tmp_path / "data"
+    data.mkdir()
+    script = script.replace("/data", str(data))
+    path = f"{webshop_env_bin.parent}:/usr/bin:/bin"
+    env = _environment(rendered, "catalog-init", HOME=str(tmp_path), CATALOG_PRODUCTS="120", CATALOG_SEED="3")
+
+    first = _run(entrypoint, script, env, path)
+    assert first.returncode == 0, first.stderr
+    assert "preparing" in first.stdout
+    assert (data / "catalog" / "manifest.json").is_file()
+    assert (
+        data / "catalog.source"
+    ).read_text().strip() == "source=generated products=120 seed=3 goal_sets=auto"
+
+    again = _run(entrypoint, script, env, path)
+    assert again.returncode == 0, again.stderr
+    assert "nothing to do" in again.stdout
+
+    changed = _run(entrypoint, script, {**env, "CATALOG_SEED": "4"}, path)
+    assert changed.returncode == 0, changed.stderr
+    assert "preparing" in changed.stdout
+    assert (data / "raw" / "generated-120-seed4").is_dir()
+    assert "seed=4" in (data / "catalog.source").read_text()
+
+
+def test_catalog_init_rejects_an_unknown_source(
+    rendered: dict, webshop_env_bin: Path, tmp_path: Path
+) -> None:
+    entrypoint, script = _script(rendered, "catalog-init")
+    script = script.replace("/data", str(tmp_path))
+    env = _environment(rendered, "catalog-init", HOME=str(tmp_path), CATALOG_SOURCE="huge")
+    result = _run(entrypoint, script, env, f"{webshop_env_bin.parent}:/usr/bin:/bin")
+    assert result.returncode == 2
+    assert "CATALOG_SOURCE must be generated, small or full" in result.stderr
+
+
+def test_catalog_init_explains_an_unwritable_data_dir(rendered: dict, tmp_path: Path) -> None:
+    entrypoint, script = _script(rendered, "catalog-init")
+    data = tmp_path / "data"
+    data.mkdir(mode=0o555)
+    if (
+        os.geteuid() == 0
+    ):  # root writes anywhere: run the script as `nobody`, as a container with RUN_UID would
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root and setpriv (util-linux) is missing")
+        entrypoint = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *entrypoint]
+    env = _environment(rendered, "catalog-init", HOME=str(tmp_path))
+    result = _run(entrypoint, script.replace("/data", str(data)), env, "/usr/bin:/bin")
+    assert result.returncode == 1
+    assert "not writable" in result.stderr and "RUN_UID" in result.stderr
+
+
+# ---- trainer -----------------------------------------------------------------------------------------------------
+def _train(rendered: dict, stubs: dict[str, Any], **settings: str) -> subprocess.CompletedProcess[str]:
+    entrypoint, script = _script(rendered, "trainer")
+    script = script.replace("/outputs/", f"{stubs['root']}/outputs/")
+    env = _environment(
+        rendered, "trainer", HOME=str(stubs["root"] / "home"), STUB_LOG=str(stubs["log"]),
+        WEBSHOP_CONFIG_DIR="/opt/webshop/configs", **settings,
+    )  # fmt: skip
+    return _run(entrypoint, script, env, stubs["path"])
+
+
+def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: dict[str, Any]) -> None:
+    result = _train(
+        rendered, stubs, WEBSHOP_MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct", WEBSHOP_TRAIN_BATCH_SIZE="16",
+        TRAIN_EXTRA_ARGS="trainer.save_freq=5  trainer.test_freq=2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    calls = _calls(stubs["log"])
+    assert [(name, args[0]) for name, args, _ in calls] == [
+        ("webshop-train", "preflight"), ("webshop-train", "data"), ("webshop-train", "data"),
+        ("webshop-train", "train"),
+    ]  # fmt: skip
+    run = stubs["root"] / "outputs" / "logs" / "webshop_grpo_test"
+    ckpt = stubs["root"] / "outputs" / "checkpoints" / "webshop_grpo_test"
+    (_, preflight, preflight_env), (_, train_data, _), (_, eval_data, _), (_, train, train_env) = calls
+    assert preflight == ["preflight", "--config", "test", "--catalog", "/data/catalog",
+                         "--env-url", "http://balancer:8080", "--out", f"{run}/preflight"]  # fmt: skip
+    assert train_data == [
+        "data",
+        "--catalog",
+        "/data/catalog",
+        "--split",
+        "train",
+        "--out",
+        f"{run}/data/train.parquet",
+    ]
+    assert eval_data[4] == "eval"
+    assert train == [
+        "train", "--config", "test", "--experiment", "webshop_grpo_test", "--output-dir",
+        f"{stubs['root']}/outputs/logs", f"trainer.default_local_dir={ckpt}", "trainer.save_freq=5",
+        "trainer.test_freq=2",
+    ]  # fmt: skip
+    for env in (preflight_env, train_env):
+        assert env["WEBSHOP_MODEL_PATH"] == "Qwen/Qwen2.5-0.5B-Instruct"
+        assert env["WEBSHOP_TRAIN_BATCH_SIZE"] == "16"
+        assert env["WEBSHOP_N_GPUS"] == "2", "counted with nvidia-smi -L when not set"
+        assert env["WEBSHOP_URL"] == "http://balancer:8080"
+        # empty settings are unset, so that the configs' ${oc.env:NAME,default} defaults apply
+        assert "WEBSHOP_ROLLOUT_N" not in env and "WEBSHOP_EXPERIMENT" not in env and "HF_TOKEN" not in env
+    assert train_env["WEBSHOP_TRAIN_FILE"] == f"{run}/data/train.parquet"
+    assert train_env["WEBSHOP_VAL_FILE"] == f"{run}/data/eval.parquet"
+    assert ckpt.is_dir() and (run / "data").is_dir()
+
+
+def test_trainer_full_config_and_explicit_settings(rendered: dict, stubs: dict[str, Any]) -> None:
+    result = _train(rendered, stubs, TRAIN_CONFIG="full", WEBSHOP_N_GPUS="4", WEBSHOP_EXPERIMENT="run7",
+                    WEBSHOP_ROLLOUT_N="8")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    _, train, env = _calls(stubs["log"])[-1]
+    assert train[:5] == ["train", "--config", "full", "--experiment", "run7"]
+    assert train[-1].endswith("/outputs/checkpoints/run7")
+    assert (env["WEBSHOP_N_GPUS"], env["WEBSHOP_EXPERIMENT"], env["WEBSHOP_ROLLOUT_N"]) == ("4", "run7", "8")
+
+
+def test_trainer_rejects_an_unknown_config(rendered: dict, stubs: dict[str, Any]) -> None:
+    result = _train(rendered, stubs, TRAIN_CONFIG="huge")
+    assert result.returncode == 2
+    assert "TRAIN_CONFIG must be test or full" in result.stderr
+    assert not stubs["log"].exists()
+
+
+def test_trainer_stops_when_preflight_fails(rendered: dict, stubs: dict[str, Any]) -> None:
+    failing = stubs["root"] / "bin" / "webshop-train"
+    failing.write_text(STUB + 'if [ "$1" = preflight ]; then exit 1; fi\n')
+    result = _train(rendered, stubs)
+    assert result.returncode == 1
+    assert [args[0] for _, args, _ in _calls(stubs["log"])] == ["preflight"]
+
+
+# ---- eval ----------------------------------------------------------------------------------------------------------
+def test_eval_needs_a_model_and_passes_the_settings(rendered: dict, stubs: dict[str, Any]) -> None:
+    entrypoint, script = _script(rendered, "eval")
+    script = script.replace("/outputs/", f"{stubs['root']}/outputs/")
+    env = _environment(rendered, "eval", HOME=str(stubs["root"] / "home"), STUB_LOG=str(stubs["log"]))
+
+    missing = _run(entrypoint, script, env, stubs["path"])
+    assert missing.returncode == 2
+    assert "set EVAL_MODEL_PATH" in missing.stderr
+
+    settings = {"EVAL_MODEL_PATH": "/outputs/checkpoints/run7/hf", "EVAL_MAX_SAMPLES": "7",
+                "EVAL_EXTRA_ARGS": "--concurrency 64"}  # fmt: skip
+    result = _run(entrypoint, script, {**env, **settings}, stubs["path"])
+    assert result.returncode == 0, result.stderr
+    ((name, args, _),) = _calls(stubs["log"])
+    assert name == "webshop-train"
+    assert args == [
+        "eval", "--policy", "checkpoint", "--model-path", "/outputs/checkpoints/run7/hf", "--url",
+        "http://balancer:8080", "--catalog", "/data/catalog", "--split", "test", "--max-samples", "7",
+        "--out", f"{stubs['root']}/outputs/logs/eval/hf-test", "--concurrency", "64",
+    ]  # fmt: skip

@@ -1,0 +1,179 @@
+"""The Dockerfiles, checked statically (no Docker engine here): hadolint, non-root final stage, pinned bases,
+health checks, and a .dockerignore that sends the builder what the images COPY and nothing secret."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILES = [
+    REPO / "docker" / "env.Dockerfile",
+    REPO / "docker" / "trainer.Dockerfile",
+    REPO / "docker" / "balancer" / "Dockerfile",
+]
+IDS = [str(p.relative_to(REPO)) for p in DOCKERFILES]
+
+
+def _instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs with line continuations joined and comments dropped."""
+    joined, current = [], ""
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if not current and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        joined.append(current + stripped)
+        current = ""
+    pairs = []
+    for text in joined:
+        keyword, _, rest = text.partition(" ")
+        pairs.append((keyword.upper(), rest.strip()))
+    return pairs
+
+
+def _final_stage(path: Path) -> list[tuple[str, str]]:
+    instructions = _instructions(path)
+    last_from = max(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM")
+    return instructions[last_from:]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
+def test_hadolint_clean(hadolint: str, dockerfile: Path) -> None:
+    result = subprocess.run(
+        [hadolint, "--no-color", str(dockerfile)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_really_lints(hadolint: str, tmp_path: Path) -> None:
+    """Control: an unpinned base and an unpinned apt install are reported."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python\nRUN apt-get update && apt-get install -y curl\n")
+    result = subprocess.run([hadolint, "--no-color", str(bad)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "DL3006" in result.stdout and "DL3008" in result.stdout
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
+def test_final_stage_runs_as_non_root(dockerfile: Path) -> None:
+    users = [args for keyword, args in _final_stage(dockerfile) if keyword == "USER"]
+    assert users, f"{dockerfile.name}: the final stage sets no USER, so it runs as root"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0"), f"{dockerfile.name} ends as {users[-1]}"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
+def test_base_images_are_pinned(dockerfile: Path) -> None:
+    text = dockerfile.read_text()
+    for keyword, args in _instructions(dockerfile):
+        if keyword != "FROM":
+            continue
+        image = next(a for a in args.split() if not a.startswith("--"))
+        name, _, tag = image.partition("@")[0].rpartition(":")
+        assert name and tag and tag != "latest", f"{dockerfile.name}: FROM {image} is not pinned to a version"
+    # the digest to pin (or its placeholder), and how to get it, are written down
+    assert "@sha256:" in text and "imagetools inspect" in text
+
+
+def test_env_image_contract() -> None:
+    path = REPO / "docker" / "env.Dockerfile"
+    final = dict(_final_stage(path))
+    assert final["ENTRYPOINT"] == '["webshop-env"]'
+    assert re.fullmatch(r'\["serve", "--workers", "\d+"\]', final["CMD"])
+    assert "/healthz" in final["HEALTHCHECK"] and "python" in final["HEALTHCHECK"]
+    assert "WEBSHOP_CATALOG=/data/catalog" in final["ENV"] and "WEBSHOP_PORT=8000" in final["ENV"]
+    text = path.read_text()
+    assert "--constraint constraints.txt" in text
+    assert "en_core_web_sm" in text and "#sha256=" in text, "the spaCy model is pinned by hash"
+    assert len([k for k, _ in _instructions(path) if k == "FROM"]) == 2, "build and runtime stages"
+
+
+def test_trainer_image_contract() -> None:
+    path = REPO / "docker" / "trainer.Dockerfile"
+    instructions = _instructions(path)
+    assert instructions[0] == ("FROM", "lmsysorg/sglang:v0.5.9")
+    runs = [args for keyword, args in instructions if keyword == "RUN"]
+    assert any("pip install --no-deps verl==0.7.1" in run for run in runs)
+    assert any("--constraint image-lock.txt --constraint trainer-extra.txt" in run for run in runs)
+    assert dict(instructions)["ENTRYPOINT"] == '["webshop-train"]'
+    constraints = (REPO / "docker" / "trainer-constraints.txt").read_text()
+    pinned = re.findall(r"^([A-Za-z0-9_.-]+)==", constraints, re.MULTILINE)
+    assert "numpy" in pinned
+    for untouchable in ("torch", "sglang", "flash-attn", "flash_attn", "transformers", "vllm"):
+        assert untouchable not in pinned, (
+            f"trainer-constraints.txt must not pin {untouchable} (the image's wins)"
+        )
+
+
+def test_balancer_image_contract() -> None:
+    path = REPO / "docker" / "balancer" / "Dockerfile"
+    final = dict(_final_stage(path))
+    version = re.search(r"nginx:(\d+)\.(\d+)\.(\d+)", final["FROM"])
+    assert version and tuple(map(int, version.groups())) >= (1, 27, 3), "`resolve` needs nginx >= 1.27.3"
+    assert "/nginx-health" in final["HEALTHCHECK"]
+    assert "configs/nginx/webshop.conf.template" in path.read_text(), "the ONE template, not a copy"
+
+
+# ---- .dockerignore ---------------------------------------------------------------------------------------------------
+def _dockerignore_matcher(text: str):
+    """BuildKit's rule: patterns apply in order, the last one matching the path or a parent decides."""
+    rules = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = line[1:] if negate else line
+        pattern = pattern.strip("/")
+        regex = ""
+        i = 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                regex, i = regex + "(?:.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                regex, i = regex + ".*", i + 2
+            elif pattern[i] == "*":
+                regex, i = regex + "[^/]*", i + 1
+            elif pattern[i] == "?":
+                regex, i = regex + "[^/]", i + 1
+            else:
+                regex, i = regex + re.escape(pattern[i]), i + 1
+        rules.append((re.compile(regex + r"\Z"), negate))
+
+    def excluded(path: str) -> bool:
+        parts = path.strip("/").split("/")
+        candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+        result = False
+        for regex, negate in rules:
+            if any(regex.match(candidate) for candidate in candidates):
+                result = not negate
+        return result
+
+    return excluded
+
+
+def test_dockerignore_sends_what_the_images_copy_and_nothing_secret() -> None:
+    excluded = _dockerignore_matcher((REPO / ".dockerignore").read_text())
+    copied = []
+    for dockerfile in DOCKERFILES:
+        for keyword, args in _instructions(dockerfile):
+            if keyword in ("COPY", "ADD") and "--from=" not in args:
+                copied += [a for a in args.split()[:-1] if not a.startswith("--")]
+    assert copied
+    for source in copied:
+        assert not excluded(source), f"{source} is COPYed but .dockerignore excludes it"
+    for needed in ("services/env/pyproject.toml", "services/env/README.md", "services/env/src/webshop_env/cli/main.py",
+                   "configs/nginx/webshop.conf.template", "docker/balancer/entrypoint.sh"):  # fmt: skip
+        assert not excluded(needed), needed
+    for private in (".env", ".venv/bin/python", "data/catalog/manifest.json", "outputs/checkpoints/x", ".git/HEAD",
+                    "run/local/state_secret", "services/env/src/webshop_env.egg-info/PKG-INFO",
+                    "services/env/src/webshop_env/__pycache__/app.cpython-311.pyc", "tests/conftest.py"):  # fmt: skip
+        assert excluded(private), private

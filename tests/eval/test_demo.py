@@ -1,0 +1,72 @@
+"""``make demo`` (scripts/demo.py): cluster up, expert + random eval, reports written, cluster down."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.cluster
+
+
+def load_demo() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("webshop_demo", REPO / "scripts" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demo_runs_end_to_end(
+    generated_catalog_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out, run_dir = tmp_path / "demo", tmp_path / "run"
+    code = load_demo().main(
+        [
+            "--catalog",
+            str(generated_catalog_dir),
+            "--out",
+            str(out),
+            "--run-dir",
+            str(run_dir),
+            "--max-samples",
+            "12",
+            "--replicas",
+            "1",
+            "--no-progress",
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "cluster stopped" in printed and str((out / "index.html").resolve()) in printed
+    assert not (run_dir / "pids.json").exists()  # the cluster is down
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["expert"]["success_rate"] >= 0.9 and summary["random"]["success_rate"] <= 0.1
+    for policy in ("expert", "random"):
+        assert {"metrics.json", "trajectories.jsonl", "report.html"} <= {
+            p.name for p in (out / policy).iterdir()
+        }
+    index = (out / "index.html").read_text()
+    assert "expert/report.html" in index and "random/report.html" in index
+
+
+def test_demo_prepares_a_missing_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = load_demo()
+    calls: list[str] = []
+    monkeypatch.setattr(
+        "webshop_env.catalog.generate.generate_catalog", lambda raw, **kw: calls.append("generate")
+    )
+    monkeypatch.setattr(
+        "webshop_env.catalog.prepare.prepare_catalog", lambda raw, out, **kw: calls.append("prepare")
+    )
+    demo.ensure_catalog(tmp_path / "catalog", tmp_path / "raw", products=50, seed=1)
+    assert calls == ["generate", "prepare"]
+    (tmp_path / "catalog").mkdir()
+    (tmp_path / "catalog" / "manifest.json").write_text("{}")
+    demo.ensure_catalog(tmp_path / "catalog", tmp_path / "raw", products=50, seed=1)
+    assert calls == ["generate", "prepare"]

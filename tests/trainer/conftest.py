@@ -1,0 +1,66 @@
+"""Trainer-side fixtures: the env API in-process (ASGI, no sockets) behind the interaction's shared client."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SECRET = "trainer-tests-secret-0123456789abcdef-0123456789"
+HAVE_VERL = importlib.util.find_spec("verl") is not None
+NEEDS_VERL = "the trainer package needs verl: .venv/bin/pip install -c constraints.txt -e services/trainer"
+
+
+@pytest.fixture
+def env_app(generated_catalog_dir: Path) -> Any:
+    """The env service app with its runtime opened (ASGITransport does not run the lifespan)."""
+    from webshop_env.api.app import create_app
+    from webshop_env.api.service import Runtime
+    from webshop_env.api.settings import Settings
+    from webshop_env.catalog.store import open_catalog
+
+    settings = Settings(catalog=generated_catalog_dir, state_secret=SECRET, access_log=False)
+    app = create_app(settings)
+    app.state.runtime = Runtime(settings, open_catalog(generated_catalog_dir), settings.secret_bytes(),
+                                app.state.metrics)  # fmt: skip
+    return app
+
+
+@pytest.fixture
+def in_process_env(monkeypatch: pytest.MonkeyPatch, env_app: Any) -> Iterator[Any]:
+    """Route every WebshopInteraction client to ``env_app`` in-process; a clean episode registry."""
+    if not HAVE_VERL:
+        pytest.skip(NEEDS_VERL)
+    import httpx
+
+    from webshop_trainer import interaction
+
+    class InProcessClient(interaction.WebShopClient):
+        def __init__(self, base_url: str, **kwargs: Any) -> None:
+            super().__init__(base_url, transport=httpx.ASGITransport(app=env_app), **kwargs)
+
+    monkeypatch.setattr(interaction, "WebShopClient", InProcessClient)
+    interaction.EPISODES.clear()
+    yield env_app
+    interaction.EPISODES.clear()
+
+
+@pytest.fixture(scope="session")
+def expert_plans_generated(generated_catalog) -> dict[int, list[str]]:
+    """Train-split synthetic goals of the generated catalog whose expert plan reaches reward 1.0."""
+    from webshop_env.core.env import WebShopEnv
+    from webshop_env.core.oracle import expert_actions, run_actions
+
+    env = WebShopEnv(generated_catalog)
+    plans: dict[int, list[str]] = {}
+    for goal in range(1500, 1700):
+        actions = expert_actions(env, goal, "synthetic")
+        if actions and run_actions(env, goal, actions, "synthetic")[-1].reward == 1.0:
+            plans[goal] = actions
+        if len(plans) >= 5:
+            break
+    assert plans, "no goal of the generated catalog is solvable by the expert"
+    return plans

@@ -1,0 +1,149 @@
+"""The training configs compose as main_ppo would, pass verl's checks, and misspellings are caught."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
+)
+
+from webshop_trainer.cli import main, train_command, train_environment
+from webshop_trainer.preflight import check_training_config, compose_training_config
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+
+
+@pytest.fixture(autouse=True)
+def interaction_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEBSHOP_INTERACTION_CONFIG", str(CONFIGS / "webshop_interaction.yaml"))
+
+
+@pytest.mark.parametrize("name", ["webshop_grpo_test", "webshop_grpo_train"])
+def test_repository_configs_are_valid(name: str) -> None:
+    report = check_training_config(name, directory=CONFIGS)
+    assert report["valid"], report["errors"]
+
+
+def test_test_and_full_runs_have_the_seed_guide_sizes() -> None:
+    _, test = compose_training_config("webshop_grpo_test", directory=CONFIGS)
+    _, full = compose_training_config("webshop_grpo_train", directory=CONFIGS)
+    assert (test.data.train_batch_size, test.actor_rollout_ref.rollout.n, test.trainer.total_epochs) == (
+        8,
+        2,
+        1,
+    )
+    assert (
+        test.trainer.n_gpus_per_node == 1 and test.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+    )
+    assert (full.data.train_batch_size, full.actor_rollout_ref.rollout.n, full.trainer.total_epochs) == (
+        128,
+        4,
+        15,
+    )
+    assert full.actor_rollout_ref.actor.optim.lr == 5e-7
+    assert full.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == 25
+    assert (
+        full.actor_rollout_ref.actor.fsdp_config.param_offload
+        and full.actor_rollout_ref.actor.fsdp_config.optimizer_offload
+    )
+    assert (
+        full.actor_rollout_ref.model.enable_gradient_checkpointing
+        and full.actor_rollout_ref.model.enable_activation_offload
+    )
+    for config in (test, full):
+        assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "tool_agent"
+        assert config.algorithm.adv_estimator == "grpo"
+        assert config.reward.custom_reward_function.path == "pkg://webshop_trainer.reward"
+        assert "file" in config.trainer.logger and "tensorboard" in config.trainer.logger
+
+
+def test_environment_variables_size_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEBSHOP_N_GPUS", "4")
+    monkeypatch.setenv("WEBSHOP_TRAIN_BATCH_SIZE", "16")
+    monkeypatch.setenv("WEBSHOP_MODEL_PATH", "/models/m")
+    monkeypatch.setenv("WEBSHOP_OUTPUT_DIR", "/out")
+    _, config = compose_training_config("webshop_grpo_test", directory=CONFIGS)
+    assert config.trainer.n_gpus_per_node == 4 and config.data.train_batch_size == 16
+    assert config.actor_rollout_ref.model.path == "/models/m"
+    assert config.trainer.default_local_dir == "/out/webshop_grpo_test/checkpoints"
+
+
+def test_misspelled_keys_are_rejected(tmp_path: Path) -> None:
+    text = (CONFIGS / "webshop_grpo_test.yaml").read_text()
+    text = text.replace("    enable_gradient_checkpointing: true\n",
+                        "    enable_gradient_checkpointing: true\n    enable_activation_offloading: true\n")  # fmt: skip
+    text = text.replace("  total_epochs: 1\n", "  total_epochs: 1\n  learning_rate: 1.0e-06\n")
+    (tmp_path / "webshop_grpo_test.yaml").write_text(text)
+    report = check_training_config("webshop_grpo_test", directory=tmp_path)
+    assert not report["valid"]
+    unknown = [e for e in report["errors"] if e.startswith("unknown key")]
+    assert any(e.endswith("actor_rollout_ref.model.enable_activation_offloading") for e in unknown)
+    assert any(e.endswith("trainer.learning_rate") for e in unknown)
+
+
+def test_batch_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEBSHOP_N_GPUS", "3")
+    monkeypatch.setenv("WEBSHOP_PPO_MINI_BATCH_SIZE", "16")
+    report = check_training_config("webshop_grpo_test", directory=CONFIGS)
+    errors = "\n".join(report["errors"])
+    assert "not divisible by the GPU count 3" in errors
+    assert "ppo_mini_batch_size = 16 is larger than data.train_batch_size = 8" in errors
+
+
+def test_agent_worker_divisibility(tmp_path: Path) -> None:
+    text = (
+        (CONFIGS / "webshop_grpo_test.yaml")
+        .read_text()
+        .replace("      num_workers: 4\n", "      num_workers: 5\n")
+    )
+    (tmp_path / "webshop_grpo_test.yaml").write_text(text)
+    report = check_training_config("webshop_grpo_test", directory=tmp_path)
+    assert any("rollout.agent.num_workers = 5" in e for e in report["errors"])
+
+
+def test_single_turn_default_is_rejected(tmp_path: Path) -> None:
+    text = (CONFIGS / "webshop_grpo_test.yaml").read_text().replace("default_agent_loop: tool_agent",
+                                                                     "default_agent_loop: single_turn_agent")  # fmt: skip
+    (tmp_path / "webshop_grpo_test.yaml").write_text(text)
+    report = check_training_config("webshop_grpo_test", directory=tmp_path)
+    assert any("silently run single-turn" in e for e in report["errors"])
+
+
+def test_interaction_config_in_the_guides_format_is_rejected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "interaction.yaml"
+    bad.write_text(
+        "interaction:\n  - name: webshop\n    _target_: webshop_trainer.interaction.WebshopInteraction\n"
+    )
+    monkeypatch.setenv("WEBSHOP_INTERACTION_CONFIG", str(bad))
+    report = check_training_config("webshop_grpo_test", directory=CONFIGS)
+    assert any("lacks class_name, config" in e for e in report["errors"])
+
+
+def test_train_launcher_command_and_output_layout(tmp_path: Path) -> None:
+    command = train_command("full", ["trainer.total_epochs=1"], CONFIGS)
+    assert command[1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert command[command.index("--config-path") + 1] == str(CONFIGS.resolve())
+    assert (
+        command[command.index("--config-name") + 1] == "webshop_grpo_train"
+        and command[-1] == "trainer.total_epochs=1"
+    )
+    env = train_environment("test", tmp_path, "exp1", CONFIGS)
+    assert env["VERL_FILE_LOGGER_PATH"] == str(tmp_path / "exp1" / "metrics" / "metrics.jsonl")
+    assert env["TENSORBOARD_DIR"] == str(tmp_path / "exp1" / "logs" / "tensorboard")
+    assert all((tmp_path / "exp1" / d).is_dir() for d in ("logs", "checkpoints", "metrics"))
+    assert main(["train", "--config", "test", "--dry-run", "--output-dir", str(tmp_path)]) == 0
+
+
+def test_configs_copy_is_self_contained(tmp_path: Path) -> None:
+    """The configs compose from any absolute directory (as in the Docker image), not only from the checkout."""
+    for name in ("webshop_grpo_test.yaml", "webshop_grpo_train.yaml"):
+        shutil.copy(CONFIGS / name, tmp_path / name)
+    _, config = compose_training_config("webshop_grpo_train", directory=tmp_path)
+    assert config.data.train_batch_size == 128

@@ -1,0 +1,79 @@
+"""The preflight end to end: configs, data, a real local cluster (replicas + nginx) and verl's agent loop on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+
+def nginx_available() -> bool:
+    return shutil.which("nginx") is not None or any(os.access(p, os.X_OK) for p in ("/usr/sbin/nginx",))
+
+
+@pytest.mark.skipif(not nginx_available(), reason="nginx not installed: run `make nginx`")
+def test_preflight_passes(generated_catalog_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "preflight"
+    env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}  # never reuse a developer's service
+    result = subprocess.run(
+        [sys.executable, "-m", "webshop_trainer.cli", "preflight", "--catalog", str(generated_catalog_dir),
+         "--out", str(out), "--fresh-cluster"],
+        capture_output=True, text=True, env=env, timeout=540,
+    )  # fmt: skip
+    summary_path = out / "summary.json"
+    assert summary_path.exists(), result.stderr[-4000:]
+    summary = json.loads(summary_path.read_text())
+    assert result.returncode == 0, json.dumps(
+        {k: summary.get(k) for k in ("errors", "checks", "traceback")}, indent=1
+    )
+    assert summary["ok"] and summary["config_valid"]
+    assert set(summary["configs"]) == {"test", "full"}
+    assert summary["rollouts"] == 8 and summary["oracle_rollouts"] == 8
+    assert summary["mean_reward"] is not None and 0.0 <= summary["mean_reward"] <= 1.0
+    assert summary["oracle_mean_reward"] == 1.0 and summary["oracle"]["success_rate"] == 1.0
+    assert summary["leaked_states"] == 0 and summary["states"]["opened"] == 16
+    assert summary["cluster"]["reused"] is False
+    assert all(summary["checks"].values())
+    assert isinstance(summary["seconds"], float)
+    assert not (out / "cluster" / "pids.json").exists()  # the cluster it started is stopped again
+
+
+def test_a_running_service_with_the_same_catalog_is_reused(tmp_path: Path) -> None:
+    """No cluster is started when the service at the URL already serves this catalog (checked by fingerprint)."""
+    import http.server
+    import threading
+
+    from webshop_trainer.preflight import start_or_reuse_cluster
+
+    class Info(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"fingerprint": "abc123"}).encode()
+            self.send_response(200 if self.path == "/v1/info" else 404)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Info)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        cluster = start_or_reuse_cluster(tmp_path / "catalog", "abc123", tmp_path / "run", url)
+        assert cluster.reused and cluster.url == url.rstrip("/") and cluster.stop is None
+    finally:
+        server.shutdown()
+        server.server_close()

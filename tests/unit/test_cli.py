@@ -50,5 +50,5 @@ def test_errors_are_one_clear_line(conformance_catalog_dir: Path, args: list[str
 def test_help_explains_every_command() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in ("catalog", "episode", "play", "solve", "bench"):
+    for command in ("catalog", "episode", "play", "solve", "bench", "serve", "bench-http"):
         assert command in result.stdout

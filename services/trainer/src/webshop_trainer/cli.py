@@ -157,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=_tiny_model)
+
+    from .eval_cli import add_commands  # `eval` and `report` (evaluation package)
+
+    add_commands(commands)
     return parser
 
 

@@ -77,12 +77,14 @@ class Runtime:
 
     # ---- native payloads -------------------------------------------------------------------------------
     def reset_payload(self, step: Step) -> dict[str, Any]:
+        goal = self.env.goal(step.state.goal_set, step.state.goal)
         return {
             "observation": step.observation,
             "instruction": step.instruction,
             "available_actions": step.available_actions,
             "state": self.codec.encode(step.state),
-            "info": {**step.info, "goal": step.state.goal, "goal_set": step.state.goal_set},
+            # the category lets eval break results down without a copy of the catalog
+            "info": {**step.info, "goal": goal.index, "goal_set": goal.goal_set, "category": goal.category},
         }
 
     def step_payload(self, step: Step, truncated: bool) -> dict[str, Any]:

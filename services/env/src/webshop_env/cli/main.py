@@ -1,4 +1,4 @@
-"""``webshop-env``: build catalogs, play and check episodes, benchmark, and serve the environment.
+"""webshop-env: build catalogs, play and check episodes, benchmark, and serve the environment.
 
 Run ``webshop-env COMMAND --help`` for each command's options.
 """
@@ -227,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=2000, help="timed steps per kind (default 2000)")
     p.add_argument("--json", action="store_true", help="JSON output (the only format; kept for clarity)")
     p.set_defaults(func=cmd_bench)
+
+    from .serve import add_commands as add_serve_commands
+
+    add_serve_commands(commands)  # serve, bench-http
     return parser
 
 

@@ -18,15 +18,15 @@ export CATALOG_DIR
 STAMP := $(VENV)/.installed
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
-.PHONY: help setup nginx data test test-fast lint format up-local down-local status-local bench clean
+.PHONY: help setup nginx chromium data test lint format up-local down-local status-local preflight bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): constraints.txt requirements-dev.txt services/env/pyproject.toml
+$(STAMP): constraints.txt requirements-dev.txt services/env/pyproject.toml services/trainer/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt -e services/env -r requirements-dev.txt
+	$(PIP) install --quiet -c constraints.txt -e services/env -e services/trainer -r requirements-dev.txt
 	touch $(STAMP)
 
 setup: $(STAMP) ## create .venv/ and install everything (idempotent)
@@ -35,13 +35,17 @@ nginx: ## install nginx (Debian package) when it is missing
 	@command -v nginx >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq nginx >/dev/null; }
 	@nginx -v
 
+chromium: ## install headless Chromium (Debian package) for the report tests, when it is missing
+	@command -v chromium >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq chromium >/dev/null; }
+	@chromium --version
+
 $(CATALOG_DIR)/manifest.json: | $(STAMP)
 	$(VENV)/bin/webshop-env catalog generate --products $(CATALOG_PRODUCTS) --seed $(CATALOG_SEED) --out $(RAW_DIR)
 	$(VENV)/bin/webshop-env catalog prepare --raw $(RAW_DIR) --out $(CATALOG_DIR)
 
 data: $(CATALOG_DIR)/manifest.json ## generate and prepare the bundled catalog at $(CATALOG_DIR)
 
-test: setup nginx ## run the whole test suite
+test: setup nginx chromium ## run the whole test suite
 	$(VENV)/bin/pytest
 
 lint: setup ## ruff (lint + format check)
@@ -60,6 +64,9 @@ down-local: ## stop what up-local started
 
 status-local: ## show the local cluster
 	$(PY) scripts/local_cluster.py status
+
+preflight: setup nginx data ## CPU checks of the verl path (configs, data, env cluster, agent loop) -> outputs/preflight/summary.json
+	$(VENV)/bin/webshop-train preflight --catalog $(CATALOG_DIR)
 
 bench: setup data ## in-process simulator benchmark (JSON)
 	$(VENV)/bin/webshop-env bench --catalog $(CATALOG_DIR) --json

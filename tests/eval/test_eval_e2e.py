@@ -46,7 +46,8 @@ def test_expert_solves_the_bundled_catalog(expert_run: Any) -> None:
     assert m["invalid_action_rate"] == 0.0
     assert m["policy"] == {"name": "expert", "plan_source": "server"}
     assert m["config"]["split"] == "test" and m["config"]["max_turns"] == 15
-    assert m["catalog"]["categories_from"].startswith("unknown")  # no --catalog and the server does not say
+    assert m["catalog"]["categories_from"] == "server"  # no --catalog: the reset responses carry them
+    assert "unknown" not in m["by_category"]
     on_disk = json.loads(expert_run.metrics_path.read_text())
     assert on_disk["score"] == pytest.approx(m["score"])
     assert expert_run.report_path.exists()

@@ -16,7 +16,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_solve_then_replay_the_actions_as_an_episode(conformance_catalog_dir: Path) -> None:
-    solved = run_cli("solve", "--catalog", str(conformance_catalog_dir), "--goal", "12", "--goal-set", "human")
+    solved = run_cli(
+        "solve", "--catalog", str(conformance_catalog_dir), "--goal", "12", "--goal-set", "human"
+    )
     assert solved.returncode == 0, solved.stderr
     actions = solved.stdout.split("\n")[:-1]
     assert actions[0].startswith("search[") and actions[-1] == "click[buy now]"

@@ -18,6 +18,9 @@ from __future__ import annotations
 import re
 
 ACTION_NAMES = ("search", "click")
+# What is sent to the env for a reply with no parseable action: the env treats it as an invalid action
+# (page unchanged, reward 0, one more step), so the step counter and step limit stay the server's.
+UNPARSEABLE_ACTION = "noop[no action in reply]"
 
 # One action: name, optional spaces, [argument without brackets or newlines].
 _ACTION = re.compile(r"\b(search|click)\s*\[([^\[\]\n]*)\]", re.IGNORECASE)

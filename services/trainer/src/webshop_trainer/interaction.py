@@ -34,14 +34,10 @@ from verl.interactions.base import BaseInteraction
 from webshop_env.client import WebShopClient, WebShopRequestError, WebShopUnavailable
 
 from . import prompts
-from .actions import extract_action
+from .actions import UNPARSEABLE_ACTION, extract_action
 from .config import InteractionSettings
 
 logger = logging.getLogger(__name__)
-
-# What is sent to the env for a reply with no parseable action: the env treats it as an invalid action
-# (page unchanged, reward 0, one more step), so the step counter and step limit stay the server's.
-UNPARSEABLE_ACTION = "noop[no action in reply]"
 
 
 class TurnScore(float):

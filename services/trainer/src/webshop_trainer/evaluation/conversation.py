@@ -15,11 +15,6 @@ from typing import Any
 from webshop_trainer import prompts
 from webshop_trainer.actions import extract_action
 
-try:  # the interaction's constant; it lives in actions.py once moved there (interaction.py imports verl)
-    from webshop_trainer.actions import UNPARSEABLE_ACTION  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - until then, the same value as interaction.UNPARSEABLE_ACTION
-    UNPARSEABLE_ACTION = "noop[no action in reply]"
-
 
 @dataclass
 class Conversation:

@@ -269,7 +269,8 @@ class OpenAIPolicy(Policy):
             self._http = None
 
     async def begin(self, first: Turn) -> EpisodeAgent:
-        from .conversation import UNPARSEABLE_ACTION, Conversation  # only LLM policies need the prompt
+        from ..actions import UNPARSEABLE_ACTION
+        from .conversation import Conversation  # only LLM policies need the prompt
 
         conversation = Conversation.start(
             first.instruction, first.observation, first.available_actions, self.max_observation_chars

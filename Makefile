@@ -57,13 +57,13 @@ format: setup ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format services tests scripts
 
 up-local: setup nginx data ## start REPLICAS env replicas + nginx on :$(WEBSHOP_PORT) in the background
-	$(PY) scripts/local_cluster.py up --replicas $(REPLICAS) --workers $(WORKERS) --catalog $(CATALOG_DIR) --port $(WEBSHOP_PORT)
+	$(PY) -m webshop_env.cluster up --replicas $(REPLICAS) --workers $(WORKERS) --catalog $(CATALOG_DIR) --port $(WEBSHOP_PORT)
 
 down-local: ## stop what up-local started
-	$(PY) scripts/local_cluster.py down
+	$(PY) -m webshop_env.cluster down
 
 status-local: ## show the local cluster
-	$(PY) scripts/local_cluster.py status
+	$(PY) -m webshop_env.cluster status
 
 preflight: setup nginx data ## CPU checks of the verl path (configs, data, env cluster, agent loop) -> outputs/preflight/summary.json
 	$(VENV)/bin/webshop-train preflight --catalog $(CATALOG_DIR)

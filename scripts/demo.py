@@ -31,17 +31,6 @@ if importlib.util.find_spec("webshop_trainer") is None:  # the eval code needs n
     sys.path.insert(0, str(REPO / "services" / "trainer" / "src"))
 
 
-def load_local_cluster() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "webshop_local_cluster", REPO / "scripts" / "local_cluster.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("webshop_local_cluster", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def ensure_catalog(catalog: Path, raw: Path, products: int, seed: int) -> None:
     """Generate and prepare the bundled catalog when ``catalog`` holds none (what ``make data`` does)."""
     if (catalog / "manifest.json").exists():
@@ -99,9 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
+    from webshop_env import cluster
     from webshop_trainer.evaluation.runner import EvalConfig, EvalError, PolicySpec, evaluate
 
-    cluster = load_local_cluster()
     started = time.monotonic()
     ensure_catalog(args.catalog.resolve(), args.raw.resolve(), args.products, args.catalog_seed)
     try:

@@ -13,36 +13,20 @@ Every request body is kept in ``requests`` for assertions on the exact messages.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import struct
-import sys
 import threading
 import zlib
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "eval-tests-state-secret-0123456789"
 SAMPLES = 60  # synthetic test goals 0..59 of the generated catalog: the expert buys 59 of them exactly
 _INSTRUCTION = re.compile(r"^Instruction: (.*)$", re.MULTILINE)
-
-
-def load_local_cluster() -> ModuleType:
-    """``scripts/local_cluster.py`` as a module (shared under the name the integration tests use)."""
-    name = "webshop_local_cluster"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "local_cluster.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class ScriptedChatServer:

@@ -21,7 +21,9 @@ sys.path.insert(0, str(HERE))
 if importlib.util.find_spec("webshop_trainer") is None:  # not installed: use the checkout
     sys.path.insert(0, str(HERE.parents[1] / "services" / "trainer" / "src"))
 
-from _eval_support import SAMPLES, SECRET, ScriptedChatServer, load_local_cluster  # noqa: E402
+from _eval_support import SAMPLES, SECRET, ScriptedChatServer  # noqa: E402
+
+from webshop_env import cluster as local_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +31,7 @@ def eval_cluster(
     generated_catalog_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
     """2 replicas + nginx on free ports serving the generated catalog; the ``local_cluster.up`` record."""
-    cluster = load_local_cluster()
+    cluster = local_cluster
     run_dir = tmp_path_factory.mktemp("eval-cluster")
     record = cluster.up(
         replicas=2,

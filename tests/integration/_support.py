@@ -2,45 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from webshop_env import cluster
+
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "integration-test-secret-0123456789"
 COMPAT_CAP = 50
-
-
-def load_local_cluster() -> ModuleType:
-    """``scripts/local_cluster.py`` as a module (scripts/ is not a package)."""
-    name = "webshop_local_cluster"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "local_cluster.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def http_status(url: str, timeout: float = 2.0) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except (OSError, urllib.error.URLError):
-        return None
 
 
 class Replica:
@@ -54,7 +30,7 @@ class Replica:
         workers: int = 1,
         base_env: Mapping[str, str] | None = None,
     ) -> None:
-        lc = load_local_cluster()
+        lc = cluster
         self.port = lc.free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -74,7 +50,7 @@ class Replica:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        while http_status(self.url + "/readyz") != 200:
+        while cluster.http_status(self.url + "/readyz") != 200:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"replica did not get ready; log:\n{self.log_path.read_text()[-3000:]}")

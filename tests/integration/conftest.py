@@ -1,6 +1,6 @@
 """Integration fixtures: real replica processes and a real nginx on free loopback ports.
 
-- ``cluster``: 2 replicas + nginx (``scripts/local_cluster.py``), the conformance catalog, for the session;
+- ``cluster``: 2 replicas + nginx (``webshop_env.cluster``), the conformance catalog, for the session;
 - ``replica``: one stand-alone replica (1 worker) with a small AgentGym session cap (50), for the session;
 - ``expert_plans``: goals whose expert episode reaches reward 1.0, computed in-process on the same catalog.
 
@@ -18,12 +18,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _support import COMPAT_CAP, Replica, load_local_cluster, start_cluster
+from _support import COMPAT_CAP, Replica, start_cluster
+
+from webshop_env import cluster as cluster_module
 
 
 @pytest.fixture(scope="session")
 def local_cluster() -> ModuleType:
-    return load_local_cluster()
+    return cluster_module
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
-from _support import load_local_cluster
 
+from webshop_env import cluster
 from webshop_env.client import WebShopClient, WebShopRequestError, WebShopUnavailable
 from webshop_env.client.transport import LeanTransport
 
@@ -16,7 +16,7 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[
 
 
 def closed_port_url() -> str:
-    return f"http://127.0.0.1:{load_local_cluster().free_ports(1)[0]}"
+    return f"http://127.0.0.1:{cluster.free_ports(1)[0]}"
 
 
 async def serve(handler: Handler) -> tuple[asyncio.AbstractServer, str, list[int]]:

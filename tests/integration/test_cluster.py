@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from _support import http_status, start_cluster
+from _support import start_cluster
 
 from webshop_env.client import WebShopClient, WebShopRequestError
+from webshop_env.cluster import http_status
 
 pytestmark = pytest.mark.cluster
 

@@ -102,7 +102,7 @@ def test_two_workers_share_an_ephemeral_secret_and_metrics(
         replica.stop()
 
 
-# ---- scripts/local_cluster.py ----------------------------------------------------------------------------
+# ---- webshop_env.cluster ----------------------------------------------------------------------------
 def test_nginx_template_renders_and_passes_nginx_t_as_non_root(local_cluster) -> None:
     with tempfile.TemporaryDirectory(prefix="webshop-nginx-") as directory:  # pytest's tmp dirs are root-only
         os.chmod(directory, 0o777)

@@ -18,9 +18,12 @@ from .core.env import Step, WebShopEnv
 from .core.oracle import expert_actions
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..1) of unsorted values; 0.0 for none."""
+    if not values:
+        return 0.0
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
 def _time_calls(fn: Callable[[int], Any], n: int) -> list[float]:
@@ -91,11 +94,11 @@ def bench_in_process(catalog_dir: Path, iterations: int = 2000, seed: int = 0) -
         "goal_set": goal_set,
         "goals": goals,
         "click_us_p50": round(statistics.median(clicks) * us, 1),
-        "click_us_p99": round(_percentile(clicks, 0.99) * us, 1),
+        "click_us_p99": round(percentile(clicks, 0.99) * us, 1),
         "search_ms_p50": round(statistics.median(searches) * ms, 3),
-        "search_ms_p99": round(_percentile(searches, 0.99) * ms, 3),
+        "search_ms_p99": round(percentile(searches, 0.99) * ms, 3),
         "purchase_us_p50": round(statistics.median(purchases) * us, 1),
-        "purchase_us_p99": round(_percentile(purchases, 0.99) * us, 1),
+        "purchase_us_p99": round(percentile(purchases, 0.99) * us, 1),
         "open_s": round(open_s, 3),
         "rss_mb": round(_rss_mb(), 1),
         "iterations": iterations,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
-import importlib.util
 import json
 import logging
 import os
@@ -37,7 +36,6 @@ from .config import (
     TRAINING_CONFIGS,
     config_dir,
     default_env_url,
-    repo_root,
 )
 
 logger = logging.getLogger(__name__)
@@ -265,21 +263,6 @@ def _get_json(url: str, timeout: float = 2.0) -> Any:
         return None
 
 
-def load_local_cluster() -> Any:
-    """``scripts/local_cluster.py`` loaded by path (verl installs an unrelated top-level ``scripts`` package)."""
-    root = repo_root()
-    path = (root / "scripts" / "local_cluster.py") if root else None
-    if path is None or not path.exists():
-        raise PreflightError(
-            "scripts/local_cluster.py not found: run the preflight from a checkout of the repository"
-        )
-    spec = importlib.util.spec_from_file_location("webshop_local_cluster", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[spec.name] = module  # type: ignore[union-attr]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 @dataclass
 class Cluster:
     url: str
@@ -298,7 +281,8 @@ def start_or_reuse_cluster(catalog_dir: Path, fingerprint: str, run_dir: Path, e
         if info:
             logger.warning("the service at %s serves another catalog (%s, not %s); starting a local cluster",
                            env_url, info.get("fingerprint"), fingerprint)  # fmt: skip
-    cluster = load_local_cluster()
+    from webshop_env import cluster
+
     run_dir.mkdir(parents=True, exist_ok=True)
     cluster.down(run_dir, quiet=True)  # a previous preflight that was killed
     try:

@@ -22,11 +22,12 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from ..bench import percentile
 
 APP_FACTORY = "webshop_env.api.app:create_app"
 DEFAULT_PORT = 36001
@@ -216,7 +217,6 @@ async def bench_http(
         await asyncio.gather(*(worker() for _ in range(min(concurrency, episodes))))
         seconds = time.perf_counter() - started
 
-    latencies.sort()
     return {
         "url": url,
         "episodes": episodes,
@@ -226,8 +226,8 @@ async def bench_http(
         "seconds": round(seconds, 3),
         "steps_per_s": round(counters["steps"] / seconds, 1) if seconds else 0.0,
         "requests_per_s": round((counters["steps"] + counters["resets"]) / seconds, 1) if seconds else 0.0,
-        "p50_ms": round(_percentile(latencies, 0.50) * 1000.0, 2),
-        "p99_ms": round(_percentile(latencies, 0.99) * 1000.0, 2),
+        "p50_ms": round(percentile(latencies, 0.50) * 1000.0, 2),
+        "p99_ms": round(percentile(latencies, 0.99) * 1000.0, 2),
         "errors": counters["errors"],
         "mean_reward": round(sum(rewards) / len(rewards), 4) if rewards else 0.0,
         "goal_set": name,
@@ -235,33 +235,8 @@ async def bench_http(
     }
 
 
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))]
-
-
-# ---- stand-alone entry point ----------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m webshop_env.cli.serve", description=__doc__.splitlines()[0]
-    )
-    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from ..catalog.store import CatalogError
-
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except CatalogError as error:
-        print(f"webshop-env: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
+# ---- stand-alone entry point (``python -m webshop_env.cli.serve serve ...``: the full CLI) ------------------
 if __name__ == "__main__":
+    from .main import main
+
     sys.exit(main())

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """The deployment topology on one machine, without Docker: N environment replicas behind a real nginx.
 
-    python scripts/local_cluster.py up --replicas 2 --catalog data/catalog    # ports 36101.. and 36003
-    python scripts/local_cluster.py status
-    python scripts/local_cluster.py down
+    python -m webshop_env.cluster up --replicas 2 --catalog data/catalog    # ports 36101.. and 36003
+    python -m webshop_env.cluster status
+    python -m webshop_env.cluster down
 
 ``up`` starts N ``webshop-env serve`` processes (``python -m webshop_env.cli.serve serve``, ports
 ``base-port``, ``base-port + 1``, ...) and nginx (Debian's binary, ``nginx -p RUN/nginx -c RUN/nginx.conf``,
@@ -40,7 +39,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+
+def _repo_root() -> Path:
+    """The checkout this package runs from (editable install), else the working directory."""
+    checkout = Path(__file__).resolve().parents[4]
+    return checkout if (checkout / "configs" / "nginx").is_dir() else Path.cwd()
+
+
+REPO = _repo_root()
 TEMPLATE = REPO / "configs" / "nginx" / "webshop.conf.template"
 DEFAULT_RUN_DIR = REPO / "run" / "local"
 PIDS = "pids.json"
@@ -77,13 +83,8 @@ def render_nginx_conf(values: Mapping[str, str], template: Path = TEMPLATE) -> s
 
 
 def python_binary() -> str:
-    """An interpreter that has ``webshop_env``: this one, else the repository's virtual environment."""
-    import importlib.util
-
-    if importlib.util.find_spec("webshop_env") is not None:
-        return sys.executable
-    venv = REPO / ".venv" / "bin" / "python"
-    return str(venv) if venv.exists() else sys.executable
+    """The interpreter running this module: it has ``webshop_env`` (the replicas import it)."""
+    return sys.executable
 
 
 def nginx_binary() -> str:
@@ -95,7 +96,8 @@ def nginx_binary() -> str:
     return found
 
 
-def _get(url: str, timeout: float = 1.0) -> int | None:
+def http_status(url: str, timeout: float = 1.0) -> int | None:
+    """The HTTP status of a GET, or None when nothing answers."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status
@@ -290,7 +292,7 @@ def _wait_ready(record: Mapping[str, Any], timeout: float) -> None:
                     f"{process['name']} (pid {process['pid']}) exited during start-up; its log "
                     f"{process['log']}:\n{_tail(Path(process['log']))}"
                 )
-            if _get(url) == 200:
+            if http_status(url) == 200:
                 pending.remove((process, url))
         if not pending:
             return
@@ -359,10 +361,10 @@ def status(run_dir: Path | str = DEFAULT_RUN_DIR) -> dict[str, Any] | None:
         return None
     for process in record["replicas"]:
         process["alive"] = _alive(process["pid"])
-        process["ready"] = _get(process["url"] + "/readyz") == 200
+        process["ready"] = http_status(process["url"] + "/readyz") == 200
     if record.get("nginx"):
         record["nginx"]["alive"] = _alive(record["nginx"]["pid"])
-        record["nginx"]["ready"] = _get(record["url"] + "/nginx-health") == 200
+        record["nginx"]["ready"] = http_status(record["url"] + "/nginx-health") == 200
     return record
 
 

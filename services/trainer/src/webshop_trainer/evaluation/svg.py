@@ -104,7 +104,7 @@ def hbar_chart(
     element_id: str | None = None,
 ) -> str:
     """Horizontal bars (one row per label), for per-category rates."""
-    left, right, top, row = 130, 70, 28, 22
+    left, right, top, row = 130, 96, 28, 22  # right: room for a note like "100.0 % of 1234"
     height = top + row * max(1, len(labels)) + 10
     plot_w = width - left - right
     parts = [_open(width, height, title, element_id), _title(title, width)]

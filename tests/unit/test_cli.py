@@ -54,3 +54,28 @@ def test_help_explains_every_command() -> None:
     assert result.returncode == 0
     for command in ("catalog", "episode", "play", "solve", "bench", "serve", "bench-http"):
         assert command in result.stdout
+
+
+def test_play_reads_actions_from_the_terminal(conformance_catalog_dir: Path) -> None:
+    solved = run_cli("solve", "--catalog", str(conformance_catalog_dir), "--goal", "3", "--goal-set", "human")
+    actions = solved.stdout.split("\n")[:-1]
+    command = [
+        sys.executable,
+        "-m",
+        "webshop_env.cli.main",
+        "play",
+        "--catalog",
+        str(conformance_catalog_dir),
+    ]
+    played = subprocess.run(
+        [*command, "--goal", "3", "--goal-set", "human"],
+        input="click[nothing here]\n" + "\n".join(actions) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert played.returncode == 0, played.stderr
+    assert "(invalid action: nothing happens)" in played.stdout
+    assert "Thank you for shopping with us!" in played.stdout
+    assert "reward 1.0" in played.stdout

@@ -245,6 +245,9 @@ def test_bad_input_is_4xx_json(api: TestClient) -> None:
     assert_error(api.post("/v1/step", json=[1, 2]), 422, "validation_error")
     assert_error(api.post("/v1/step", content=b"", headers=json_headers), 422, "validation_error")
     assert_error(api.post("/v1/reset", json={"goal": "three"}), 422, "validation_error")
+    assert_error(api.post("/v1/reset", json={"goal": True}), 422, "validation_error")
+    assert_error(api.post("/v1/step", json={"state": "x", "action": "search[" + "a" * 3000 + "]"}), 422,
+                 "validation_error")  # fmt: skip
     assert_error(api.post("/v1/reset", json={"goal": -1}), 404, "unknown_goal")
     assert_error(api.post("/v1/reset", json={"goal": 10**30}), 404, "unknown_goal")
     assert_error(api.post("/v1/reset", json={"goal": 1, "goal_set": "nope"}), 404, "unknown_goal")

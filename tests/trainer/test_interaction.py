@@ -74,6 +74,7 @@ def test_expert_episode_earns_one_and_frees_its_state(in_process_env, expert_pla
     assert [done for done, *_ in results] == [False] * (len(plan) - 1) + [True]
     done, message, score, metrics = results[-1]
     assert isinstance(score, TurnScore) and score == 1.0 and score.done and score.env_reward == 1.0
+    assert score.purchased and score.stepped
     assert message == prompts.EPISODE_DONE_MESSAGE
     assert metrics["steps"] == len(plan) and metrics["invalid_actions"] == 0
     first_message = results[0][1]
@@ -119,6 +120,7 @@ def test_refused_state_ends_the_trajectory_with_zero(in_process_env) -> None:
 
     done, message, score, metrics = run(turn())
     assert done and score == 0.0 and "env_error" in metrics and "ended the episode" in message
+    assert not score.purchased and not score.stepped
     assert len(EPISODES) == 0
 
 
@@ -176,6 +178,7 @@ def test_expired_episode_terminates_gracefully(in_process_env) -> None:
 
     done, _, score, metrics = run(main())
     assert done and score == 0.0 and metrics == {"expired": True}
+    assert not score.purchased and not score.stepped
 
 
 def test_registry_ttl_sweep() -> None:

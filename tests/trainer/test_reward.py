@@ -16,8 +16,8 @@ from webshop_trainer.reward import METRIC_KEYS, compute_score, episode_summary
 
 
 def turns(*specs: tuple[float, bool, bool]) -> list[TurnScore]:
-    """(value, invalid, done) -> TurnScore; the env reward is the value on the final turn."""
-    return [TurnScore(v, invalid=i, done=d, env_reward=v if d else 0.0) for v, i, d in specs]
+    """(value, invalid, done) -> TurnScore; a final turn is a purchase paying the value."""
+    return [TurnScore(v, invalid=i, done=d, env_reward=v if d else 0.0, purchased=d) for v, i, d in specs]
 
 
 def test_successful_episode() -> None:
@@ -44,10 +44,23 @@ def test_no_purchase_scores_zero() -> None:
 
 
 def test_penalty_lowers_the_score_but_not_the_env_reward() -> None:
-    scores = [TurnScore(-0.1, invalid=True), TurnScore(1.0, done=True, env_reward=1.0)]
+    scores = [TurnScore(-0.1, invalid=True), TurnScore(1.0, done=True, env_reward=1.0, purchased=True)]
     result = compute_score(extra_info={"turn_scores": scores})
     assert result["score"] == pytest.approx(0.9)
     assert result["env_reward"] == 1.0 and result["success"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        TurnScore(0.0, done=True),  # truncated by the server's step limit: a step, no purchase
+        TurnScore(0.0, done=True, stepped=False),  # the server refused the step, or the episode expired
+    ],
+)
+def test_endings_without_a_purchase_are_not_purchases(last: TurnScore) -> None:
+    result = compute_score(extra_info={"turn_scores": [TurnScore(0.0), last]})
+    assert result["purchased"] == 0.0 and result["env_reward"] == 0.0 and result["success"] == 0.0
+    assert result["steps"] == (2.0 if last.stepped else 1.0)
 
 
 def test_every_call_returns_the_same_keys_even_without_turns() -> None:
@@ -69,7 +82,7 @@ def test_turn_scores_survive_pickling_and_numpy_object_arrays() -> None:
     shipped = pickle.loads(pickle.dumps(np.array([{"turn_scores": original}], dtype=object)))[0]
     restored = shipped["turn_scores"]
     assert [float(s) for s in restored] == [0.0, 1.0]
-    assert [s.invalid for s in restored] == [True, False] and restored[-1].done
+    assert [s.invalid for s in restored] == [True, False] and restored[-1].done and restored[-1].purchased
     result = compute_score(extra_info={"turn_scores": np.array(restored, dtype=object)})
     assert result["success"] == 1.0 and result["invalid_actions"] == 1.0
 

@@ -311,15 +311,21 @@ def down(run_dir: Path | str = DEFAULT_RUN_DIR, grace: float = 10.0, quiet: bool
         if not quiet:
             print(f"nothing recorded in {run_dir / PIDS}: nothing to stop")
         return []
-    targets = [p for p in _processes(record) if _ours(p)]
+    processes = _processes(record)
+    targets = [p for p in processes if _ours(p)]
+    # A leader that is gone may leave workers in its process group; the group id cannot be reused while any
+    # member lives, so signalling the group is safe.
+    orphans = [p["pid"] for p in processes if not _alive(p["pid"])]
     for process in targets:
         _signal_group(process["pid"], signal.SIGTERM)
+    _signal_orphan_groups(orphans, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while any(_alive(p["pid"]) for p in targets) and time.monotonic() < deadline:
         time.sleep(0.1)
     for process in targets:
         if _alive(process["pid"]):
             _signal_group(process["pid"], signal.SIGKILL)
+    _signal_orphan_groups(orphans, signal.SIGKILL)
     for process in targets:
         _reap(process["pid"])
     (run_dir / PIDS).unlink(missing_ok=True)
@@ -349,6 +355,12 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
+def _signal_orphan_groups(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+
+
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
@@ -369,8 +381,9 @@ def status(run_dir: Path | str = DEFAULT_RUN_DIR) -> dict[str, Any] | None:
 
 
 def describe(record: Mapping[str, Any]) -> str:
+    nginx = record.get("nginx") or {}
     lines = [f"WebShop local cluster ({record['run_dir']}), catalog {record['catalog']}",
-             f"  balancer  {record['url']}   (nginx pid {record['nginx']['pid']})"]  # fmt: skip
+             f"  balancer  {record['url']}   (nginx pid {nginx.get('pid', 'not started')})"]  # fmt: skip
     for process in record["replicas"]:
         state = ""
         if "alive" in process:

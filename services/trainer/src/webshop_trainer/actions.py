@@ -16,6 +16,8 @@ own case is kept; the env lower-cases it. Anything else (no action, empty bracke
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 ACTION_NAMES = ("search", "click")
 # What is sent to the env for a reply with no parseable action: the env treats it as an invalid action
@@ -33,6 +35,11 @@ _SPECIAL = re.compile(
     re.IGNORECASE,
 )
 _FENCE = re.compile(r"^[ \t]*```[^\n]*$", re.MULTILINE)
+
+
+def step_was_valid(action: str | None, info: Mapping[str, Any]) -> bool:
+    """A turn is valid when the reply held an action and the env accepted it (``info.valid``)."""
+    return action is not None and bool(info.get("valid", True))
 
 
 def clean_reply(text: str) -> str:

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -100,12 +101,21 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     with open(log_path, "ab") as log, subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT) as process:  # fmt: skip
-        assert process.stdout is not None
-        for line in process.stdout:
-            sys.stdout.buffer.write(line)
-            sys.stdout.flush()
-            log.write(line)
-        return process.wait()
+        # Pass SIGTERM/SIGINT on to main_ppo (which shuts Ray down) instead of dying and leaving it on the GPUs.
+        def forward(signum: int, _frame: object) -> None:
+            process.send_signal(signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+                log.write(line)
+            return process.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,8 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM as an exception, so that ``finally`` blocks run (eval stops the sglang server it started)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     return int(args.func(args))
 
 

@@ -37,7 +37,11 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--goal-set", default=None, help="synthetic or human (default: the server's default)")
     p.add_argument("--max-samples", type=int, default=None, help="first N goals of the split (default: all)")
     p.add_argument(
-        "--max-turns", type=int, default=15, help="actions per episode; hitting it scores 0 (truncated)"
+        "--max-turns",
+        type=int,
+        default=15,
+        help="actions per episode; hitting it scores 0 (truncated). Match the training run's "
+        "multi_turn.max_assistant_turns (10 in the test config, 25 in the full one) to compare like with like",
     )
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight")
     p.add_argument("--seed", type=int, default=0, help="random policy / sampling / bootstrap seed")

@@ -34,35 +34,62 @@ from verl.interactions.base import BaseInteraction
 from webshop_env.client import WebShopClient, WebShopRequestError, WebShopUnavailable
 
 from . import prompts
-from .actions import UNPARSEABLE_ACTION, extract_action
+from .actions import UNPARSEABLE_ACTION, extract_action, step_was_valid
 from .config import InteractionSettings
 
 logger = logging.getLogger(__name__)
 
 
 class TurnScore(float):
-    """A turn's reward, carrying what happened in that turn (it pickles across Ray processes)."""
+    """A turn's reward, carrying what happened in that turn (it pickles across Ray processes).
+
+    ``purchased``: this turn bought something (the env paid a reward); ``stepped``: the env took a step (False
+    for a trajectory ended because its episode expired or the server refused it).
+    """
 
     invalid: bool
     done: bool
     env_reward: float
+    purchased: bool
+    stepped: bool
 
-    def __new__(cls, value: float, *, invalid: bool = False, done: bool = False, env_reward: float = 0.0):
+    def __new__(
+        cls,
+        value: float,
+        *,
+        invalid: bool = False,
+        done: bool = False,
+        env_reward: float = 0.0,
+        purchased: bool = False,
+        stepped: bool = True,
+    ):
         score = super().__new__(cls, value)
         score.invalid = invalid
         score.done = done
         score.env_reward = env_reward
+        score.purchased = purchased
+        score.stepped = stepped
         return score
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_turn_score, (float(self), self.invalid, self.done, self.env_reward))
+        return (
+            _turn_score,
+            (float(self), self.invalid, self.done, self.env_reward, self.purchased, self.stepped),
+        )
 
     def __repr__(self) -> str:
-        return f"TurnScore({float(self)!r}, invalid={self.invalid}, done={self.done}, env_reward={self.env_reward})"
+        return (
+            f"TurnScore({float(self)!r}, invalid={self.invalid}, done={self.done}, env_reward={self.env_reward}, "
+            f"purchased={self.purchased}, stepped={self.stepped})"
+        )
 
 
-def _turn_score(value: float, invalid: bool, done: bool, env_reward: float) -> TurnScore:
-    return TurnScore(value, invalid=invalid, done=done, env_reward=env_reward)
+def _turn_score(
+    value: float, invalid: bool, done: bool, env_reward: float, purchased: bool = False, stepped: bool = True
+) -> TurnScore:
+    return TurnScore(
+        value, invalid=invalid, done=done, env_reward=env_reward, purchased=purchased, stepped=stepped
+    )
 
 
 @dataclass
@@ -260,7 +287,12 @@ class WebshopInteraction(BaseInteraction):
         if episode is None:
             logger.warning("no WebShop episode for %s (expired after %.0f s idle, or already finished)",
                            instance_id, self.settings.state_ttl_s)  # fmt: skip
-            return True, "The episode has expired.", TurnScore(0.0, done=True), {"expired": True}
+            return (
+                True,
+                "The episode has expired.",
+                TurnScore(0.0, done=True, stepped=False),
+                {"expired": True},
+            )
         reply = prompts.last_assistant_text(messages)
         action = extract_action(reply)
         try:
@@ -274,7 +306,7 @@ class WebshopInteraction(BaseInteraction):
             return (
                 True,
                 f"The environment ended the episode: {error.detail}",
-                TurnScore(0.0, done=True),
+                TurnScore(0.0, done=True, stepped=False),
                 {"env_error": error.error},
             )
         except WebShopUnavailable:
@@ -282,7 +314,7 @@ class WebshopInteraction(BaseInteraction):
             raise
 
         info = result.get("info") or {}
-        valid = action is not None and bool(info.get("valid", True))
+        valid = step_was_valid(action, info)
         done = bool(result.get("done"))
         truncated = bool(info.get("truncated"))
         env_reward = float(result.get("reward") or 0.0)
@@ -292,7 +324,10 @@ class WebshopInteraction(BaseInteraction):
         episode.unparseable += 1 if action is None else 0
         episode.reward = env_reward if done else episode.reward
         penalty = self.settings.invalid_action_penalty if action is None else 0.0
-        score = TurnScore(env_reward - penalty, invalid=not valid, done=done, env_reward=env_reward)
+        purchased = done and "reward_info" in info  # not a truncation: the env paid for a purchase
+        score = TurnScore(
+            env_reward - penalty, invalid=not valid, done=done, env_reward=env_reward, purchased=purchased
+        )
         message = prompts.step_message(
             result.get("observation", ""),
             result.get("available_actions") or {},

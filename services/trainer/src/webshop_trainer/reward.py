@@ -25,6 +25,11 @@ from typing import Any
 METRIC_KEYS = ("score", "env_reward", "success", "purchased", "steps", "invalid_actions", "invalid_rate")
 
 
+def is_success(reward: float) -> bool:
+    """WebShop's success: the purchase earned the full reward (1.0, up to float rounding)."""
+    return reward >= 1.0 - 1e-9
+
+
 def _as_float(value: Any) -> float:
     try:
         number = float(value)
@@ -36,12 +41,12 @@ def _as_float(value: Any) -> float:
 def episode_summary(turn_scores: Sequence[Any] | None) -> dict[str, float]:
     """Score and metrics of one trajectory from its ``turn_scores`` (``TurnScore`` or plain floats)."""
     scores = list(turn_scores) if turn_scores is not None else []
-    steps = len(scores)
+    steps = sum(1 for s in scores if getattr(s, "stepped", True))
     score = sum(_as_float(s) for s in scores)
     finals = [s for s in scores if getattr(s, "done", False)]
-    if finals:
+    if finals:  # TurnScores: the last turn says whether it was a purchase (not a truncation or an error)
         env_reward = _as_float(getattr(finals[-1], "env_reward", finals[-1]))
-        purchased = 1.0
+        purchased = 1.0 if getattr(finals[-1], "purchased", False) else 0.0
     else:  # plain floats: only the purchase step earns a non-zero env reward
         env_reward = max((_as_float(s) for s in scores), default=0.0)
         env_reward = max(env_reward, 0.0)
@@ -50,7 +55,7 @@ def episode_summary(turn_scores: Sequence[Any] | None) -> dict[str, float]:
     return {
         "score": score,
         "env_reward": env_reward,
-        "success": 1.0 if env_reward == 1.0 else 0.0,
+        "success": 1.0 if is_success(env_reward) else 0.0,
         "purchased": purchased,
         "steps": float(steps),
         "invalid_actions": float(invalid),

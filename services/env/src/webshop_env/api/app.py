@@ -44,6 +44,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         catalog = open_catalog(settings.catalog)
         app.state.runtime = Runtime(settings, catalog, secret, metrics)
+        for name, goal_set in (("DEFAULT_GOAL_SET", settings.default_goal_set),
+                               ("COMPAT_GOAL_SET", settings.compat_goal_set)):  # fmt: skip
+            if goal_set not in catalog.goal_sets:
+                log.warning(
+                    f"WEBSHOP_{name}={goal_set!r} but this catalog has only {catalog.goal_sets}: requests that "
+                    "rely on the default will get 404 unknown_goal; set the variable to one of those"
+                )
         log.info(
             "catalog open",
             extra={"fields": {"catalog": str(settings.catalog), "fingerprint": catalog.fingerprint,

@@ -12,8 +12,9 @@ the query string. Differences from the original, all on error paths or additions
   and fails after a purchase);
 - a step after the purchase, or past the step limit, answers 409 ``episode_finished``.
 
-Sessions live in this worker process (``compat_sessions``): AgentGym clients must talk to one replica with
-one worker, or go through the balancer's sticky compat route (``configs/nginx/webshop.conf.template``).
+Sessions live in this worker process (``compat_sessions``): AgentGym clients must reach the same process on
+every call, i.e. a replica started with ``--workers 1``, directly or through the balancer's sticky compat
+route (``configs/nginx/webshop.conf.template``, sticky per client address, so per replica, not per worker).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from starlette.responses import Response
 
 from .compat_sessions import UnknownSession
 from .errors import ApiError
-from .routes_native import ERRORS, AvailableActions, json_response, runtime_of, utf8_text
+from .routes_native import ERRORS, MAX_ACTION_CHARS, AvailableActions, json_response, runtime_of, utf8_text
 
 router = APIRouter(tags=["agentgym"])
 
@@ -40,7 +41,7 @@ class CompatReset(BaseModel):
 
 class CompatStep(BaseModel):
     env_idx: int | None = None
-    action: str
+    action: str = Field(max_length=MAX_ACTION_CHARS)
 
     _check_action = field_validator("action")(utf8_text)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, StrictInt, field_validator
 from starlette.responses import Response
 
 from ..core.env import EnvError
@@ -21,6 +21,9 @@ from .tokens import TokenError
 router = APIRouter(prefix="/v1", tags=["native"])
 
 Split = Literal["train", "eval", "test"]
+# Longer actions are no real action (an instruction is ~300 characters); the cap also bounds what a query can
+# make the search cache hold.
+MAX_ACTION_CHARS = 2048
 
 
 def runtime_of(request: Request) -> Runtime:
@@ -46,14 +49,14 @@ def utf8_text(value: str) -> str:
 
 # ---- models (request validation and the OpenAPI schema) --------------------------------------------------
 class ResetRequest(BaseModel):
-    goal: int = Field(description="global goal index (the original's session id)")
+    goal: StrictInt = Field(description="global goal index (the original's session id)")
     goal_set: str | None = Field(default=None, description="goal list; default: the server's default")
     split: Split | None = Field(default=None, description="if given, the goal must lie in this split")
 
 
 class StepRequest(BaseModel):
     state: str = Field(description="the `state` token of the previous response, unchanged")
-    action: str = Field(description="`search[keywords]` or `click[label]`")
+    action: str = Field(max_length=MAX_ACTION_CHARS, description="`search[keywords]` or `click[label]`")
 
     _check_action = field_validator("action")(utf8_text)
 

@@ -219,7 +219,10 @@ class LeanTransport(httpx.AsyncBaseTransport):
         for name, value in headers:
             lowered = name.lower()
             if lowered == b"content-length":
-                length = int(value)
+                try:
+                    length = int(value)
+                except ValueError:
+                    raise httpx.RemoteProtocolError("malformed Content-Length", request=request) from None
             elif lowered == b"transfer-encoding":
                 chunked = b"chunked" in value.lower()
             elif lowered == b"connection":

@@ -2,8 +2,9 @@
 
 Everything here delegates to the trainer's own modules: ``webshop_trainer.prompts`` (system prompt, first
 user turn, the user turn after each step) and ``webshop_trainer.actions`` (action extraction), and it sends
-what ``WebshopInteraction`` sends for a reply without an action, so an evaluation measures the model under
-the very conditions GRPO optimised it for. Keep it that way: no prompt text or parsing rule of its own.
+what ``WebshopInteraction`` sends for a reply without an action, so an evaluation sees the same prompts and
+parsing as training (the turn budget is eval's own ``--max-turns``: 15 by default, where the training configs
+allow 10 (test) and 25 (full)). Keep it that way: no prompt text or parsing rule of its own.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..reward import is_success
+
 Z95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 2000
 REWARD_BINS = 10  # [0, 0.1), ..., [0.9, 1.0), plus an exact-1.0 bin (success) kept apart
@@ -49,10 +51,6 @@ def bootstrap_mean_interval(
     low = means[max(0, math.floor(alpha * resamples))]
     high = means[min(resamples - 1, math.ceil((1 - alpha) * resamples) - 1)]
     return float(low), float(high)
-
-
-def is_success(reward: float) -> bool:
-    return reward >= 1.0 - 1e-9
 
 
 def reward_histogram(rewards: Iterable[float], bins: int = REWARD_BINS) -> dict[str, list[Any]]:

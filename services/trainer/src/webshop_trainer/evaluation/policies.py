@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx
 
+from webshop_env.cluster import free_ports
+
 POLICIES = ("expert", "random", "openai", "checkpoint")
 
 
@@ -440,7 +442,7 @@ class CheckpointPolicy(OpenAIPolicy):
         **openai: Any,
     ) -> None:
         self.model_path = Path(model_path)
-        self.port = port or _free_port()
+        self.port = port or free_ports(1)[0]
         self.python = python
         self.startup_timeout = startup_timeout
         self.server_args = list(server_args)
@@ -520,11 +522,3 @@ class CheckpointPolicy(OpenAIPolicy):
             "model_path": str(self.model_path),
             "server_args": self.server_args,
         }
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

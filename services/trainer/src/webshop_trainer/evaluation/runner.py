@@ -27,8 +27,10 @@ from typing import Any
 
 from webshop_env.client import WebShopClient, WebShopError, WebShopRequestError, WebShopUnavailable
 
+from ..actions import step_was_valid
 from ..config import default_env_url
-from .metrics import UNKNOWN_CATEGORY, is_success, summarize
+from ..reward import is_success
+from .metrics import UNKNOWN_CATEGORY, summarize
 from .policies import (
     CheckpointPolicy,
     ContextLengthExceeded,
@@ -355,7 +357,7 @@ class _Runner:
             unparsed += decision.action is None
             result = await self.client.step(state, decision.env_action)
             state = result["state"]
-            valid = decision.action is not None and bool(result["info"].get("valid", True))
+            valid = step_was_valid(decision.action, result["info"])
             invalid += not valid
             steps.append(
                 {

@@ -18,7 +18,7 @@ export CATALOG_DIR
 STAMP := $(VENV)/.installed
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
-.PHONY: help setup nginx chromium data test lint format up-local down-local status-local preflight bench clean
+.PHONY: help setup nginx chromium lucene data test lint format up-local down-local status-local preflight bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
@@ -45,7 +45,13 @@ $(CATALOG_DIR)/manifest.json: | $(STAMP)
 
 data: $(CATALOG_DIR)/manifest.json ## generate and prepare the bundled catalog at $(CATALOG_DIR)
 
-test: setup nginx chromium ## run the whole test suite
+lucene: ## install Lucene 8 jars (Debian liblucene8-java) for the search cross-check against real Lucene, if a JDK is here
+	@if command -v javac >/dev/null 2>&1 && ! ls /usr/share/java/lucene-core-8*.jar >/dev/null 2>&1; then \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq liblucene8-java >/dev/null; \
+	fi
+	@ls /usr/share/java/lucene-core-8*.jar 2>/dev/null || echo "no JDK: the Lucene cross-check tests will be skipped"
+
+test: setup nginx chromium lucene ## run the whole test suite
 	$(VENV)/bin/pytest
 
 lint: setup ## ruff (lint + format check)

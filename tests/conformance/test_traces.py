@@ -73,3 +73,36 @@ def test_episode_replays_identically(conformance_catalog, goal_set: str, episode
             assert "reward_info" not in step.info, where
         if step.done:
             assert number == len(rest), "the recording goes on after a purchase"
+
+
+def _difflib_ratio(a: str, b: str) -> int:
+    """thefuzz 0.19's ratio without python-Levenshtein: difflib's SequenceMatcher."""
+    import difflib
+
+    if a == b:
+        return 100
+    if not a or not b:
+        return 0
+    return round(100 * difflib.SequenceMatcher(None, a, b).ratio())
+
+
+def test_both_fuzzy_backends_score_the_recorded_episodes_alike(conformance_catalog, monkeypatch) -> None:
+    """docs/deviations.md #9: the difflib backend gives the same rewards on every recorded purchase."""
+    from webshop_env.core import fuzz
+
+    fuzz._token_set_ratio_processed.cache_clear()
+    monkeypatch.setattr(fuzz, "ratio", _difflib_ratio)
+    try:
+        env = WebShopEnv(conformance_catalog)
+        purchases = 0
+        for goal_set, _, episode in EPISODES:
+            step = env.reset(episode["goal"], goal_set=goal_set)
+            for expected in episode["steps"][1:]:
+                step = env.step(step.state, expected["action"])
+                if "verbose_info" in expected:
+                    purchases += 1
+                    assert step.reward == expected["reward"]
+                    assert step.info["reward_info"] == expected["verbose_info"]
+        assert purchases > 0
+    finally:
+        fuzz._token_set_ratio_processed.cache_clear()

@@ -134,7 +134,7 @@ def test_train_launcher_command_and_output_layout(tmp_path: Path) -> None:
         command[command.index("--config-name") + 1] == "webshop_grpo_train"
         and command[-1] == "trainer.total_epochs=1"
     )
-    env = train_environment("test", tmp_path, "exp1", CONFIGS)
+    env = train_environment(tmp_path, "exp1", CONFIGS)
     assert env["VERL_FILE_LOGGER_PATH"] == str(tmp_path / "exp1" / "metrics" / "metrics.jsonl")
     assert env["TENSORBOARD_DIR"] == str(tmp_path / "exp1" / "logs" / "tensorboard")
     assert all((tmp_path / "exp1" / d).is_dir() for d in ("logs", "checkpoints", "metrics"))

@@ -70,7 +70,7 @@ def train_command(config: str, overrides: Sequence[str], directory: Path) -> lis
             "--config-name", TRAINING_CONFIGS[config], *overrides]  # fmt: skip
 
 
-def train_environment(config: str, output_root: Path, experiment: str, directory: Path) -> dict[str, str]:
+def train_environment(output_root: Path, experiment: str, directory: Path) -> dict[str, str]:
     """Where verl's loggers write: ``<output_root>/<experiment>/{logs,checkpoints,metrics}``."""
     run = output_root.resolve() / experiment
     for sub in ("logs", "checkpoints", "metrics"):
@@ -89,7 +89,7 @@ def _train(args: argparse.Namespace) -> int:
     directory = (args.config_dir or config_dir()).resolve()
     experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or TRAINING_CONFIGS[args.config]
     output_root = Path(args.output_dir or os.environ.get("WEBSHOP_OUTPUT_DIR") or "outputs")
-    env = {**os.environ, **train_environment(args.config, output_root, experiment, directory)}
+    env = {**os.environ, **train_environment(output_root, experiment, directory)}
     overrides = list(args.overrides)
     if env.get("WANDB_API_KEY") and not any(o.startswith("trainer.logger=") for o in overrides):
         overrides.append("trainer.logger=[console,file,tensorboard,wandb]")

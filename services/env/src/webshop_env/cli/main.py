@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from ..core.goals import GOAL_SETS
 from ..settings import default_catalog_dir
 
 
@@ -34,7 +35,7 @@ def _goal_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--goal-set",
         default="synthetic",
-        choices=["synthetic", "human"],
+        choices=list(GOAL_SETS),
         help="goal list (default: synthetic)",
     )
 

@@ -19,7 +19,7 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{cluster.free_ports(1)[0]}"
 
 
-async def serve(handler: Handler) -> tuple[asyncio.AbstractServer, str, list[int]]:
+async def serve(handler: Handler, port: int = 0) -> tuple[asyncio.AbstractServer, str, list[int]]:
     """A raw HTTP/1.1 server on a free port; ``handler(reader, writer, n)`` answers request number ``n``."""
     counter = [0]
 
@@ -39,7 +39,7 @@ async def serve(handler: Handler) -> tuple[asyncio.AbstractServer, str, list[int
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
-    server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+    server = await asyncio.start_server(on_connection, "127.0.0.1", port)
     port = server.sockets[0].getsockname()[1]
     return server, f"http://127.0.0.1:{port}", counter
 
@@ -59,6 +59,43 @@ def test_unreachable_server_raises_unavailable_after_retries() -> None:
             assert await client.health() is False
             with pytest.raises(WebShopUnavailable, match="not ready within"):
                 await client.wait_until_ready(timeout=0.3, interval=0.1)
+
+    asyncio.run(main())
+
+
+def test_retry_budget_is_spent_in_seconds_then_says_so() -> None:
+    async def main() -> None:
+        async with WebShopClient(
+            closed_port_url(), retry_budget=1.0, backoff=0.02, max_backoff=0.1
+        ) as client:
+            with pytest.raises(WebShopUnavailable, match=r"retry budget 1 s\): ConnectError") as caught:
+                await client.reset(1)
+        attempts = int(str(caught.value).split(" after ")[1].split(" attempt")[0])
+        assert attempts > 5  # kept trying for the whole second, not a fixed small count
+
+    asyncio.run(main())
+
+
+def test_client_rides_out_a_server_that_comes_back_within_the_budget() -> None:
+    """Nothing listens for ~1.5 s (a balancer restarting), then the server answers: the call succeeds."""
+    port = cluster.free_ports(1)[0]
+
+    async def handler(reader, writer, n: int) -> None:
+        respond(writer, 200, b'{"observation":"back","state":"s"}')
+        await writer.drain()
+
+    async def late_server() -> asyncio.AbstractServer:
+        await asyncio.sleep(1.5)
+        server, _, _ = await serve(handler, port)
+        return server
+
+    async def main() -> None:
+        starting = asyncio.create_task(late_server())
+        async with WebShopClient(
+            f"http://127.0.0.1:{port}", retry_budget=30, backoff=0.05, max_backoff=0.2
+        ) as client:
+            assert (await client.reset(1))["observation"] == "back"
+        (await starting).close()
 
     asyncio.run(main())
 

@@ -2,7 +2,13 @@
 
 One pooled ``httpx.AsyncClient`` per client object; share one client between all the episodes of a process.
 Steps are pure functions of (state, action), so every call is retried on connection errors, timeouts and
-5xx answers with exponential backoff and full jitter; 4xx answers are the caller's fault and raise at once.
+5xx answers with exponential backoff and full jitter, for up to ``retry_budget`` seconds in all (default 60 s:
+long enough to ride out a balancer or replica restart); 4xx answers are the caller's fault and raise at once.
+When the budget is spent the call raises ``WebShopUnavailable`` saying how long it tried and what failed last.
+
+Timeouts are layered: the balancer gives a replica 2 s to answer and retries a hung one's request on
+another replica; the client's per-attempt ``timeout`` (10 s) is longer than the balancer's whole retry
+window for a step, so a slow replica costs a balancer retry, not a client one.
 
     async with WebShopClient("http://127.0.0.1:36003") as env:
         await env.wait_until_ready(60)
@@ -47,7 +53,9 @@ class WebShopClient:
     Args:
         base_url: the balancer or a replica, e.g. ``http://127.0.0.1:36003``.
         timeout: seconds per attempt (connect, read, write and pool each).
-        retries: attempts after the first on connection errors, timeouts and 5xx (0: none).
+        retries: at most this many attempts after the first (None: as many as ``retry_budget`` allows).
+        retry_budget: seconds from the first attempt after which no new attempt starts (the last one may
+            still take up to ``timeout``); 0 disables retries.
         backoff: base delay in seconds; attempt ``k`` sleeps ``uniform(0, min(max_backoff, backoff * 2**k))``.
         max_backoff: cap of one sleep.
         max_connections: connection pool size (at least the number of concurrent requests you make).
@@ -58,15 +66,19 @@ class WebShopClient:
     def __init__(
         self,
         base_url: str,
-        timeout: float = 30.0,
-        retries: int = 5,
+        timeout: float = 10.0,
+        retries: int | None = None,
+        retry_budget: float = 60.0,
         backoff: float = 0.1,
         max_backoff: float = 5.0,
         max_connections: int = 512,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.retries = max(0, retries)
+        if retry_budget < 0 or timeout <= 0:
+            raise ValueError("retry_budget must be >= 0 and timeout > 0 (seconds)")
+        self.retries = None if retries is None else max(0, retries)
+        self.retry_budget = retry_budget
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._random = random.Random()
@@ -151,6 +163,7 @@ class WebShopClient:
     # ---- transport -------------------------------------------------------------------------------------
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         attempt = 0
+        started = time.monotonic()
         while True:
             try:
                 response = await self._http.request(method, path, **kwargs)
@@ -162,11 +175,15 @@ class WebShopClient:
                 if response.status_code < 500:
                     raise _request_error(response)
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
-            if attempt >= self.retries:
+            elapsed = time.monotonic() - started
+            delay = self._random.uniform(0.0, min(self.max_backoff, self.backoff * 2 ** min(attempt, 30)))
+            if (self.retries is not None and attempt >= self.retries) or elapsed + delay > self.retry_budget:
                 raise WebShopUnavailable(
-                    f"{method} {self.base_url}{path} failed after {attempt + 1} attempt(s): {problem}"
+                    f"{method} {self.base_url}{path} failed after {attempt + 1} attempt(s) in {elapsed:.1f} s "
+                    f"(retry budget {self.retry_budget:g} s): {problem}. Is the environment service (or its "
+                    "balancer) up? A longer retry_budget rides out longer restarts"
                 )
-            await asyncio.sleep(self._random.uniform(0.0, min(self.max_backoff, self.backoff * 2**attempt)))
+            await asyncio.sleep(delay)
             attempt += 1
 
 

@@ -232,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .serve import add_commands as add_serve_commands
 
     add_serve_commands(commands)  # serve, bench-http
+    from .conformance import add_commands as add_conformance_commands
+
+    add_conformance_commands(commands)  # conformance record|check
     return parser
 
 

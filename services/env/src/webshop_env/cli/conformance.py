@@ -1,0 +1,124 @@
+"""``webshop-env conformance record|check``: the command-line side of webshop_env.conformance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _episode_counts(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in text.split(","):
+        name, _, number = item.partition("=")
+        if name.strip() not in ("synthetic", "human") or not number.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"expected e.g. synthetic=90,human=30, got {text!r}")
+        counts[name.strip()] = int(number)
+    return counts
+
+
+def _num_products(text: str) -> int | None:
+    return None if text.lower() in ("all", "none") else int(text)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from ..conformance.adapter import AdapterError, LocalAdapter, OriginalAdapter
+    from ..conformance.record import record
+
+    try:
+        if args.original is not None:
+            env = OriginalAdapter(args.original, args.raw, num_products=args.num_products, seed=args.rng_seed)
+            meta = {"rng": f"random.seed({args.rng_seed}) before loading", "num_products": args.num_products}
+        else:
+            env = LocalAdapter(args.catalog)
+            meta = {"self_test": True}
+    except AdapterError as error:
+        print(f"webshop-env: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        summary = record(
+            env,
+            args.raw,
+            args.out,
+            episodes=args.episodes,
+            seed=args.seed,
+            meta=meta,
+            progress=not args.quiet,
+        )
+    finally:
+        env.close()
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from ..conformance.check import check_traces, format_report, prepare_for_traces
+
+    unpin = frozenset(x for x in (args.unpin or "").split(",") if x)
+    with tempfile.TemporaryDirectory(prefix="webshop-conformance-") as scratch:
+        catalog = args.catalog
+        if catalog is None:
+            catalog = Path(scratch) / "catalog"
+            prepare_for_traces(
+                args.traces, catalog, unpin=unpin, num_products=args.num_products, progress=not args.quiet
+            )
+        elif unpin:
+            raise SystemExit("--unpin applies when check prepares the catalog itself (leave out --catalog)")
+        summary = check_traces(
+            args.traces, catalog, max_differences=args.max_differences, progress=not args.quiet
+        )
+    if args.summary:
+        Path(args.summary).write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1) if args.json else format_report(summary))
+    return 0 if summary["equal"] == summary["steps"] and summary["goals_differ"] == 0 else 1
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Register ``conformance record`` and ``conformance check`` on the top-level parser."""
+    conformance = commands.add_parser(
+        "conformance", help="record episodes from the original WebShop, or check recorded traces here"
+    )
+    actions = conformance.add_subparsers(dest="conformance_command", required=True, metavar="ACTION")
+
+    p = actions.add_parser(
+        "record", help="play the reproducible episode set and write traces plus prices, goals and title nouns"
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--original", type=Path, help="your own checkout of princeton-nlp/WebShop (index built)"
+    )
+    source.add_argument(
+        "--catalog", type=Path, help="self-test: record this project's env on a prepared catalog"
+    )
+    p.add_argument(
+        "--raw", type=Path, required=True, help="the raw files (items_shuffle*.json, ...) to play on"
+    )
+    p.add_argument("--out", type=Path, required=True, help="output directory (fixture layout)")
+    p.add_argument("--num-products", type=_num_products, default=1000, help="the original's num_products")
+    p.add_argument("--episodes", type=_episode_counts, default=None, help="e.g. synthetic=90,human=30")
+    p.add_argument("--seed", type=int, default=0, help="seed of the episode plan (goals and random choices)")
+    p.add_argument("--rng-seed", type=int, default=1234, help="random.seed() before the original loads")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_record)
+
+    p = actions.add_parser("check", help="replay traces on a prepared catalog and compare every step")
+    p.add_argument(
+        "--traces", type=Path, required=True, help="a recording (fixture layout, e.g. original-seed3)"
+    )
+    p.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="prepared catalog (default: prepare the traces' raw files pinned)",
+    )
+    p.add_argument(
+        "--unpin", default="", help="without --catalog: nouns and/or prices to take from here, not pins"
+    )
+    p.add_argument("--num-products", type=_num_products, default=1000, help="num_products the traces used")
+    p.add_argument("--max-differences", type=int, default=10, help="how many first differences to show")
+    p.add_argument("--summary", type=Path, default=None, help="also write the summary JSON here")
+    p.add_argument("--json", action="store_true", help="print the summary JSON instead of the table")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_check)

@@ -176,14 +176,13 @@ _ADJECTIVES = frozenset(
         "hard",
         "easy",
         "heavy",
-        "lightweight",
         "durable",
-        "premium",
         "classic",
         "modern",
         "vintage",
         "portable",
         "waterproof",
+        "slim",
         "wireless",
         "comfortable",
         "cute",
@@ -214,8 +213,6 @@ _ADJECTIVES = frozenset(
         "ultra",
         "mini",
         "multi",
-        "non",
-        "slim",
         "fit",
         "fitted",
         "casual",
@@ -263,7 +260,10 @@ _ADJECTIVES = frozenset(
     ]
 )
 _ADJECTIVE_SUFFIXES = ("ful", "less", "ous", "ive", "ible", "ish", "ical", "ing", "ed")
-HEURISTIC = "heuristic-v2"
+# Fixed adjectival pairs whose second word spaCy's small model tags as an adjective or verb even in title case
+# ("Long Lasting", "Easy Clean"); the first word stays a (proper) noun there.
+_ADJECTIVE_PAIRS = frozenset([("long", "lasting"), ("easy", "clean"), ("easy", "care"), ("quick", "dry")])
+HEURISTIC = "heuristic-v3"
 
 
 class NounExtractor(Protocol):
@@ -279,7 +279,13 @@ class HeuristicNounExtractor:
 
     def nouns(self, titles: Iterable[str]) -> Iterator[list[str]]:
         for title in titles:
-            yield [token.lower() for token in _TOKEN.findall(title) if self._is_noun(token)]
+            tokens = _TOKEN.findall(title)
+            previous = [""] + [t.lower() for t in tokens[:-1]]
+            yield [
+                token.lower()
+                for token, before in zip(tokens, previous, strict=True)
+                if self._is_noun(token) and (before, token.lower()) not in _ADJECTIVE_PAIRS
+            ]
 
     @staticmethod
     def _is_noun(token: str) -> bool:
@@ -297,7 +303,9 @@ class SpacyNounExtractor:
     def __init__(self, model: str = "en_core_web_sm") -> None:
         import spacy  # optional dependency
 
-        self._nlp = spacy.load(model, disable=["parser", "ner", "lemmatizer"])
+        # The whole pipeline, as the original loads it: disabling components (parser, ner, lemmatizer) would be
+        # faster but changes some tags (e.g. "Gift" in "... Gluten Free, Great Gift"), and so some rewards.
+        self._nlp = spacy.load(model)
         self.name = f"spacy-{spacy.__version__}/{model}-{self._nlp.meta.get('version', '?')}"
 
     def nouns(self, titles: Iterable[str]) -> Iterator[list[str]]:

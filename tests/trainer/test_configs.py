@@ -127,8 +127,9 @@ def test_interaction_config_in_the_guides_format_is_rejected(
 
 
 def test_train_launcher_command_and_output_layout(tmp_path: Path) -> None:
-    command = train_command("full", ["trainer.total_epochs=1"], CONFIGS)
-    assert command[1:3] == ["-m", "verl.trainer.main_ppo"]
+    command = train_command("full", ["trainer.total_epochs=1"], CONFIGS, tmp_path / "exp1")
+    assert command[1:3] == ["-m", "webshop_trainer.verl_main"]
+    assert f"hydra.run.dir={tmp_path / 'exp1' / 'logs' / 'hydra'}/${{now:%Y-%m-%d_%H-%M-%S}}" in command
     assert command[command.index("--config-path") + 1] == str(CONFIGS.resolve())
     assert (
         command[command.index("--config-name") + 1] == "webshop_grpo_train"

@@ -3,7 +3,7 @@
 webshop-train data --catalog DIR --split train --out data/verl/webshop_train.parquet [--limit N]
 webshop-train data --catalog DIR --split train --out FILE --from-agentgym webshop_train.json
 webshop-train preflight [--config test|full]          # CPU; writes outputs/preflight/summary.json
-webshop-train train --config test|full [overrides...] # python -m verl.trainer.main_ppo with our config
+webshop-train train --config test|full [overrides...] # verl's main_ppo (webshop_trainer.verl_main) with our config
 webshop-train tiny-model --catalog DIR --out DIR
 """
 
@@ -64,10 +64,25 @@ def _tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_command(config: str, overrides: Sequence[str], directory: Path) -> list[str]:
-    """The ``main_ppo`` command line (``--config-path`` must be absolute with a pip-installed verl)."""
-    return [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(directory.resolve()),
-            "--config-name", TRAINING_CONFIGS[config], *overrides]  # fmt: skip
+TRAIN_MODULE = "webshop_trainer.verl_main"  # verl's main_ppo + per-step WebShop metrics
+
+
+def train_command(
+    config: str, overrides: Sequence[str], directory: Path, run_dir: Path | None = None
+) -> list[str]:
+    """The ``main_ppo`` command line (``--config-path`` must be absolute with a pip-installed verl).
+
+    With ``run_dir``, Hydra's own output directory (``outputs/<date>/<time>`` in the working directory by
+    default, created before anything else runs) goes to ``<run_dir>/logs/hydra/<date>_<time>``: the trainer
+    runs as any uid, in a working directory it may not be able to write.
+    """
+    hydra_dir = (
+        [f"hydra.run.dir={run_dir.resolve() / 'logs' / 'hydra'}/${{now:%Y-%m-%d_%H-%M-%S}}"]
+        if run_dir
+        else []
+    )
+    return [sys.executable, "-m", TRAIN_MODULE, "--config-path", str(directory.resolve()),
+            "--config-name", TRAINING_CONFIGS[config], *hydra_dir, *overrides]  # fmt: skip
 
 
 def train_environment(output_root: Path, experiment: str, directory: Path) -> dict[str, str]:
@@ -93,13 +108,15 @@ def _train(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if env.get("WANDB_API_KEY") and not any(o.startswith("trainer.logger=") for o in overrides):
         overrides.append("trainer.logger=[console,file,tensorboard,wandb]")
-    command = train_command(args.config, overrides, directory)
-    log_path = output_root.resolve() / experiment / "logs" / "train.log"
+    run_dir = output_root.resolve() / experiment
+    command = train_command(args.config, overrides, directory, run_dir)
+    log_path = run_dir / "logs" / "train.log"
     print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
     print(f"  logs: {log_path}   metrics: {env['VERL_FILE_LOGGER_PATH']}", file=sys.stderr)
     if args.dry_run:
         return 0
-    with open(log_path, "ab") as log, subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+    # cwd: the run directory (writable by whoever runs this), never the image's home or the caller's directory.
+    with open(log_path, "ab") as log, subprocess.Popen(command, env=env, cwd=run_dir, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT) as process:  # fmt: skip
         # Pass SIGTERM/SIGINT on to main_ppo (which shuts Ray down) instead of dying and leaving it on the GPUs.
         def forward(signum: int, _frame: object) -> None:

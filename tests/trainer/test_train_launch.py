@@ -1,0 +1,128 @@
+"""``webshop-train train`` as the trainer container runs it: any uid, an unwritable working directory, and
+per-step WebShop metrics in verl's own metric pipeline."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
+)
+
+from webshop_trainer.verl_main import install_step_metrics, step_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_UID = 10001  # the trainer image's own user, owner of its home directory
+NOBODY = 65534
+
+
+def _can_run_as(uid: int) -> bool:
+    """Whether ``uid`` can start this interpreter (it may live under a directory only root can enter)."""
+    again = "import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', '0']).returncode)"
+    probe = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c", again]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def foreign_home() -> Iterator[Path]:
+    """The image's situation: a working directory owned by uid 10001, mode 755, not writable by the run's user."""
+    home = Path(tempfile.mkdtemp(prefix="verl-home-", dir="/tmp"))
+    os.chown(home, IMAGE_UID, IMAGE_UID)
+    home.chmod(0o755)
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_training_starts_as_a_uid_that_cannot_write_the_working_directory(foreign_home: Path) -> None:
+    """Hydra creates its output directory before main_ppo runs; it must not be the (foreign) working directory.
+
+    Runs the real launcher and main_ppo up to ``ray.init``, which an extra key makes fail at once: getting
+    there means Hydra's directory was created. As ``nobody`` when it can start this interpreter, else as root
+    with every capability dropped (a uid other than 10001 that cannot write a 10001-owned directory either).
+    """
+    runs = Path(tempfile.mkdtemp(prefix="verl-runs-", dir="/tmp"))
+    runs.chmod(0o777)
+    try:
+        if _can_run_as(NOBODY):
+            as_user = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        else:
+            as_user = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+        probe = subprocess.run([*as_user, "touch", str(foreign_home / "x")], capture_output=True)
+        assert probe.returncode != 0, (
+            "the working directory must be unwritable for this test to mean anything"
+        )
+        env = {**os.environ, "HOME": str(runs), "WEBSHOP_CONFIG_DIR": str(REPO / "configs")}
+        env.pop("WEBSHOP_OUTPUT_DIR", None)
+        result = subprocess.run(
+            [*as_user, sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test",
+             "--output-dir", str(runs), "+ray_kwargs.ray_init.webshop_stop_here=1"],
+            cwd=foreign_home, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        output = result.stdout + result.stderr
+        assert "Permission denied" not in output, output[-3000:]
+        assert "Unknown keyword argument(s): webshop_stop_here" in output, output[-3000:]
+        hydra_runs = list((runs / "webshop_grpo_test" / "logs" / "hydra").glob("*/.hydra/config.yaml"))
+        assert len(hydra_runs) == 1
+        assert not (foreign_home / "outputs").exists()
+    finally:
+        shutil.rmtree(runs, ignore_errors=True)
+
+
+def _batch(success: list[float], steps: list[float], invalid_rate: list[float]):
+    """A training batch as verl's trainer loop holds it when it computes the step's data metrics."""
+    import torch
+    from verl import DataProto
+
+    n, prompt, response = len(success), 4, 6
+    scores = torch.zeros(n, response)
+    scores[:, -1] = torch.tensor(success)
+    tensors = {
+        "token_level_scores": scores,
+        "token_level_rewards": scores.clone(),
+        "advantages": torch.zeros(n, response),
+        "returns": torch.zeros(n, response),
+        "responses": torch.ones(n, response, dtype=torch.long),
+        "attention_mask": torch.ones(n, prompt + response, dtype=torch.long),
+        "response_mask": torch.ones(n, response, dtype=torch.long),
+    }
+    non_tensors = {
+        "success": np.array(success),
+        "env_reward": np.array(success),
+        "steps": np.array(steps),
+        "invalid_rate": np.array(invalid_rate),
+        "__num_turns__": np.array([2 * s + 1 for s in steps]),
+    }
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+
+def test_every_training_step_logs_success_env_steps_and_invalid_rate() -> None:
+    from verl.trainer.ppo import ray_trainer
+
+    original = ray_trainer.compute_data_metrics
+    try:
+        install_step_metrics()
+        install_step_metrics()  # idempotent: Ray may reuse the actor process
+        metrics = ray_trainer.compute_data_metrics(
+            batch=_batch([1.0, 0.0, 0.0, 1.0], [4, 7, 24, 5], [0.0, 0.5, 1.0, 0.25]), use_critic=False
+        )
+    finally:
+        ray_trainer.compute_data_metrics = original
+    assert metrics["webshop/success/mean"] == pytest.approx(0.5)
+    assert metrics["webshop/steps/mean"] == pytest.approx(10.0)
+    assert metrics["webshop/invalid_rate/mean"] == pytest.approx(0.4375)
+    assert metrics["critic/score/mean"] == pytest.approx(0.5)  # verl's own metrics are still there
+    assert "webshop/purchased/mean" not in metrics  # only keys the batch has
+
+
+def test_step_metrics_skip_absent_and_empty_keys() -> None:
+    assert step_metrics({"success": np.array([]), "other": np.array([1.0])}) == {}

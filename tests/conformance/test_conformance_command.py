@@ -195,3 +195,16 @@ def test_original_adapter_says_what_is_missing(tmp_path: Path) -> None:
         OriginalAdapter(checkout, FIXTURE / "raw")
     with pytest.raises(AdapterError, match="num_products"):
         OriginalAdapter(checkout, FIXTURE / "raw", num_products=300)
+
+
+def test_catalog_info_prints_the_fidelity_limits(
+    generated_catalog_dir, conformance_catalog_dir, capsys
+) -> None:
+    assert main(["catalog", "info", "--catalog", str(conformance_catalog_dir)]) == 0
+    pinned = json.loads(capsys.readouterr().out)["fidelity"]
+    assert pinned["exact"] is True and pinned["limits"] == []
+    assert main(["catalog", "info", "--catalog", str(generated_catalog_dir)]) == 0
+    seeded = json.loads(capsys.readouterr().out)["fidelity"]
+    assert seeded["exact"] is False and seeded["prices"].startswith("seeded")
+    text = " ".join(seeded["limits"])
+    assert "point prices" in text and "price ceilings" in text and seeded["noun_extractor"] in text

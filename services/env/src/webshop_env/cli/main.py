@@ -89,9 +89,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from ..catalog.fidelity import fidelity_limits
     from ..catalog.store import open_catalog
 
-    _print_json(open_catalog(args.catalog or default_catalog_dir()).manifest)
+    manifest = open_catalog(args.catalog or default_catalog_dir()).manifest
+    _print_json({**manifest, "fidelity": fidelity_limits(manifest)})
     return 0
 
 
@@ -200,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_prepare)
 
-    p = catalog_commands.add_parser("info", help="print a prepared catalog's manifest")
+    p = catalog_commands.add_parser("info", help="print a prepared catalog's manifest and fidelity limits")
     _catalog_arg(p)
     p.set_defaults(func=cmd_info)
 

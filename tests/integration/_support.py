@@ -38,7 +38,7 @@ class Replica:
         child_env = {**base, **(env or {})}
         child_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         command = [
-            sys.executable, "-m", "webshop_env.cli.serve", "serve", "--catalog", str(catalog),
+            sys.executable, "-m", "webshop_env.cli", "serve", "--catalog", str(catalog),
             "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),
         ]  # fmt: skip
         with open(log_path, "ab") as log:

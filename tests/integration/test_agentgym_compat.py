@@ -1,5 +1,5 @@
 """AgentGym compatibility against a real replica process, with a client that calls the API exactly the way
-``agentenv.envs.webshop.WebshopEnvClient`` does (plain ``requests``; see the API reference §3.1)."""
+``agentenv.envs.webshop.WebshopEnvClient`` does (plain ``requests``; the protocol is in docs/api.md)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from _support import SECRET, Replica, metric_value
 
 from webshop_env.cli.serve import add_commands
 
-SERVE = [sys.executable, "-m", "webshop_env.cli.serve"]
+SERVE = [sys.executable, "-m", "webshop_env.cli"]
 
 
 def run(

@@ -1,4 +1,4 @@
-"""Action grammar and page text rules, from the behaviour reference's golden cases."""
+"""Action grammar and page text rules, from the golden cases in docs/webshop-behaviour.md."""
 
 from __future__ import annotations
 

@@ -79,3 +79,12 @@ def test_play_reads_actions_from_the_terminal(conformance_catalog_dir: Path) -> 
     assert "(invalid action: nothing happens)" in played.stdout
     assert "Thank you for shopping with us!" in played.stdout
     assert "reward 1.0" in played.stdout
+
+
+def test_serve_module_does_not_import_the_cli_entry_point() -> None:
+    """cli/main.py imports cli/serve.py to register its commands; the reverse would be an import cycle."""
+    probe = "import sys, webshop_env.cli.serve; print('webshop_env.cli.main' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+    done = subprocess.run([sys.executable, "-m", "webshop_env.cli", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "conformance" in done.stdout and "serve" in done.stdout

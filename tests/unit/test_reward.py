@@ -1,4 +1,4 @@
-"""The reward formula against the cases of the original's test-suite and the behaviour reference."""
+"""The reward formula against the cases of the original's test-suite and docs/webshop-behaviour.md."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
     python -m webshop_env.cluster status
     python -m webshop_env.cluster down
 
-``up`` starts N ``webshop-env serve`` processes (``python -m webshop_env.cli.serve serve``, ports
+``up`` starts N ``webshop-env serve`` processes (``python -m webshop_env.cli serve``, ports
 ``base-port``, ``base-port + 1``, ...) and nginx (Debian's binary, ``nginx -p RUN/nginx -c RUN/nginx.conf``,
 rendered from ``configs/nginx/webshop.conf.template``), each in a session of its own with its output in
 ``RUN/logs/``. It records their pids in ``RUN/pids.json``, waits until every replica's ``/readyz`` and
@@ -219,7 +219,7 @@ def up(
         for index, replica_port in enumerate(ports, start=1):
             log_path = logs / f"replica-{index}.log"
             command = [
-                python_binary(), "-m", "webshop_env.cli.serve", "serve", "--catalog", str(catalog),
+                python_binary(), "-m", "webshop_env.cli", "serve", "--catalog", str(catalog),
                 "--host", host, "--port", str(replica_port), "--workers", str(workers),
             ]  # fmt: skip
             process = _spawn(command, log_path, child_env)

@@ -1,7 +1,8 @@
 """Turning a model's free-form reply into one WebShop action.
 
-Rule (DESIGN §6): the action on the **last** ``Action:`` line wins; without one, the **last**
-``search[...]``/``click[...]`` anywhere in the reply. Real replies are messy, so extraction tolerates:
+Rule (docs/architecture.md, "The trainer side"): the action on the **last** ``Action:`` line wins; without
+one, the **last** ``search[...]``/``click[...]`` anywhere in the reply. Real replies are messy, so extraction
+tolerates:
 
 - any case and spacing around the parts (``ACTION :  Click [ Buy Now ]`` gives ``click[Buy Now]``);
 - markdown around the marker or the action (``**Action:**``, ``- Action:``, backticks, code fences);

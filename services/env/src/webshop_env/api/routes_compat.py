@@ -1,4 +1,4 @@
-"""AgentGym-compatible endpoints: a drop-in for ``agentenv``'s ``WebshopEnvClient`` (see the API reference).
+"""AgentGym-compatible endpoints: a drop-in for ``agentenv``'s ``WebshopEnvClient`` (protocol: docs/api.md).
 
 Shapes match ``agentenv-webshop`` exactly: ``/create`` returns a bare int, ``/reset`` a ``[observation,
 null]`` pair, ``/step`` ``{state, reward, done, info: null}``. ``env_idx`` is accepted in the JSON body or in

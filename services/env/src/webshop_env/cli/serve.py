@@ -1,7 +1,7 @@
 """``serve`` (run the HTTP service with uvicorn) and ``bench-http`` (load-test a running service).
 
-Wired into ``webshop-env`` by ``add_commands(subparsers)``; also runnable alone as
-``python -m webshop_env.cli.serve serve ...`` (the local cluster script does that).
+Wired into ``webshop-env`` by ``add_commands(subparsers)`` (``cli/main.py`` imports this module, never the
+other way round); without the console script, run ``python -m webshop_env.cli serve ...``.
 
 ``serve`` exports its options as ``WEBSHOP_*`` variables and starts uvicorn with the app *factory* import
 string, so ``--workers N`` runs N processes that each build the app (and open the catalog) themselves. It
@@ -233,10 +233,3 @@ async def bench_http(
         "goal_set": name,
         "distinct_goals": len(plans),
     }
-
-
-# ---- stand-alone entry point (``python -m webshop_env.cli.serve serve ...``: the full CLI) ------------------
-if __name__ == "__main__":
-    from .main import main
-
-    sys.exit(main())

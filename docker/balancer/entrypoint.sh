@@ -37,12 +37,12 @@ template="${WEBSHOP_NGINX_TEMPLATE:-/etc/webshop/webshop.conf.template}"
 nginx_bin="${NGINX_BIN:-nginx}"
 
 if [ -z "${WEBSHOP_UPSTREAMS:-}" ]; then
-    # One zone for both upstream blocks (same name, same size: nginx shares it); ipv6=off because Docker's
+    # A shared zone (every nginx worker sees the same failure counts); ipv6=off because Docker's
     # embedded DNS answers A records for service names.
     WEBSHOP_UPSTREAMS="        zone webshop_upstreams 512k;
         resolver ${WEBSHOP_RESOLVER} valid=10s ipv6=off;
         resolver_timeout 5s;
-        server ${WEBSHOP_BACKEND} max_fails=3 fail_timeout=5s resolve;"
+        server ${WEBSHOP_BACKEND} max_fails=1 fail_timeout=10s resolve;"
 fi
 export WEBSHOP_UPSTREAMS WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR WEBSHOP_NGINX_ACCESS_LOG \
     WEBSHOP_NGINX_ERROR_LOG

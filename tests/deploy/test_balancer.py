@@ -58,8 +58,8 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "nginx.conf").read_text()
     assert "${WEBSHOP_" not in conf
-    assert "server webshop:8000 max_fails=3 fail_timeout=5s resolve;" in conf
-    assert conf.count("resolver 127.0.0.11 valid=10s ipv6=off;") == 2  # both upstream blocks
+    assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in conf
+    assert conf.count("resolver 127.0.0.11 valid=10s ipv6=off;") == 1  # one upstream block for both protocols
     assert "listen 8080 " in conf
     assert "$remote_addr" in conf, "nginx's own variables must survive the rendering"
 

@@ -177,6 +177,9 @@ def test_secret_policy(conformance_catalog_dir: Path) -> None:
         create_app(Settings(catalog=conformance_catalog_dir))
     with pytest.raises(SettingsError, match="too short"):
         create_app(Settings(catalog=conformance_catalog_dir, state_secret="short"))
+    for weak in (" " * 16, "a" * 64, "abcdefghabcdefgh", "0123012301230123012301230123"):
+        with pytest.raises(SettingsError, match="too predictable.*secrets.token_urlsafe"):
+            create_app(Settings(catalog=conformance_catalog_dir, state_secret=weak))
     ephemeral = Settings(catalog=conformance_catalog_dir, allow_ephemeral_secret=True, access_log=False)
     with TestClient(create_app(ephemeral)) as api:
         state = api.post("/v1/reset", json={"goal": 1}).json()["state"]
@@ -288,12 +291,18 @@ def test_compat_round_trip(api: TestClient, expert_plans: dict[int, list[str]]) 
     instruction = api.get("/instruction_text", params={"env_idx": env_idx}).json()
     assert instruction.startswith("Instruction: ") and instruction[len("Instruction: ") :] in observation
     for action in actions:
-        result = api.post("/step", params={"env_idx": env_idx}, json={"action": action}).json()
+        result = api.post("/step", json={"env_idx": env_idx, "action": action}).json()
         assert set(result) == {"state", "reward", "done", "info"} and result["info"] is None
     assert result["done"] is True and result["reward"] == 1.0
     assert_error(api.post("/step", json={"env_idx": env_idx, "action": "search[x]"}), 409, "episode_finished")
     assert api.post("/close", json={"env_idx": env_idx}).json() == {"closed": True}
-    assert api.post("/close", params={"env_idx": env_idx}).json() == {"closed": False}
+    assert api.post("/close", json={"env_idx": env_idx}).json() == {"closed": False}
+    # strict types, as the schema says: no booleans, strings or floats for ids; env_idx in the POST body
+    for bad in ({"env_idx": False, "action": "x"}, {"env_idx": "1", "action": "x"}, {"env_idx": 1.0, "action": "x"},
+                {"env_idx": None, "action": "x"}, {"action": "x"}):  # fmt: skip
+        assert_error(api.post("/step", json=bad), 422, "validation_error")
+    assert_error(api.post("/reset", json={"env_idx": env_idx, "session_id": True}), 422, "validation_error")
+    assert_error(api.get("/observation", params={"env_idx": "true"}), 422, "validation_error")
     assert_error(api.get("/observation", params={"env_idx": env_idx}), 404, "unknown_env")
     assert_error(api.post("/reset", json={"session_id": 1}), 422, "validation_error")
     other = api.post("/create").json()

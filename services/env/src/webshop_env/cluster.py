@@ -4,13 +4,16 @@
     python -m webshop_env.cluster status
     python -m webshop_env.cluster down
 
-``up`` starts N ``webshop-env serve`` processes (``python -m webshop_env.cli serve``, ports
+``up`` starts a Redis server (the AgentGym sessions shared by every replica and worker; ``redis-server`` from
+Debian, loopback only, no persistence, a memory cap), N ``webshop-env serve`` processes (``python -m webshop_env.cli serve``, ports
 ``base-port``, ``base-port + 1``, ...) and nginx (Debian's binary, ``nginx -p RUN/nginx -c RUN/nginx.conf``,
 rendered from ``configs/nginx/webshop.conf.template``), each in a session of its own with its output in
 ``RUN/logs/``. It records their pids in ``RUN/pids.json``, waits until every replica's ``/readyz`` and
 nginx's ``/nginx-health`` answer, prints the URLs and log files, and returns; the processes stay up.
-``down`` stops exactly the recorded processes (SIGTERM to each one's process group, SIGKILL after a grace
-period) and removes the pid file. ``RUN`` is ``run/local`` at the repository root unless ``--run-dir`` says
+``down`` stops exactly the recorded process groups (SIGTERM to each group, SIGKILL after a grace period; a
+group whose leader died is still stopped, so no orphaned uvicorn worker keeps serving) and removes the pid
+file. ``status`` reports each replica's real state: its leader process, orphaned workers of a dead leader, and
+whether ``/readyz`` answers within a second (a hung replica shows as not answering). ``RUN`` is ``run/local`` at the repository root unless ``--run-dir`` says
 otherwise. Port 0 picks free ports (tests use that).
 
 All replicas share one state secret: ``WEBSHOP_STATE_SECRET`` from the environment, else a random one kept
@@ -51,6 +54,8 @@ TEMPLATE = REPO / "configs" / "nginx" / "webshop.conf.template"
 DEFAULT_RUN_DIR = REPO / "run" / "local"
 PIDS = "pids.json"
 NGINX_MISSING = "nginx not found: run `make nginx` (apt-get install nginx)"
+REDIS_MISSING = "redis-server not found: run `make redis` (apt-get install redis-server)"
+REDIS_MAXMEMORY = "256mb"
 TEMPLATE_VARS = re.compile(r"\$\{(WEBSHOP_[A-Z0-9_]+)\}")
 
 
@@ -94,6 +99,25 @@ def nginx_binary() -> str:
     if found is None:
         raise ClusterError(NGINX_MISSING)
     return found
+
+
+def redis_binary() -> str:
+    found = shutil.which("redis-server") or next(
+        (p for p in ("/usr/bin/redis-server", "/usr/local/bin/redis-server") if os.access(p, os.X_OK)), None
+    )
+    if found is None:
+        raise ClusterError(REDIS_MISSING)
+    return found
+
+
+def redis_ping(host: str, port: int, timeout: float = 1.0) -> bool:
+    """True when a Redis server answers PING on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
 
 
 def http_status(url: str, timeout: float = 1.0) -> int | None:
@@ -144,7 +168,26 @@ def _read_pids(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _processes(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [*record.get("replicas", []), *([record["nginx"]] if record.get("nginx") else [])]
+    return [
+        *([record["redis"]] if record.get("redis") else []),
+        *record.get("replicas", []),
+        *([record["nginx"]] if record.get("nginx") else []),
+    ]
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid`` (from /proc), zombies excluded."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
 
 
 def _secret(run_dir: Path, env: Mapping[str, str]) -> str:
@@ -171,16 +214,21 @@ def up(
     env: Mapping[str, str] | None = None,
     timeout: float = 120.0,
     quiet: bool = False,
+    redis_port: int = 0,
 ) -> dict[str, Any]:
     """Start the cluster and wait until it answers; returns the record written to ``RUN/pids.json``.
 
-    ``base_port=0`` / ``port=0`` pick free ports. ``env`` adds or overrides environment variables of the
+    ``base_port=0`` / ``port=0`` / ``redis_port=0`` pick free ports. A ``WEBSHOP_REDIS_URL`` in ``env`` (or in
+    this process's environment) names an existing Redis for the AgentGym sessions instead of starting one. ``env`` adds or overrides environment variables of the
     replicas (e.g. ``{"WEBSHOP_COMPAT_MAX_SESSIONS": "50"}``). On failure everything started is stopped and
     ``ClusterError`` carries the tails of the logs.
     """
     if replicas < 1:
         raise ClusterError("--replicas must be at least 1")
     nginx = nginx_binary()
+    child_env = {**os.environ, **(env or {})}
+    external_redis = child_env.get("WEBSHOP_REDIS_URL")
+    redis_server = None if external_redis else redis_binary()
     run_dir = Path(run_dir).resolve()
     catalog = Path(catalog).resolve()
     if not (catalog / "manifest.json").exists():
@@ -202,7 +250,6 @@ def up(
     else:
         ports = [base_port + i for i in range(replicas)]
 
-    child_env = {**os.environ, **(env or {})}
     child_env["WEBSHOP_STATE_SECRET"] = _secret(run_dir, child_env)
     child_env["WEBSHOP_CATALOG"] = str(catalog)
     child_env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # each replica sets up its own when it has workers
@@ -214,8 +261,26 @@ def up(
         "started_unix": int(time.time()),
         "replicas": [],
         "nginx": None,
+        "redis": None,
     }
     try:
+        if redis_server is not None:
+            if not redis_port:  # distinct from the ports picked above, which are free but not held
+                redis_port = next(p for p in free_ports(len(ports) + 2, host) if p not in (*ports, port))
+            redis_dir = run_dir / "redis"
+            redis_dir.mkdir(exist_ok=True)
+            redis_log = logs / "redis.log"
+            command = [
+                redis_server, "--bind", host, "--port", str(redis_port), "--save", "", "--appendonly", "no",
+                "--maxmemory", REDIS_MAXMEMORY, "--maxmemory-policy", "noeviction", "--dir", str(redis_dir),
+                "--daemonize", "no",
+            ]  # fmt: skip
+            process = _spawn(command, redis_log, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+            record["redis"] = {"name": "redis", "pid": process.pid, "pgid": process.pid, "host": host, "port": redis_port,
+                               "url": f"redis://{host}:{redis_port}/0", "log": str(redis_log)}  # fmt: skip
+            child_env["WEBSHOP_REDIS_URL"] = record["redis"]["url"]
+            _write_pids(run_dir, record)
+        record["sessions"] = child_env["WEBSHOP_REDIS_URL"]
         for index, replica_port in enumerate(ports, start=1):
             log_path = logs / f"replica-{index}.log"
             command = [
@@ -224,12 +289,14 @@ def up(
             ]  # fmt: skip
             process = _spawn(command, log_path, child_env)
             record["replicas"].append(
-                {"name": f"replica-{index}", "pid": process.pid, "port": replica_port,
+                {"name": f"replica-{index}", "pid": process.pid, "pgid": process.pid, "port": replica_port,
                  "url": f"http://{host}:{replica_port}", "log": str(log_path)}
             )  # fmt: skip
             _write_pids(run_dir, record)
 
-        upstreams = "\n".join(f"        server {host}:{p} max_fails=3 fail_timeout=5s;" for p in ports)
+        upstreams = "        zone webshop_upstreams 256k;\n" + "\n".join(
+            f"        server {host}:{p} max_fails=1 fail_timeout=10s;" for p in ports
+        )
         conf = nginx_dir / "nginx.conf"
         conf.write_text(
             render_nginx_conf(
@@ -248,7 +315,7 @@ def up(
             raise ClusterError(f"nginx -t rejected {conf}:\n{check.stderr}")
         nginx_log = logs / "nginx.log"
         process = _spawn([nginx, "-p", str(nginx_dir), "-c", str(conf)], nginx_log, child_env)
-        record["nginx"] = {"name": "nginx", "pid": process.pid, "port": port, "url": record["url"],
+        record["nginx"] = {"name": "nginx", "pid": process.pid, "pgid": process.pid, "port": port, "url": record["url"],
                            "log": str(logs / "nginx-error.log"), "access_log": str(logs / "nginx-access.log"),
                            "conf": str(conf)}  # fmt: skip
         _write_pids(run_dir, record)
@@ -284,6 +351,8 @@ def _wait_ready(record: Mapping[str, Any], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     checks = [(r, r["url"] + "/readyz") for r in record["replicas"]]
     checks.append((record["nginx"], record["url"] + "/nginx-health"))
+    if record.get("redis"):
+        checks.append((record["redis"], record["redis"]["url"]))
     pending = list(checks)
     while pending:
         for process, url in list(pending):
@@ -292,7 +361,11 @@ def _wait_ready(record: Mapping[str, Any], timeout: float) -> None:
                     f"{process['name']} (pid {process['pid']}) exited during start-up; its log "
                     f"{process['log']}:\n{_tail(Path(process['log']))}"
                 )
-            if http_status(url) == 200:
+            if url.startswith("redis://"):
+                ready = redis_ping(process["host"], process["port"])
+            else:
+                ready = http_status(url) == 200
+            if ready:
                 pending.remove((process, url))
         if not pending:
             return
@@ -341,7 +414,8 @@ def _ours(process: Mapping[str, Any]) -> bool:
     if not _alive(pid):
         return False
     cmdline = _cmdline(pid)
-    return "nginx" in cmdline if process["name"] == "nginx" else "webshop_env" in cmdline
+    expected = {"nginx": "nginx", "redis": "redis-server"}.get(process["name"], "webshop_env")
+    return expected in cmdline
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -373,7 +447,13 @@ def status(run_dir: Path | str = DEFAULT_RUN_DIR) -> dict[str, Any] | None:
         return None
     for process in record["replicas"]:
         process["alive"] = _alive(process["pid"])
-        process["ready"] = http_status(process["url"] + "/readyz") == 200
+        members = _group_members(process.get("pgid", process["pid"]))
+        process["orphans"] = [] if process["alive"] else members
+        # ready only if its own leader runs AND it answers within a second (a hung replica does not)
+        process["ready"] = process["alive"] and http_status(process["url"] + "/readyz", timeout=1.0) == 200
+    if record.get("redis"):
+        record["redis"]["alive"] = _alive(record["redis"]["pid"])
+        record["redis"]["ready"] = redis_ping(record["redis"]["host"], record["redis"]["port"])
     if record.get("nginx"):
         record["nginx"]["alive"] = _alive(record["nginx"]["pid"])
         record["nginx"]["ready"] = http_status(record["url"] + "/nginx-health") == 200
@@ -390,9 +470,15 @@ def describe(record: Mapping[str, Any]) -> str:
             state = (
                 "  ready"
                 if process.get("ready")
-                else ("  alive, not ready" if process["alive"] else "  DOWN")
+                else ("  alive, NOT ANSWERING /readyz" if process["alive"] else "  DOWN")
             )
+            if process.get("orphans"):
+                state += f" (its leader died; orphaned workers still running: {process['orphans']})"
         lines.append(f"  {process['name']:<10}{process['url']}   (pid {process['pid']}){state}")
+    redis = record.get("redis")
+    if redis:
+        state = "" if "alive" not in redis else ("  ready" if redis.get("ready") else "  DOWN")
+        lines.append(f"  sessions  {redis['url']}   (redis-server pid {redis['pid']}){state}")
     lines.append(
         f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, nginx-access.log, nginx-error.log)"
     )

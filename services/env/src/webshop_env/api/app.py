@@ -29,7 +29,7 @@ DESCRIPTION = """\
 WebShop text environment. The **native** protocol (`/v1/...`) is stateless: `reset` returns an opaque, signed
 `state` token that the next `step` sends back, so any replica or worker can serve any step and retries are
 safe. The **AgentGym** endpoints (`/create`, `/reset`, `/step`, ...) are a drop-in for `WebshopEnvClient`;
-their sessions live in one process. Errors are JSON `{"error": kind, "detail": message}`.
+their sessions live in a shared store (Redis), so any replica serves them. Errors are JSON `{"error": kind, "detail": message}`.
 """
 
 
@@ -43,7 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         catalog = open_catalog(settings.catalog)
-        app.state.runtime = Runtime(settings, catalog, secret, metrics)
+        app.state.runtime = runtime = Runtime(settings, catalog, secret, metrics)
         for name, goal_set in (("DEFAULT_GOAL_SET", settings.default_goal_set),
                                ("COMPAT_GOAL_SET", settings.compat_goal_set)):  # fmt: skip
             if goal_set not in catalog.goal_sets:
@@ -64,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
+            await runtime.sessions.aclose()
             metrics.process_exit()
 
     app = FastAPI(
@@ -94,4 +95,5 @@ async def _sweep_forever(app: FastAPI, interval: float) -> None:
         await asyncio.sleep(interval)
         runtime = app.state.runtime
         if runtime is not None:
-            runtime.sessions.sweep()
+            with contextlib.suppress(Exception):  # a store that is down is reported by the requests
+                await runtime.sessions.sweep()

@@ -10,15 +10,18 @@ bad_request           400     any other unreadable request
 invalid_token         400     a state token that is tampered with, foreign (secret/catalog), or garbage
 invalid_state         400     a signed state that does not fit the catalog
 unknown_goal          404     a goal index out of range, or a goal set the catalog does not have
-unknown_env           404     an AgentGym ``env_idx`` that is not live in this process
+unknown_env           404     an AgentGym ``env_idx`` that is not a live session
 not_found             404     no such path
 method_not_allowed    405
 episode_finished      409     a step after the purchase, or after the step limit truncated the episode
+session_conflict      409     an AgentGym session changed during this request (a concurrent or retried one)
 body_too_large        413     the body exceeds ``WEBSHOP_MAX_BODY_BYTES``
 validation_error      422     a field is missing or has the wrong type
 goal_not_in_split     422     ``split`` was given and the goal lies outside it
 batch_too_large       422     more steps in one batch than ``WEBSHOP_MAX_BATCH``
+too_many_sessions     429     the AgentGym session store is full (``WEBSHOP_COMPAT_MAX_SESSIONS``)
 not_ready             503     the catalog is not open (yet, or any more)
+session_store_down    503     the AgentGym session store (Redis) does not answer
 internal_error        500     a bug: logged with its traceback, no details leak to the client
 ====================  ======  =====================================================================
 """
@@ -37,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from ..core.env import EnvError, EpisodeFinished, InvalidState, UnknownGoal
+from .compat_sessions import SessionConflict, SessionStoreFull, SessionStoreUnavailable, UnknownSession
 from .tokens import TokenError
 
 log = logging.getLogger("webshop_env.api")
@@ -79,6 +83,14 @@ def classify(error: Exception) -> tuple[int, str]:
         return error.status, error.kind
     if isinstance(error, TokenError):
         return 400, "invalid_token"
+    if isinstance(error, UnknownSession):
+        return 404, "unknown_env"
+    if isinstance(error, SessionConflict):
+        return 409, "session_conflict"
+    if isinstance(error, SessionStoreFull):
+        return 429, "too_many_sessions"
+    if isinstance(error, SessionStoreUnavailable):
+        return 503, "session_store_down"
     if isinstance(error, UnknownGoal):
         return 404, "unknown_goal"
     if isinstance(error, EpisodeFinished):
@@ -116,6 +128,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_known(request: Request, error: Exception) -> Response:
         status, kind = classify(error)
         _count(request, kind)
+        if status == 503:
+            log.warning("%s on %s %s: %s", kind, request.method, request.url.path, error)
+            return error_response(status, kind, str(error), headers={"Retry-After": "1"})
         if status >= 500:
             log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=error)
             return error_response(status, kind, "internal error; the server log has the details")
@@ -138,7 +153,8 @@ def install_error_handlers(app: FastAPI) -> None:
         _count(request, kind)
         return error_response(error.status_code, kind, detail, headers=getattr(error, "headers", None))
 
-    for error_class in (ApiError, TokenError, EnvError, Exception):
+    session_errors = (UnknownSession, SessionConflict, SessionStoreFull, SessionStoreUnavailable)
+    for error_class in (ApiError, TokenError, EnvError, *session_errors, Exception):
         app.add_exception_handler(error_class, on_known)
     app.add_exception_handler(RequestValidationError, on_validation)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, on_http)  # type: ignore[arg-type]

@@ -12,9 +12,12 @@ the query string. Differences from the original, all on error paths or additions
   and fails after a purchase);
 - a step after the purchase, or past the step limit, answers 409 ``episode_finished``.
 
-Sessions live in this worker process (``compat_sessions``): AgentGym clients must reach the same process on
-every call, i.e. a replica started with ``--workers 1``, directly or through the balancer's sticky compat
-route (``configs/nginx/webshop.conf.template``, sticky per client address, so per replica, not per worker).
+Sessions live in the shared store (``compat_sessions``: Redis, set by ``WEBSHOP_REDIS_URL``), so any worker of
+any replica serves them, through the balancer like the native protocol, and a replica's death loses none.
+Without Redis they live in this one process (a single replica with a single worker only).
+
+Types are strict, in the schema and in the code: ``env_idx`` and ``session_id`` are JSON integers (not
+strings, floats or booleans); ``env_idx`` is required (in the body of a POST, in the query of a GET).
 """
 
 from __future__ import annotations
@@ -22,32 +25,40 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 from starlette.responses import Response
 
-from .compat_sessions import UnknownSession
-from .errors import ApiError
+from .compat_sessions import MAX_ID
 from .routes_native import ERRORS, MAX_ACTION_CHARS, AvailableActions, json_response, runtime_of, utf8_text
 
 router = APIRouter(tags=["agentgym"])
 
-EnvIdxQuery = Annotated[int | None, Query(description="the id from /create (or put it in the JSON body)")]
+EnvIdx = Annotated[StrictInt, Field(ge=0, le=MAX_ID, description="the id from /create")]
+EnvIdxQuery = Annotated[int, Query(ge=0, le=MAX_ID, description="the id from /create")]
 
 
 class CompatReset(BaseModel):
-    env_idx: int | None = None
-    session_id: int | None = Field(default=None, description="goal index; null: a random goal")
+    model_config = ConfigDict(strict=True)
+
+    env_idx: EnvIdx
+    session_id: Annotated[StrictInt, Field(ge=0, le=MAX_ID)] | None = Field(
+        default=None, description="goal index; null: a random goal"
+    )
 
 
 class CompatStep(BaseModel):
-    env_idx: int | None = None
+    model_config = ConfigDict(strict=True)
+
+    env_idx: EnvIdx
     action: str = Field(max_length=MAX_ACTION_CHARS)
 
     _check_action = field_validator("action")(utf8_text)
 
 
 class CompatClose(BaseModel):
-    env_idx: int | None = None
+    model_config = ConfigDict(strict=True)
+
+    env_idx: EnvIdx
 
 
 class CompatStepResponse(BaseModel):
@@ -61,19 +72,15 @@ class CloseResponse(BaseModel):
     closed: bool
 
 
-def _env_idx(body_value: int | None, query_value: int | None) -> int:
-    env_idx = body_value if body_value is not None else query_value
-    if env_idx is None:
-        raise ApiError(422, "validation_error", "env_idx is required (in the JSON body or the query string)")
-    return env_idx
-
-
-def _state(request: Request, env_idx: int):
-    runtime = runtime_of(request)
-    try:
-        return runtime, runtime.sessions.get(env_idx)
-    except UnknownSession as error:
-        raise ApiError(404, "unknown_env", str(error)) from None
+def client_address(request: Request) -> str:
+    """The client as the balancer saw it (the last ``X-Forwarded-For`` entry, which nginx appends), else the
+    peer address: the unit of the per-client session quota."""
+    forwarded = request.headers.get("x-forwarded-for")
+    if forwarded:
+        last = forwarded.rsplit(",", 1)[-1].strip()
+        if last:
+            return last[:64]
+    return request.client.host if request.client else "unknown"
 
 
 @router.get("/", response_model=str)
@@ -84,8 +91,8 @@ async def root() -> str:
 
 @router.get("/list_envs", response_model=list[int], responses=ERRORS)
 async def list_envs(request: Request) -> Response:
-    """Ids of the live sessions of this process."""
-    return json_response(runtime_of(request).sessions.ids())
+    """Ids of the live sessions."""
+    return json_response(await runtime_of(request).sessions.ids())
 
 
 @router.post("/create", response_model=int, responses=ERRORS)
@@ -94,59 +101,58 @@ async def create(request: Request) -> Response:
     runtime = runtime_of(request)
     goal_set = runtime.settings.compat_goal_set
     step = runtime.env.reset(runtime.random_goal(goal_set), goal_set=goal_set)
-    return json_response(runtime.sessions.create(step.state))
+    return json_response(await runtime.sessions.create(step.state, client_address(request)))
 
 
 @router.post("/reset", response_model=tuple[str, None], responses=ERRORS)
-async def reset(request: Request, body: CompatReset | None = None, env_idx: EnvIdxQuery = None) -> Response:
+async def reset(request: Request, body: CompatReset) -> Response:
     """Start the session's episode on goal `session_id` (null: random); returns `[observation, null]`."""
-    env_idx = _env_idx(body.env_idx if body else None, env_idx)
-    runtime, _ = _state(request, env_idx)
+    runtime = runtime_of(request)
+    _, version = await runtime.sessions.get(body.env_idx)
     goal_set = runtime.settings.compat_goal_set
-    session_id = body.session_id if body else None
-    goal = runtime.random_goal(goal_set) if session_id is None else session_id
+    goal = runtime.random_goal(goal_set) if body.session_id is None else body.session_id
     step = runtime.env.reset(goal, goal_set=goal_set)
-    runtime.sessions.put(env_idx, step.state)
+    await runtime.sessions.put(body.env_idx, step.state, version)
     return json_response([step.observation, None])
 
 
 @router.post("/step", response_model=CompatStepResponse, responses=ERRORS)
-async def step(request: Request, body: CompatStep, env_idx: EnvIdxQuery = None) -> Response:
+async def step(request: Request, body: CompatStep) -> Response:
     """Apply one action to the session's episode."""
-    env_idx = _env_idx(body.env_idx, env_idx)
-    runtime, state = _state(request, env_idx)
+    runtime = runtime_of(request)
+    state, version = await runtime.sessions.get(body.env_idx)
     result, truncated = runtime.step(state, body.action, "compat")
-    runtime.sessions.put(env_idx, result.state)
+    await runtime.sessions.put(body.env_idx, result.state, version)
     return json_response(
         {"state": result.observation, "reward": result.reward, "done": result.done or truncated, "info": None}
     )
 
 
 @router.get("/observation", response_model=str, responses=ERRORS)
-async def observation(request: Request, env_idx: EnvIdxQuery = None) -> Response:
+async def observation(request: Request, env_idx: EnvIdxQuery) -> Response:
     """The current page as text."""
-    runtime, state = _state(request, _env_idx(None, env_idx))
+    runtime = runtime_of(request)
+    state, _ = await runtime.sessions.get(env_idx)
     return json_response(runtime.env.observe(state).observation)
 
 
 @router.get("/available_actions", response_model=AvailableActions, responses=ERRORS)
-async def available_actions(request: Request, env_idx: EnvIdxQuery = None) -> Response:
+async def available_actions(request: Request, env_idx: EnvIdxQuery) -> Response:
     """`{"has_search_bar", "clickables"}` of the current page."""
-    runtime, state = _state(request, _env_idx(None, env_idx))
+    runtime = runtime_of(request)
+    state, _ = await runtime.sessions.get(env_idx)
     return json_response(runtime.env.observe(state).available_actions)
 
 
 @router.get("/instruction_text", response_model=str, responses=ERRORS)
-async def instruction_text(request: Request, env_idx: EnvIdxQuery = None) -> Response:
+async def instruction_text(request: Request, env_idx: EnvIdxQuery) -> Response:
     """`"Instruction: " + the goal's instruction`."""
-    runtime, state = _state(request, _env_idx(None, env_idx))
+    runtime = runtime_of(request)
+    state, _ = await runtime.sessions.get(env_idx)
     return json_response("Instruction: " + runtime.env.goal(state.goal_set, state.goal).instruction_text)
 
 
 @router.post("/close", response_model=CloseResponse, responses=ERRORS)
-async def close(
-    request: Request, body: CompatClose | None = None, env_idx: EnvIdxQuery = None
-) -> dict[str, Any]:
+async def close(request: Request, body: CompatClose) -> dict[str, Any]:
     """Free the session (`closed: false` if it was not live)."""
-    index = _env_idx(body.env_idx if body else None, env_idx)
-    return {"closed": runtime_of(request).sessions.close(index)}
+    return {"closed": await runtime_of(request).sessions.close(body.env_idx)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -31,6 +33,7 @@ async def metrics(request: Request) -> Response:
     """Prometheus text format (all workers of this replica in multiprocess mode)."""
     runtime = getattr(request.app.state, "runtime", None)
     if runtime is not None:
-        runtime.sessions.sweep()
+        with contextlib.suppress(Exception):  # a session store that is down must not hide the metrics
+            await runtime.sessions.sweep()
     body, content_type = request.app.state.metrics.render()
     return Response(body, media_type=content_type)

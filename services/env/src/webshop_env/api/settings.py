@@ -13,7 +13,9 @@ workers, so a single multi-worker replica still works.
 
 from __future__ import annotations
 
+import collections
 import logging
+import math
 import secrets
 from pathlib import Path
 from typing import Literal
@@ -26,6 +28,35 @@ from ..settings import default_catalog_dir
 log = logging.getLogger("webshop_env.api")
 
 MIN_SECRET_CHARS = 16
+MIN_SECRET_BITS = 64.0
+GENERATE_SECRET = "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+
+
+def estimated_entropy_bits(value: str) -> float:
+    """Shannon entropy of the characters times the length: 0 for "aaaa...", ~5.9 bits/char for urlsafe tokens.
+
+    An upper bound on the real entropy (it cannot see dictionary words), but it rejects what a typo or a
+    placeholder produces: repeated characters, short alphabets, short strings.
+    """
+    if not value:
+        return 0.0
+    counts = collections.Counter(value)
+    total = len(value)
+    per_char = max(0.0, -sum(n / total * math.log2(n / total) for n in counts.values()))
+    return per_char * total
+
+
+def secret_problem(value: str) -> str | None:
+    """Why ``value`` is not acceptable as WEBSHOP_STATE_SECRET, or None."""
+    if len(value) < MIN_SECRET_CHARS:
+        return f"it is too short ({len(value)} characters; at least {MIN_SECRET_CHARS})"
+    bits = estimated_entropy_bits(value)
+    if bits < MIN_SECRET_BITS or len(set(value)) < 8:
+        return (
+            f"it is too predictable (about {bits:.0f} bits of entropy, {len(set(value))} distinct characters; "
+            f"at least {MIN_SECRET_BITS:.0f} bits and 8 distinct characters)"
+        )
+    return None
 
 
 class SettingsError(ValueError):
@@ -43,7 +74,15 @@ class Settings(BaseSettings):
     default_goal_set: str = Field(default="synthetic", description="goal set when a request names none")
     compat_goal_set: str = Field(default="synthetic", description="goal set of the AgentGym endpoints")
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, description="request bodies above this get 413")
-    compat_max_sessions: int = Field(default=10_000, ge=1, description="live AgentGym sessions per process")
+    compat_max_sessions: int = Field(
+        default=100_000, ge=1, description="live AgentGym sessions in the store (per process with no Redis)"
+    )
+    compat_client_max_sessions: int = Field(
+        default=4096, ge=1, description="live AgentGym sessions per client address (Redis store)"
+    )
+    redis_url: str | None = Field(
+        default=None, description="Redis holding the AgentGym sessions of every replica and worker"
+    )
     compat_idle_ttl_s: float = Field(default=900.0, gt=0, description="idle AgentGym sessions expire after")
     max_steps: int = Field(default=100, ge=0, description="steps per episode before truncation (0: none)")
     max_batch: int = Field(default=256, ge=1, description="most steps in one /v1/step_batch request")
@@ -66,10 +105,11 @@ class Settings(BaseSettings):
         """The state secret to sign tokens with (see the module docstring for the policy)."""
         if self.state_secret is not None:
             value = self.state_secret.get_secret_value()
-            if len(value) < MIN_SECRET_CHARS:
+            problem = secret_problem(value)
+            if problem is not None:
                 raise SettingsError(
-                    f"WEBSHOP_STATE_SECRET is too short ({len(value)} characters); use at least "
-                    f"{MIN_SECRET_CHARS}, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+                    f"WEBSHOP_STATE_SECRET is not a usable secret: {problem}. Anyone who guesses it can forge "
+                    f"state tokens; generate one with {GENERATE_SECRET} (`make up` writes one into .env)"
                 )
             return value.encode()
         if not self.allow_ephemeral_secret:

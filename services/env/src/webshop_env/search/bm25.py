@@ -62,6 +62,10 @@ _CHUNK_DOCS = 8192  # documents per batch while building
 _TOKEN_CACHE_LIMIT = 4_000_000  # raw token -> term id entries kept while building
 _SORT_POSTINGS_MIN_DF = 64  # postings lists at least this long are sorted by document (memory locality)
 _DENSE_RATIO = 8  # a multi-term query sums over all documents once its postings reach 1/8 of them
+_PRUNE_MIN_POSTINGS = 1 << 16  # fewer postings: exhaustive scoring is about as fast as pruning
+_THRESHOLD_PER_K = 4  # documents scored exactly (per result wanted) to find the entry threshold theta
+_MAX_PRUNED_CLAUSES = 1 << 16  # the slack below covers float64 rounding of sums of up to this many terms
+_BOUND_SLACK = 1.0 + 2.0**-28  # > (1 + n 2^-53) / (1 - 2n 2^-53) for n <= 2^16, plus the product's rounding
 
 
 # --- Lucene's SmallFloat (document length in one byte) --------------------------------------------------------
@@ -347,6 +351,9 @@ class BM25Index:
         terms = text.split("\n") if self.meta["num_terms"] else []
         self.vocab: dict[str, int] = dict(zip(terms, range(len(terms)), strict=True))
         self._workspace = _Workspace(self.num_docs)
+        # Queries with at least this many postings take the pruned path (tests set 0 to force it everywhere).
+        self.prune_min_postings = _PRUNE_MIN_POSTINGS
+        self._max_denoms: dict[int, np.float32] = {}  # postings start -> the term's largest denominator
 
     @classmethod
     def open(cls, directory: Path) -> BM25Index:
@@ -372,10 +379,31 @@ class BM25Index:
         return positions.tolist()
 
     def rank(self, query: str, k: int = DEFAULT_TOP_K) -> tuple[np.ndarray, np.ndarray]:
-        """Document numbers and float32 scores of the top ``k`` hits for ``query``."""
+        """Document numbers and float32 scores of the top ``k`` hits for ``query``.
+
+        Large queries take the pruned path (``_rank_pruned``), which returns exactly what exhaustive scoring
+        (``rank_exhaustive``) returns, only faster.
+        """
         clauses = self._clauses(query)
         if not clauses or k <= 0:
             return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+        if len(clauses) >= 2 and sum(end - start for start, end, _ in clauses) >= self.prune_min_postings:
+            ranked = self._rank_pruned(clauses, k)
+            if ranked is not None:
+                return ranked
+        return self._rank_clauses(clauses, k)
+
+    def rank_exhaustive(self, query: str, k: int = DEFAULT_TOP_K) -> tuple[np.ndarray, np.ndarray]:
+        """``rank`` scoring every posting of every query term (the reference the pruned path must equal)."""
+        clauses = self._clauses(query)
+        if not clauses or k <= 0:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+        return self._rank_clauses(clauses, k)
+
+    def _rank_clauses(
+        self, clauses: list[tuple[int, int, np.float32]], k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exhaustive scoring: every posting of every clause is scored and summed."""
         workspace = self._workspace
         if len(clauses) == 1:
             start, end, weight = clauses[0]
@@ -406,6 +434,132 @@ class BM25Index:
                 weight = np.float32(count) * self.idf[term_id]
                 clauses.append((int(self.offsets[term_id]), int(self.offsets[term_id + 1]), weight))
         return clauses
+
+    # --- dynamic pruning (MaxScore) ---------------------------------------------------------------------------
+    #
+    # Exactness. A clause's term score w - w/d is computed in float32 and is non-decreasing in the denominator d
+    # (IEEE division and subtraction round monotonically), so the score at the term's largest denominator is the
+    # largest float32 score the clause can give any document: its bound. A document's score is the float64
+    # sum, in clause order, of its clauses' float32 scores, cast to float32. Any other order of that sum, with
+    # bounds standing in for some scores, differs from the exact real sum by a relative 2^-53 per addition;
+    # multiplied by ``_BOUND_SLACK`` it is an upper bound of the document's float64 sum. A document is dropped
+    # only when that bound is <= the float32 just below ``theta``, where theta is the exact score of the k-th
+    # best of some k documents already scored exactly: its float32 score is then < theta, so at least k
+    # documents rank above it. Candidates that survive are scored exactly (every clause, in clause order), and
+    # ties break by document number, as in the exhaustive path.
+
+    def _bound(self, clause: tuple[int, int, np.float32]) -> float:
+        """The largest float32 score ``clause`` gives any document (its term score at the largest denominator)."""
+        start, end, weight = clause
+        largest = self._max_denoms.get(start)
+        if largest is None:
+            largest = self._max_denoms[start] = np.float32(np.max(self.denoms[start:end]))
+        return float(_term_scores(weight, np.array([largest], np.float32), np.empty(1, np.float32))[0])
+
+    def _clause_scores(self, clause: tuple[int, int, np.float32], docs: np.ndarray) -> np.ndarray:
+        """float32 scores of ``clause`` for the sorted document numbers ``docs`` (0 where the term is absent)."""
+        start, end, weight = clause
+        postings = np.asarray(self.docs[start:end])
+        order = None
+        if end - start < _SORT_POSTINGS_MIN_DF:  # short lists are stored unsorted
+            order = np.argsort(postings, kind="stable")
+            postings = postings[order]
+        slots = np.searchsorted(postings, docs)
+        np.minimum(slots, len(postings) - 1, out=slots)
+        found = postings[slots] == docs
+        slots = slots[found]
+        if order is not None:
+            slots = order[slots]
+        scores = np.zeros(len(docs), np.float32)
+        if len(slots):
+            denoms = np.asarray(self.denoms[start:end])[slots]
+            scores[found] = _term_scores(weight, denoms, np.empty(len(slots), np.float32))
+        return scores
+
+    def _exact_scores(self, clauses: list[tuple[int, int, np.float32]], docs: np.ndarray) -> np.ndarray:
+        """float32 scores of the sorted documents ``docs``, summed in float64 in clause order (as exhaustive)."""
+        sums = np.zeros(len(docs), np.float64)
+        for clause in clauses:
+            sums += self._clause_scores(clause, docs)  # adding 0.0 for an absent term changes nothing
+        return sums.astype(np.float32)
+
+    def _threshold(
+        self, clauses: list[tuple[int, int, np.float32]], touched: np.ndarray, partial: np.ndarray, k: int
+    ) -> float:
+        """theta: the k-th best exact score among the documents with the best partial sums (-inf: too few)."""
+        pick = min(len(touched), _THRESHOLD_PER_K * k)
+        if pick < k:
+            return -np.inf
+        best = touched[np.argpartition(partial, len(partial) - pick)[len(partial) - pick :]]
+        docs = np.unique(best)
+        if len(docs) < k:
+            return -np.inf
+        scores = self._exact_scores(clauses, docs)
+        theta = np.partition(scores, len(scores) - k)[len(scores) - k]
+        return float(theta) if theta > 0 else -np.inf
+
+    def _rank_pruned(
+        self, clauses: list[tuple[int, int, np.float32]], k: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """MaxScore: score exactly only documents that can still reach the top ``k``; None: no pruning possible.
+
+        Clauses are taken in decreasing order of their bounds (rare terms first). The first ones ("essential")
+        are scored over their whole postings; once the bounds of the others sum to less than theta, a document
+        that none of the essential terms matches cannot enter the top k. The essential terms' partial sums
+        plus the other bounds then rule out most candidates, each further clause (looked up for the survivors
+        only) tightens the rest, and the few left are scored exactly.
+        """
+        count = len(clauses)
+        if count > _MAX_PRUNED_CLAUSES:
+            return None
+        bounds = np.array([self._bound(clause) for clause in clauses], np.float64)
+        by_bound = np.argsort(-bounds, kind="stable")
+        rest = np.zeros(count + 1, np.float64)  # rest[j]: sum of the bounds of by_bound[j:]
+        for j in range(count - 1, -1, -1):
+            rest[j] = rest[j + 1] + bounds[by_bound[j]]
+
+        workspace = self._workspace
+        sums = workspace.sums
+        parts: list[np.ndarray] = []
+        essential, theta = 0, -np.inf
+        try:
+            while True:
+                start, end, weight = clauses[by_bound[essential]]
+                docs = np.asarray(self.docs[start:end]).astype(np.intp)
+                scores = _term_scores(
+                    weight, self.denoms[start:end], workspace.get("scores32", end - start, np.float32)
+                )
+                np.add.at(sums, docs, scores.astype(np.float64))
+                parts.append(docs)
+                essential += 1
+                if essential == count:
+                    break
+                if _prunes(rest[essential], theta):
+                    break
+                touched = np.concatenate(parts) if len(parts) > 1 else parts[0]
+                theta = max(theta, self._threshold(clauses, touched, sums[touched], k))
+                if _prunes(rest[essential], theta):
+                    break
+            touched = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            # one entry per touched document
+            owner = workspace.get("owner", self.num_docs, np.intp)
+            entry = np.arange(len(touched))
+            owner[touched] = entry
+            candidates = np.sort(touched[owner[touched] == entry])  # sorted: lookups are binary searches
+            partial = sums[candidates]
+        finally:
+            for docs in parts:
+                sums[docs] = 0.0
+        if theta == -np.inf:
+            return None  # nothing could be ruled out (every clause is essential): exhaustive is as good
+        below = float(np.nextafter(np.float32(theta), np.float32(0)))
+        for j in range(essential, count + 1):
+            keep = (partial + rest[j]) * _BOUND_SLACK > below
+            candidates, partial = candidates[keep], partial[keep]
+            if j == count or len(candidates) <= _THRESHOLD_PER_K * k:
+                break
+            partial += self._clause_scores(clauses[by_bound[j]], candidates)
+        return _top_k(candidates, self._exact_scores(clauses, candidates), k)
 
     def _accumulate(self, clauses: list[tuple[int, int, np.float32]], workspace: _Workspace) -> np.ndarray:
         """Add every clause's scores into ``workspace.sums``; returns all postings' documents (as intp).
@@ -456,6 +610,11 @@ class BM25Index:
         scores = sums[docs].astype(np.float32)
         sums[every] = 0.0
         return _top_k(docs, scores, k)
+
+
+def _prunes(bound_sum: float, theta: float) -> bool:
+    """Whether documents whose clause scores sum to at most ``bound_sum`` (float64) all score below theta."""
+    return bound_sum * _BOUND_SLACK <= float(np.nextafter(np.float32(theta), np.float32(0)))
 
 
 def _term_scores(weight: np.float32, denoms: np.ndarray, out: np.ndarray) -> np.ndarray:

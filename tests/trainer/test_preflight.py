@@ -28,7 +28,7 @@ def test_preflight_passes(generated_catalog_dir: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}  # never reuse a developer's service
     result = subprocess.run(
         [sys.executable, "-m", "webshop_trainer.cli", "preflight", "--catalog", str(generated_catalog_dir),
-         "--out", str(out), "--fresh-cluster"],
+         "--out", str(out), "--fresh-cluster", "--goals", "8"],
         capture_output=True, text=True, env=env, timeout=540,
     )  # fmt: skip
     summary_path = out / "summary.json"
@@ -39,10 +39,17 @@ def test_preflight_passes(generated_catalog_dir: Path, tmp_path: Path) -> None:
     )
     assert summary["ok"] and summary["config_valid"]
     assert set(summary["configs"]) == {"test", "full"}
-    assert summary["rollouts"] == 8 and summary["oracle_rollouts"] == 8
+    assert summary["rollouts"] == 16 and summary["oracle_rollouts"] == 16
+    # verl's 8 assistant turns allow 7 env steps; the goals spread over plan lengths up to that limit
+    assert summary["env_step_limit"] == 7 and max(summary["oracle_plan_lengths"]) <= 7
+    assert len(set(summary["oracle_plan_lengths"])) >= 3
+    # the names every training step logs (webshop_trainer.verl_main), computed on the oracle's real batch
+    assert summary["step_metrics"]["webshop/success/mean"] == 1.0
+    assert summary["step_metrics"]["webshop/invalid_rate/mean"] == 0.0
+    assert summary["step_metrics"]["webshop/steps/mean"] >= 3
     assert summary["mean_reward"] is not None and 0.0 <= summary["mean_reward"] <= 1.0
     assert summary["oracle_mean_reward"] == 1.0 and summary["oracle"]["success_rate"] == 1.0
-    assert summary["leaked_states"] == 0 and summary["states"]["opened"] == 16
+    assert summary["leaked_states"] == 0 and summary["states"]["opened"] == 32
     assert summary["cluster"]["reused"] is False
     assert all(summary["checks"].values())
     assert isinstance(summary["seconds"], float)
@@ -77,3 +84,23 @@ def test_a_running_service_with_the_same_catalog_is_reused(tmp_path: Path) -> No
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_oracle_goals_fit_the_env_steps_verl_allows_and_cover_every_plan_length(
+    generated_catalog_dir: Path,
+) -> None:
+    """``max_assistant_turns = N`` gives N - 1 env steps (verl stops after the N-th reply without sending it)."""
+    from webshop_env.catalog.store import open_catalog
+    from webshop_env.core.env import WebShopEnv
+    from webshop_env.core.oracle import expert_actions
+    from webshop_trainer.preflight import PreflightError, pick_oracle_goals
+
+    env = WebShopEnv(open_catalog(generated_catalog_dir))
+    lengths = {len(expert_actions(env, goal, goal_set="synthetic")) for goal in range(1500, 1700)}
+    for max_turns in sorted(lengths)[1:]:
+        picked = pick_oracle_goals(generated_catalog_dir, "synthetic", "train", 8, max_turns, scan=200)
+        picked_lengths = {len(plan) for plan in picked.values()}
+        assert max(picked_lengths) == max_turns - 1  # a plan of exactly max_turns actions can never finish
+        assert picked_lengths == {n for n in lengths if n <= max_turns - 1}
+    with pytest.raises(PreflightError, match="1 env steps"):
+        pick_oracle_goals(generated_catalog_dir, "synthetic", "train", 2, 2, scan=50)

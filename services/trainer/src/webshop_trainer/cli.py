@@ -43,7 +43,7 @@ def _preflight(args: argparse.Namespace) -> int:
     options = PreflightOptions(
         config=args.config, catalog=args.catalog, out_dir=args.out, env_url=args.env_url, goals=args.goals,
         rollouts=args.rollouts, max_turns=args.max_turns, replicas=args.replicas, config_dir=args.config_dir,
-        goal_set=args.goal_set, fresh_cluster=args.fresh_cluster,
+        goal_set=args.goal_set, fresh_cluster=args.fresh_cluster, overrides=list(args.overrides),
     )  # fmt: skip
     summary = run_preflight(options)
     brief = {k: summary.get(k) for k in ("ok", "config_valid", "rollouts", "mean_reward", "oracle_mean_reward",
@@ -165,9 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--goal-set", default="synthetic")
     p.add_argument("--goals", type=int, default=4)
     p.add_argument("--rollouts", type=int, default=2)
-    p.add_argument("--max-turns", type=int, default=6)
+    p.add_argument("--max-turns", type=int, default=8,
+                   help="verl's max_assistant_turns for the CPU rollouts: allows max-turns - 1 env steps, and the "
+                        "oracle's goals are picked with plans of every length up to that (default: %(default)s)")  # fmt: skip
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--config-dir", type=Path, default=None)
+    p.add_argument("overrides", nargs="*",
+                   help="the training run's Hydra overrides (TRAIN_EXTRA_ARGS), checked with the configs")  # fmt: skip
     p.set_defaults(func=_preflight)
 
     p = commands.add_parser("train", help="launch verl's trainer with configs/webshop_grpo_{test,train}.yaml")

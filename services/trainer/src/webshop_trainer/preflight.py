@@ -297,34 +297,54 @@ def start_or_reuse_cluster(catalog_dir: Path, fingerprint: str, run_dir: Path, e
 
 # ---- 2 + 4. data and rollouts ------------------------------------------------------------------------------
 def pick_oracle_goals(
-    catalog_dir: Path, goal_set: str, split: str, count: int, max_turns: int
+    catalog_dir: Path, goal_set: str, split: str, count: int, max_turns: int, scan: int | None = None
 ) -> dict[int, list[str]]:
-    """``count`` goals of the split whose oracle plan fits ``max_turns``, replays to reward 1.0 in-process, and
-    whose instruction is unique among the picked ones (the scripted policy finds its plan by instruction)."""
+    """``count`` goals of the split whose oracle plan fits the env steps ``max_turns`` assistant turns allow
+    (``max_turns - 1``, see :mod:`.turns`), that replay to reward 1.0 in-process, and whose instruction is
+    unique among the picked ones (the scripted policy finds its plan by instruction).
+
+    The goals are spread over every plan length found among the first ``scan`` goals, longest first, so a run
+    with as many goals as lengths has one goal at the step limit itself.
+    """
     from webshop_env.catalog.store import open_catalog
     from webshop_env.core.env import WebShopEnv
     from webshop_env.core.goals import split_range
     from webshop_env.core.oracle import expert_actions, run_actions
 
+    from .turns import env_steps_for_turns
+
+    step_limit = env_steps_for_turns(max_turns)
     catalog = open_catalog(catalog_dir)
     env = WebShopEnv(catalog)
-    picked: dict[int, list[str]] = {}
+    by_length: dict[int, list[tuple[int, list[str]]]] = {}
     instructions: set[str] = set()
+    scanned = 0
     for goal in split_range(split, catalog.goal_count(goal_set)):
+        if scanned >= (scan or max(200, 25 * count)) and sum(len(v) for v in by_length.values()) >= count:
+            break
+        scanned += 1
         plan = expert_actions(env, goal, goal_set=goal_set)
-        if not plan or len(plan) > max_turns:
+        if not plan or len(plan) > step_limit or len(by_length.get(len(plan), [])) >= count:
             continue
         steps = run_actions(env, goal, plan, goal_set=goal_set)
         instruction = steps[0].instruction
         if steps[-1].reward != 1.0 or instruction in instructions:
             continue
-        picked[goal] = plan
+        by_length.setdefault(len(plan), []).append((goal, plan))
         instructions.add(instruction)
-        if len(picked) == count:
-            return picked
-    raise PreflightError(
-        f"found only {len(picked)} {split} goals of the {goal_set} set that the oracle solves in {max_turns} turns"
-    )
+    picked: dict[int, list[str]] = {}
+    queues = [list(by_length[length]) for length in sorted(by_length, reverse=True)]
+    while len(picked) < count and any(queues):
+        for queue in queues:
+            if queue and len(picked) < count:
+                goal, plan = queue.pop(0)
+                picked[goal] = plan
+    if len(picked) < count:
+        raise PreflightError(
+            f"found only {len(picked)} {split} goals of the {goal_set} set that the oracle solves in {step_limit} "
+            f"env steps ({max_turns} assistant turns)"
+        )
+    return picked
 
 
 async def _run_rollouts(config: Any, samples: list[dict[str, Any]], n: int, server: Any) -> dict[str, Any]:
@@ -339,6 +359,9 @@ async def _run_rollouts(config: Any, samples: list[dict[str, Any]], n: int, serv
     finally:
         await close_shared_clients()
     summary = summarize_output(output)
+    from .verl_main import step_metrics
+
+    summary["step_metrics"] = step_metrics(output.non_tensor_batch)  # what each training step will log
     summary["responses"] = [
         worker.tokenizer.decode(row[row != worker.tokenizer.pad_token_id][:400], skip_special_tokens=False)
         for row in output.batch["responses"][:2]
@@ -358,11 +381,16 @@ class PreflightOptions:
     goal_set: str = "synthetic"
     goals: int = 4
     rollouts: int = 2
-    max_turns: int = 6
+    # verl's max_assistant_turns for the rollouts: max_turns - 1 env steps (8: plans of up to 7 actions, every
+    # plan length of the bundled catalog)
+    max_turns: int = 8
     max_new_tokens: int = 24
     replicas: int = 2
     config_dir: Path | None = None
     extra_overrides: list[str] = field(default_factory=list)
+    # the training run's own Hydra overrides (compose: TRAIN_EXTRA_ARGS): checked with the configs, and applied
+    # to the rollout config before the preflight's small sizes
+    overrides: list[str] = field(default_factory=list)
 
 
 def _default_catalog(out_dir: Path) -> Path:
@@ -407,7 +435,9 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         t = time.monotonic()
         names = [options.config] if options.config else list(TRAINING_CONFIGS)
         os.environ.setdefault("WEBSHOP_INTERACTION_CONFIG", str(directory / INTERACTION_CONFIG))
-        reports = [check_training_config(TRAINING_CONFIGS[n], directory=directory) for n in names]
+        reports = [
+            check_training_config(TRAINING_CONFIGS[n], options.overrides, directory=directory) for n in names
+        ]
         summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
         for report in reports:
             errors.extend(f"{report['name']}: {e}" for e in report["errors"])
@@ -432,7 +462,10 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         summary["dataset"] = {"train": built}
         rollout_name = TRAINING_CONFIGS[options.config or "test"]
         interaction_file = directory / INTERACTION_CONFIG
+        summary["oracle_plan_lengths"] = sorted(len(plan) for plan in plans.values())
+        summary["env_step_limit"] = options.max_turns - 1
         overrides = [
+            *options.overrides,
             f"actor_rollout_ref.model.path={model_dir}",
             f"data.train_files={train_file}",
             f"data.val_files={train_file}",
@@ -505,6 +538,7 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         t = lap("oracle_rollouts", t)
         summary["oracle_rollouts"] = len(oracle["scores"])
         summary["oracle_mean_reward"] = _mean(oracle["scores"])
+        summary["step_metrics"] = oracle["step_metrics"]
         summary["oracle"] = {
             "success_rate": _mean(oracle["extras"].get("success", [])),
             "mean_steps": _mean(oracle["extras"].get("steps", [])),

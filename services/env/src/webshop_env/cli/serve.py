@@ -19,9 +19,12 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +51,25 @@ def add_commands(subparsers: Any) -> None:
     )  # fmt: skip
     p.add_argument(
         "--workers", type=int, default=int(os.environ.get("WEBSHOP_WORKERS", 1)),
-        help="worker processes (default: $WEBSHOP_WORKERS or 1); AgentGym sessions need 1",
+        help="worker processes (default: $WEBSHOP_WORKERS or 1); AgentGym sessions need WEBSHOP_REDIS_URL "
+        "with more than 1",
+    )  # fmt: skip
+    p.add_argument(
+        "--limit-concurrency", type=int, default=int(os.environ.get("WEBSHOP_LIMIT_CONCURRENCY", 2048)),
+        help="connections + requests per worker before it answers 503 (default: $WEBSHOP_LIMIT_CONCURRENCY or 2048)",
+    )  # fmt: skip
+    p.add_argument(
+        "--header-timeout", type=float, default=None,
+        help="seconds a connection gets to send a complete request head (default: $WEBSHOP_HEADER_TIMEOUT_S or 10)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-header-bytes", type=int, default=None,
+        help="largest request head in bytes (default: $WEBSHOP_MAX_HEADER_BYTES or 32768)",
+    )  # fmt: skip
+    p.add_argument(
+        "--watchdog-interval", type=float, default=float(os.environ.get("WEBSHOP_WATCHDOG_INTERVAL_S", 10)),
+        help="seconds between self-probes of /healthz; after $WEBSHOP_WATCHDOG_FAILURES (3) unanswered probes "
+        "in a row the replica exits so its supervisor restarts it (0: off; default $WEBSHOP_WATCHDOG_INTERVAL_S or 10)",
     )  # fmt: skip
     p.add_argument(
         "--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR (default: $WEBSHOP_LOG_LEVEL)"
@@ -85,8 +106,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["WEBSHOP_LOG_LEVEL"] = args.log_level
     if args.allow_ephemeral_secret:
         os.environ["WEBSHOP_ALLOW_EPHEMERAL_SECRET"] = "1"
-    if args.workers < 1:
-        print("webshop-env serve: error: --workers must be at least 1", file=sys.stderr)
+    if args.header_timeout is not None:
+        os.environ["WEBSHOP_HEADER_TIMEOUT_S"] = str(args.header_timeout)
+    if args.max_header_bytes is not None:
+        os.environ["WEBSHOP_MAX_HEADER_BYTES"] = str(args.max_header_bytes)
+    if args.workers < 1 or args.limit_concurrency < 1 or args.watchdog_interval < 0:
+        print(
+            "webshop-env serve: error: --workers and --limit-concurrency must be at least 1, "
+            "--watchdog-interval at least 0",
+            file=sys.stderr,
+        )
         return 2
     try:
         settings = Settings()
@@ -106,12 +135,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     open_catalog(settings.catalog)  # raises CatalogError with instructions; the workers open their own
     if args.workers > 1:
         _multiprocess_metrics_dir()
-        logging.getLogger("webshop_env.api").warning(
-            "%d workers: the native /v1 protocol is served by any worker, but AgentGym-compatible sessions "
-            "(/create, /reset, /step, ...) live in one worker process; give AgentGym clients a replica "
-            "with --workers 1",
-            args.workers,
-        )
+        if not settings.redis_url:
+            logging.getLogger("webshop_env.api").warning(
+                "%d workers and no WEBSHOP_REDIS_URL: the native /v1 protocol is served by any worker, but "
+                "AgentGym-compatible sessions (/create, /reset, /step, ...) then live in one worker process "
+                "each and fail on the others; set WEBSHOP_REDIS_URL (make up-local and compose do)",
+                args.workers,
+            )
+    from ..api.http_limits import LimitedHttpToolsProtocol
+
+    if args.watchdog_interval > 0:
+        start_watchdog(args.host, args.port, args.watchdog_interval)
     uvicorn.run(
         APP_FACTORY,
         factory=True,
@@ -121,9 +155,64 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_config=None,  # configure_logging already routes uvicorn's loggers
         access_log=False,  # one structured line per request comes from the app
         timeout_keep_alive=75,  # longer than the balancer's upstream keepalive_timeout (no reuse races)
+        http=LimitedHttpToolsProtocol,  # header timeout and size limit, JSON errors (api/http_limits.py)
+        limit_concurrency=args.limit_concurrency,
         timeout_graceful_shutdown=10,
     )
     return 0
+
+
+def start_watchdog(host: str, port: int, interval: float) -> threading.Thread:
+    """Probe this replica's own ``/healthz``; exit after ``WEBSHOP_WATCHDOG_FAILURES`` misses in a row.
+
+    Why: a replica that hangs (a stuck worker, a deadlock) still holds its port, so nothing restarts it;
+    compose restarts a container only when its process exits. The probe runs in a thread of the uvicorn
+    parent, starts once the replica first answered, and on failure kills the worker processes and exits
+    with status 70, so the supervisor (compose's ``restart: unless-stopped``) starts a fresh replica.
+    """
+    failures_allowed = max(1, int(os.environ.get("WEBSHOP_WATCHDOG_FAILURES", 3)))
+    probe_host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    url = f"http://{probe_host}:{port}/healthz"
+    log = logging.getLogger("webshop_env.api")
+
+    def probe() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=min(5.0, interval)) as response:
+                return response.status == 200
+        except Exception:
+            return False
+
+    def watch() -> None:
+        while not probe():  # start-up: wait until the replica answered once
+            time.sleep(1.0)
+        misses = 0
+        while True:
+            time.sleep(interval)
+            misses = 0 if probe() else misses + 1
+            if misses >= failures_allowed:
+                log.error(
+                    "watchdog: %s did not answer %d probes in a row; exiting so the supervisor restarts "
+                    "this replica", url, misses,
+                )  # fmt: skip
+                _kill_children()
+                os._exit(70)
+
+    thread = threading.Thread(target=watch, name="webshop-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def _kill_children() -> None:
+    """SIGKILL this process's children (the uvicorn workers), found through /proc."""
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
 
 
 def _multiprocess_metrics_dir() -> None:

@@ -12,7 +12,9 @@ Files (see docs/catalog.md):
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -149,6 +151,7 @@ def find_raw_file(raw_dir: Path, candidates: tuple[str, ...]) -> Path | None:
 
 
 def load_json_object(path: Path | None) -> dict[str, Any]:
+    """A whole JSON object file in memory (small files; ``JsonObjectFile`` streams big ones)."""
     if path is None:
         return {}
     try:
@@ -159,6 +162,116 @@ def load_json_object(path: Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RawDataError(f"{path}: expected a JSON object keyed by ASIN")
     return data
+
+
+def iter_json_object(path: Path, chunk_size: int = 1 << 20) -> Iterator[tuple[str, str]]:
+    """Yield (key, value as JSON text) of a top-level JSON object in file order, reading the file in chunks.
+
+    Only one member is decoded at a time. A key that occurs twice is yielded twice (``json.load`` keeps the
+    last; ``JsonObjectFile`` does the same).
+    """
+    decoder = json.JSONDecoder()
+    with open(path, encoding="utf-8") as handle:
+        buffer = handle.read(chunk_size)
+        eof = not buffer
+        position = _skip_whitespace(buffer, 0)
+        if position >= len(buffer) or buffer[position] != "{":
+            raise RawDataError(f"{path}: expected a JSON object keyed by ASIN (file must start with '{{')")
+        position += 1
+        expect_member = False  # after a comma, another member must follow
+        while True:
+            if len(buffer) - position < chunk_size // 2 and not eof:
+                more = handle.read(chunk_size)
+                eof = not more
+                buffer, position = buffer[position:] + more, 0
+            position = _skip_whitespace(buffer, position)
+            if position < len(buffer) and buffer[position] == "}" and not expect_member:
+                _expect_end(path, handle, buffer[position + 1 :])
+                return
+            try:
+                key, after_key = decoder.raw_decode(buffer, position)
+                colon = _skip_whitespace(buffer, after_key)
+                if not isinstance(key, str) or colon >= len(buffer) or buffer[colon] != ":":
+                    raise json.JSONDecodeError("expected a string key and ':'", buffer, position)
+                start = _skip_whitespace(buffer, colon + 1)
+                _, end = decoder.raw_decode(buffer, start)
+                separator = _skip_whitespace(buffer, end)
+                if not eof and (separator >= len(buffer) or buffer[separator] not in ",}"):
+                    # a number cut by the chunk's end ("3." of "3.25") decodes as its prefix: read on
+                    raise json.JSONDecodeError(
+                        "value or separator may continue in the next chunk", buffer, end
+                    )
+            except json.JSONDecodeError as error:
+                if eof:
+                    raise RawDataError(
+                        f"{path}: malformed JSON object near character {error.pos}: {error.msg}"
+                    ) from None
+                more = handle.read(chunk_size * 4)  # a member longer than the buffer: grow it
+                eof = not more
+                buffer, position = buffer[position:] + more, 0
+                continue
+            yield key, buffer[start:end]
+            if separator < len(buffer) and buffer[separator] == ",":
+                position, expect_member = separator + 1, True
+            elif separator < len(buffer) and buffer[separator] == "}":
+                _expect_end(path, handle, buffer[separator + 1 :])
+                return
+            else:
+                raise RawDataError(f"{path}: malformed JSON object: expected ',' or '}}' after key {key!r}")
+
+
+def _expect_end(path: Path, handle: Any, rest: str) -> None:
+    """Only whitespace may follow the top-level value (as for ``json.load``)."""
+    while rest:
+        if rest.strip(" \t\r\n"):
+            raise RawDataError(f"{path}: malformed JSON: extra data after the top-level object")
+        rest = handle.read(1 << 20)
+
+
+class JsonObjectFile:
+    """A big JSON object file keyed by ASIN, read member by member: ``get`` decodes one value on demand.
+
+    ``json.load`` of the full catalog's instruction file holds about 2 GB of Python objects; this keeps only
+    a key -> (offset, length) table in memory and the values' JSON text in an anonymous scratch file.
+    Returns the same values as ``load_json_object(path).get(key)`` (the last of duplicate keys wins).
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._spans: dict[str, tuple[int, int]] = {}
+        self._scratch = tempfile.TemporaryFile(prefix="webshop-raw-")  # noqa: SIM115 (closed by close())
+        if path is None:
+            return
+        size = 0
+        write = self._scratch.write
+        for key, text in iter_json_object(Path(path)):
+            data = text.encode("utf-8")
+            write(data)
+            self._spans[key] = (size, len(data))
+            size += len(data)
+        self._scratch.flush()
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._spans
+
+    def get(self, key: str, default: Any = None) -> Any:
+        span = self._spans.get(key)
+        if span is None:
+            return default
+        offset, length = span
+        return json.loads(os.pread(self._scratch.fileno(), length, offset))
+
+    def close(self) -> None:
+        self._scratch.close()
+
+    def __enter__(self) -> JsonObjectFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def iter_products(
@@ -177,19 +290,24 @@ def iter_products(
             f"no product file in {raw_dir} (expected one of {', '.join(PRODUCT_FILES)}); "
             "run `webshop-env catalog generate` or `webshop-env catalog download` first"
         )
-    attributes = load_json_object(find_raw_file(raw_dir, ATTRIBUTE_FILES))
-    human = load_json_object(find_raw_file(raw_dir, (HUMAN_FILE,)))
-    seen: set[str] = set()
-    for index, raw in enumerate(iter_json_array(Path(product_path))):
-        if num_products is not None and index >= num_products:
-            break
-        product = clean_product(raw, attributes, human, seen)
-        if product is not None:
-            yield product
+    with (
+        JsonObjectFile(find_raw_file(raw_dir, ATTRIBUTE_FILES)) as attributes,
+        JsonObjectFile(find_raw_file(raw_dir, (HUMAN_FILE,))) as human,
+    ):
+        seen: set[str] = set()
+        for index, raw in enumerate(iter_json_array(Path(product_path))):
+            if num_products is not None and index >= num_products:
+                break
+            product = clean_product(raw, attributes, human, seen)
+            if product is not None:
+                yield product
 
 
 def clean_product(
-    raw: dict[str, Any], attributes: dict[str, Any], human: dict[str, Any], seen: set[str]
+    raw: dict[str, Any],
+    attributes: dict[str, Any] | JsonObjectFile,
+    human: dict[str, Any] | JsonObjectFile,
+    seen: set[str],
 ) -> Product | None:
     """Apply the original's cleaning to one raw record; None when the record is skipped."""
     asin = raw.get("asin")

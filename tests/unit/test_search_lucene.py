@@ -8,15 +8,19 @@ text full of edge cases. Without Java and the jars they are skipped.
 from __future__ import annotations
 
 import glob
+import os
 import random
 import shutil
 import subprocess
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from webshop_env.catalog.generate import generate_catalog
+from webshop_env.catalog.raw import index_text, iter_products
 from webshop_env.search.analyzer import analyze, tokenize
 from webshop_env.search.bm25 import BM25Index, build_index
 
@@ -44,7 +48,8 @@ import org.apache.lucene.document.*;
 import org.apache.lucene.index.*;
 import org.apache.lucene.search.*;
 import org.apache.lucene.search.similarities.BM25Similarity;
-import org.apache.lucene.store.ByteBuffersDirectory;
+import org.apache.lucene.store.Directory;
+import org.apache.lucene.store.FSDirectory;
 import org.apache.lucene.util.BytesRef;
 
 /** Anserini's DefaultEnglishAnalyzer and bag-of-words BM25 search, as pyserini's LuceneSearcher runs them. */
@@ -73,7 +78,7 @@ public class LuceneOracle {
   }
   static List<String> lines(String path) throws IOException {
     List<String> out = new ArrayList<>();
-    for (String line : Files.readAllLines(Paths.get(path), StandardCharsets.UTF_8)) out.add(line.replace('\u0002', '\n'));
+    for (String line : Files.readAllLines(Paths.get(path), StandardCharsets.UTF_8)) out.add(line.replace('\u0002', '\n').replace('\u0003', '\r'));
     return out;
   }
   public static void main(String[] args) throws Exception {
@@ -84,10 +89,14 @@ public class LuceneOracle {
       return;
     }
     Analyzer a = analyzer(true);
-    ByteBuffersDirectory dir = new ByteBuffersDirectory();
-    IndexWriterConfig config = new IndexWriterConfig(a).setSimilarity(new BM25Similarity(0.9f, 0.4f));
-    try (IndexWriter writer = new IndexWriter(dir, config)) {
-      for (String line : lines(args[1])) {
+    // documents are streamed from the file and the index lives on disk: the 1.2M-product check fits a small heap
+    Directory dir = FSDirectory.open(Files.createTempDirectory(Paths.get(args[2]).getParent(), "lucene-index"));
+    IndexWriterConfig config = new IndexWriterConfig(a).setSimilarity(new BM25Similarity(0.9f, 0.4f))
+        .setRAMBufferSizeMB(128);
+    try (IndexWriter writer = new IndexWriter(dir, config);
+         BufferedReader docs = Files.newBufferedReader(Paths.get(args[1]), StandardCharsets.UTF_8)) {
+      for (String line = docs.readLine(); line != null; line = docs.readLine()) {
+        line = line.replace('\u0002', '\n').replace('\u0003', '\r');
         int tab = line.indexOf('\t');
         Document doc = new Document();
         doc.add(new StringField("id", line.substring(0, tab), Field.Store.YES));
@@ -125,26 +134,32 @@ class LuceneOracle:
         (directory / "LuceneOracle.java").write_text(JAVA, encoding="utf-8")
         subprocess.run(["javac", "-cp", self.classpath, str(directory / "LuceneOracle.java")], check=True)
 
-    def _run(self, mode: str, lines: list[str], queries: list[str] | None = None) -> list[str]:
-        def write(name: str, rows: list[str]) -> str:
+    def _run(
+        self, mode: str, lines: Iterable[str], count: int, queries: list[str] | None = None
+    ) -> list[str]:
+        def write(name: str, rows: Iterable[str]) -> str:
             path = self.directory / name
-            path.write_text("".join(row.replace("\n", "\u0002") + "\n" for row in rows), encoding="utf-8")
+            with open(path, "w", encoding="utf-8") as handle:  # streamed: 1.2M product texts are ~1 GB
+                for row in rows:
+                    handle.write(row.replace("\n", "\u0002").replace("\r", "\u0003") + "\n")
             return str(path)
 
         args = [mode, write("in.txt", lines), str(self.directory / "out.txt")]
         if queries is not None:
             args.append(write("queries.txt", queries))
         subprocess.run(["java", "-cp", self.classpath, "LuceneOracle", *args], check=True)
-        count = len(queries if queries is not None else lines)
         return (self.directory / "out.txt").read_text(encoding="utf-8").split("\n")[:count]
 
     def terms(self, mode: str, texts: list[str]) -> list[list[str]]:
-        return [line.split("\u0001") if line else [] for line in self._run(mode, texts)]
+        return [line.split("\u0001") if line else [] for line in self._run(mode, texts, len(texts))]
 
-    def search(self, ids: list[str], texts: list[str], queries: list[str]) -> list[list[tuple[str, int]]]:
-        rows = [f"{doc_id}\t{text}" for doc_id, text in zip(ids, texts, strict=True)]
+    def search(
+        self, ids: Iterable[str], texts: Iterable[str], queries: list[str]
+    ) -> list[list[tuple[str, int]]]:
+        """Lucene's top 50 (id, float32 score bits) per query over the documents (ids and texts, streamed)."""
+        rows = (f"{doc_id}\t{text}" for doc_id, text in zip(ids, texts, strict=True))
         results = []
-        for line in self._run("search", rows, queries):
+        for line in self._run("search", rows, len(queries), queries):
             hits = [item.rsplit(":", 1) for item in line.split()]
             results.append([(doc_id, int(bits, 16)) for doc_id, bits in hits])
         return results
@@ -220,3 +235,66 @@ def test_rankings_and_scores_match_lucene(lucene: LuceneOracle, tmp_path: Path) 
             for p, s in zip(positions, scores, strict=True)
         ]
         assert ours == theirs, query
+
+
+def ranked_bits(index: BM25Index, query: str) -> list[tuple[str, int]]:
+    positions, scores = index.rank(query)
+    return [
+        (index.doc_id(int(p)), int(np.float32(s).view(np.int32)))
+        for p, s in zip(positions, scores, strict=True)
+    ]
+
+
+def instruction_queries(raw_dir: Path, count: int, seed: int) -> tuple[list[str], list[str], list[str]]:
+    """(ids, index texts, ``count`` sampled instructions) of a raw catalog, read in one pass."""
+    ids, texts, instructions = [], [], []
+    for product in iter_products(raw_dir):
+        ids.append(product.asin)
+        texts.append(index_text(product))
+        if product.instruction_text:
+            instructions.append(product.instruction_text)
+        instructions += [h["instruction"] for h in product.human_instructions if h.get("instruction")]
+    rng = random.Random(seed)
+    return ids, texts, rng.sample(instructions, min(count, len(instructions)))
+
+
+def test_pruned_search_matches_lucene_on_a_generated_catalog(lucene: LuceneOracle, tmp_path: Path) -> None:
+    """The agents' real searches (instructions) on the bundled generator's products, the pruned path forced."""
+    generate_catalog(tmp_path / "raw", products=6000, seed=5, progress=False)
+    ids, texts, queries = instruction_queries(tmp_path / "raw", 300, seed=1)
+    queries += ["size", "women men", "the"]
+    build_index(ids, texts, tmp_path / "index")
+    index = BM25Index.open(tmp_path / "index")
+    index.prune_min_postings = 0
+    expected = lucene.search(ids, texts, queries)
+    for query, theirs in zip(queries, expected, strict=True):
+        assert ranked_bits(index, query) == theirs, query
+
+
+LARGE_RAW = os.environ.get("WEBSHOP_LUCENE_LARGE_RAW")
+
+
+@pytest.mark.skipif(
+    not LARGE_RAW, reason="opt-in: set WEBSHOP_LUCENE_LARGE_RAW (and _CATALOG) to a large catalog"
+)
+def test_search_matches_lucene_on_a_large_catalog(lucene: LuceneOracle, tmp_path: Path) -> None:
+    """Opt-in, full scale: ``WEBSHOP_LUCENE_LARGE_RAW=raw dir`` and ``WEBSHOP_LUCENE_LARGE_CATALOG=its prepared
+    catalog`` (whose index is used as is; without it an index is built here). ``make lucene-large`` runs it on
+    a generated 1.2M-product catalog. Default thresholds: what a replica serves is what is checked.
+    """
+    raw = Path(str(LARGE_RAW))
+    count = int(os.environ.get("WEBSHOP_LUCENE_LARGE_QUERIES", "200"))
+    ids, texts, queries = instruction_queries(raw, count, seed=2)
+    catalog = os.environ.get("WEBSHOP_LUCENE_LARGE_CATALOG")
+    if catalog:
+        index = BM25Index.open(Path(catalog) / "index")
+    else:
+        build_index(ids, texts, tmp_path / "index")
+        index = BM25Index.open(tmp_path / "index")
+    assert len(index) == len(ids)
+    expected = lucene.search(ids, texts, queries)
+    del texts
+    differ = [
+        query for query, theirs in zip(queries, expected, strict=True) if ranked_bits(index, query) != theirs
+    ]
+    assert not differ, f"{len(differ)} of {len(queries)} queries differ from Lucene, e.g. {differ[:3]}"

@@ -1,0 +1,126 @@
+"""Helpers of the fault-tolerance suite (imported as ``_faults``; conftest puts this folder on sys.path).
+
+``FIGURES`` collects one line per measured figure; conftest prints them at the end of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from webshop_env import cluster
+from webshop_env.client import WebShopClient
+
+SECRET = "faults-suite-secret-0123456789-abcdef"
+FIGURES: list[str] = []
+
+
+def figure(line: str) -> None:
+    """Record a figure for the summary at the end of the run (and print it for -s runs)."""
+    FIGURES.append(line)
+    print(line)
+
+
+def start(
+    catalog: Path, run_dir: Path, replicas: int = 2, workers: int = 2, env: Mapping[str, str] | None = None
+) -> dict:
+    """The local cluster (replicas x workers, Redis, nginx) on free ports; ``cluster.down(run_dir)`` stops it."""
+    return cluster.up(
+        replicas=replicas, catalog=catalog, base_port=0, port=0, workers=workers, run_dir=run_dir,
+        env={"WEBSHOP_STATE_SECRET": SECRET, "WEBSHOP_WATCHDOG_INTERVAL_S": "0", **(env or {})},
+        timeout=120, quiet=True,
+    )  # fmt: skip
+
+
+def signal_replica(record: Mapping[str, Any], index: int, sig: signal.Signals) -> None:
+    """Signal every process of replica ``index`` (its uvicorn parent and workers: one process group)."""
+    replica = record["replicas"][index]
+    os.killpg(replica.get("pgid", replica["pid"]), sig)
+
+
+async def native_episode(
+    client: WebShopClient, goal: int, actions: Sequence[str], think_s: float = 0.0
+) -> tuple[float, float]:
+    """(final reward, seconds) of one native episode; ``think_s`` between steps stands for the policy."""
+    started = time.monotonic()
+    step = await client.reset(goal, goal_set="synthetic")
+    state, reward = step["state"], 0.0
+    for action in actions:
+        if think_s:
+            await asyncio.sleep(think_s)
+        step = await client.step(state, action)
+        state, reward = step["state"], step["reward"]
+    return reward, time.monotonic() - started
+
+
+def native_trace(url: str, goal: int, actions: Sequence[str]) -> list[tuple[str, float, bool]]:
+    """(observation, reward, done) after reset and after each action, through the native protocol."""
+    with requests.Session() as http:
+        first = http.post(f"{url}/v1/reset", json={"goal": goal, "goal_set": "synthetic"}, timeout=30).json()
+        trace = [(first["observation"], 0.0, False)]
+        state = first["state"]
+        for action in actions:
+            step = http.post(f"{url}/v1/step", json={"state": state, "action": action}, timeout=30).json()
+            trace.append((step["observation"], step["reward"], step["done"]))
+            state = step["state"]
+            if step["done"]:
+                break
+    return trace
+
+
+class AgentGymClient:
+    """The HTTP behaviour of AgentGym's ``agentenv.envs.webshop.WebshopEnvClient``, call for call.
+
+    ``/create`` once (bare int id); ``_post`` injects ``env_idx`` and tries 5 times, sleeping 0.1 s after a
+    503 and retrying at once after any other non-200; ``_get`` sends ``?env_idx=``; ``reset`` posts
+    ``session_id`` then replaces the observation with ``GET /observation``; ``close`` posts ``{}``.
+    """
+
+    def __init__(self, env_server_base: str, timeout: int = 300) -> None:
+        self.env_server_base = env_server_base
+        self.timeout = timeout
+        self.http = requests.Session()
+        ok = self.http.post(f"{self.env_server_base}/create", timeout=self.timeout)
+        if ok.status_code != 200:
+            raise RuntimeError(f"Failed to create environment: {ok.status_code} {ok.text}")
+        self.env_id = ok.json()
+
+    def _post(self, path: str, data: dict[str, Any]) -> Any:
+        data["env_idx"] = self.env_id
+        for _ in range(5):
+            res = self.http.post(f"{self.env_server_base}/{path}", json=data, timeout=self.timeout)
+            if res.status_code == 503:
+                time.sleep(0.1)
+            elif res.status_code == 200:
+                break
+        assert res.status_code == 200, f"{path}: {res.status_code} {res.text}"
+        return res.json()
+
+    def _get(self, path: str) -> Any:
+        res = self.http.get(f"{self.env_server_base}/{path}?env_idx={self.env_id}", timeout=self.timeout)
+        assert res.status_code == 200, f"{path}: {res.status_code} {res.text}"
+        return res.json()
+
+    def observe(self) -> str:
+        return self._get("observation")
+
+    def step(self, action: str) -> tuple[str, float, bool]:
+        if action.endswith("</s>"):
+            action = action[: -len("</s>")]
+        response = self._post("step", {"action": action})
+        return response["state"], response["reward"], response["done"]
+
+    def reset(self, idx: int) -> list:
+        response = self._post("reset", {"session_id": idx})
+        response[0] = self.observe()
+        return response
+
+    def close(self) -> Any:
+        return self._post("close", {})

@@ -1,13 +1,19 @@
 """In-process benchmark of the simulator: step latencies, catalog open time and resident memory.
 
-Prints figures, asserts nothing: ``webshop-env bench --catalog DIR --json``.
+Prints figures, asserts nothing: ``webshop-env bench --catalog DIR --json`` for one prepared catalog, or
+``webshop-env bench --products 100000,1200000`` for generated catalogs of those sizes (generated and prepared
+once into a cache directory, then reused), each measured in a fresh process.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,3 +109,97 @@ def bench_in_process(catalog_dir: Path, iterations: int = 2000, seed: int = 0) -
         "rss_mb": round(_rss_mb(), 1),
         "iterations": iterations,
     }
+
+
+DEFAULT_BENCH_SEED = 0
+
+
+def default_cache_dir() -> Path:
+    """Where ``bench --products`` keeps its generated catalogs: $WEBSHOP_BENCH_CACHE or ~/.cache/webshop-env."""
+    configured = os.environ.get("WEBSHOP_BENCH_CACHE")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "webshop-env" / "bench"
+
+
+def ensure_generated_catalog(
+    cache_dir: Path, products: int, seed: int = DEFAULT_BENCH_SEED, progress: bool = False
+) -> tuple[Path, dict[str, Any]]:
+    """A prepared catalog of ``products`` generated products under ``cache_dir``, built only when missing.
+
+    Returns its directory and what building it took (``generate_s``, ``prepare_s``, ``prepare_peak_rss_mb``;
+    from the cache, as recorded when it was built). Both steps write atomically, so an interrupted run is
+    redone rather than reused.
+    """
+    from .catalog.generate import generate_catalog
+    from .catalog.store import MANIFEST
+
+    root = Path(cache_dir) / f"generated-{products}-seed{seed}"
+    raw, catalog, record = root / "raw", root / "catalog", root / "build.json"
+    if (catalog / MANIFEST).exists() and record.exists():
+        return catalog, json.loads(record.read_text(encoding="utf-8"))
+    root.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    generate_catalog(raw, products, seed=seed, progress=progress)
+    generate_s = time.perf_counter() - started
+    # prepare in a child process: its peak resident memory is then its own (wait4's rusage of that child)
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "webshop_env.cli", "catalog", "prepare", "--raw", str(raw)]
+    child = subprocess.Popen(  # its manifest goes to stderr: stdout is for this command's figures
+        [*command, "--out", str(catalog), *([] if progress else ["--quiet"])], stdout=sys.stderr
+    )
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"catalog prepare failed with exit status {child.returncode}")
+    built = {
+        "generate_s": round(generate_s, 1),
+        "prepare_s": round(time.perf_counter() - started, 1),
+        "prepare_peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+    }
+    record.write_text(json.dumps(built) + "\n", encoding="utf-8")
+    return catalog, built
+
+
+def bench_generated(
+    sizes: list[int],
+    cache_dir: Path,
+    iterations: int = 2000,
+    seed: int = DEFAULT_BENCH_SEED,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """``bench_in_process`` on generated catalogs of each size, each in a fresh process (clean memory figures)."""
+    runs = []
+    for products in sizes:
+        catalog, built = ensure_generated_catalog(cache_dir, products, seed=seed, progress=progress)
+        command = [sys.executable, "-m", "webshop_env.cli", "bench", "--catalog", str(catalog)]
+        output = subprocess.run(
+            [*command, "--iterations", str(iterations), "--json"], check=True, capture_output=True, text=True
+        ).stdout
+        runs.append({**json.loads(output), **built, "catalog": str(catalog)})
+    return {"runs": runs, "cache_dir": str(cache_dir), "seed": seed, "load_avg": list(os.getloadavg())}
+
+
+TABLE_COLUMNS = (
+    ("products", "products"),
+    ("click_us_p50", "click p50 (µs)"),
+    ("click_us_p99", "click p99 (µs)"),
+    ("search_ms_p50", "search p50 (ms)"),
+    ("search_ms_p99", "search p99 (ms)"),
+    ("purchase_us_p50", "purchase p50 (µs)"),
+    ("open_s", "open (s)"),
+    ("rss_mb", "RSS (MB)"),
+    ("prepare_s", "prepare (s)"),
+    ("prepare_peak_rss_mb", "prepare peak RSS (MB)"),
+)
+
+
+def markdown_table(runs: list[dict[str, Any]]) -> str:
+    """The README's in-process table for these runs."""
+    lines = [
+        "| " + " | ".join(title for _, title in TABLE_COLUMNS) + " |",
+        "|" + " --- |" * len(TABLE_COLUMNS),
+    ]
+    for run in runs:
+        lines.append("| " + " | ".join(f"{run.get(key, '')}" for key, _ in TABLE_COLUMNS) + " |")
+    return "\n".join(lines)

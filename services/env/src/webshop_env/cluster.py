@@ -215,12 +215,13 @@ def up(
     timeout: float = 120.0,
     quiet: bool = False,
     redis_port: int = 0,
+    serve_args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Start the cluster and wait until it answers; returns the record written to ``RUN/pids.json``.
 
     ``base_port=0`` / ``port=0`` / ``redis_port=0`` pick free ports. A ``WEBSHOP_REDIS_URL`` in ``env`` (or in
     this process's environment) names an existing Redis for the AgentGym sessions instead of starting one. ``env`` adds or overrides environment variables of the
-    replicas (e.g. ``{"WEBSHOP_COMPAT_MAX_SESSIONS": "50"}``). On failure everything started is stopped and
+    replicas (e.g. ``{"WEBSHOP_COMPAT_MAX_SESSIONS": "50"}``); ``serve_args`` extends their ``serve`` command. On failure everything started is stopped and
     ``ClusterError`` carries the tails of the logs.
     """
     if replicas < 1:
@@ -285,7 +286,7 @@ def up(
             log_path = logs / f"replica-{index}.log"
             command = [
                 python_binary(), "-m", "webshop_env.cli", "serve", "--catalog", str(catalog),
-                "--host", host, "--port", str(replica_port), "--workers", str(workers),
+                "--host", host, "--port", str(replica_port), "--workers", str(workers), *serve_args,
             ]  # fmt: skip
             process = _spawn(command, log_path, child_env)
             record["replicas"].append(

@@ -155,9 +155,30 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..bench import bench_in_process
+    from ..bench import bench_generated, bench_in_process, default_cache_dir, markdown_table
 
-    _print_json(bench_in_process(args.catalog or default_catalog_dir(), iterations=args.iterations))
+    if args.products is None:
+        _print_json(bench_in_process(args.catalog or default_catalog_dir(), iterations=args.iterations))
+        return 0
+    if args.catalog is not None:
+        print("webshop-env bench: error: give --catalog or --products, not both", file=sys.stderr)
+        return 2
+    try:
+        sizes = [int(size.replace("_", "")) for size in args.products.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1000:
+        print(
+            "webshop-env bench: error: --products takes sizes >= 1000, e.g. 100000,1200000", file=sys.stderr
+        )
+        return 2
+    cache = args.cache_dir or default_cache_dir()
+    result = bench_generated(sizes, cache, iterations=args.iterations, progress=not args.json)
+    if args.json:
+        _print_json(result)
+    else:
+        print(markdown_table(result["runs"]))
+        print(f"(load average {' '.join(f'{x:.2f}' for x in result['load_avg'])}; catalogs in {cache})")
     return 0
 
 
@@ -227,8 +248,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("bench", help="in-process benchmark: step latencies, open time, memory")
     _catalog_arg(p)
+    p.add_argument(
+        "--products",
+        default=None,
+        help="instead of --catalog: comma-separated sizes (e.g. 100000,1200000) of generated catalogs, "
+        "built once into --cache-dir; prints a markdown table (JSON with --json)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="for --products (default: $WEBSHOP_BENCH_CACHE or ~/.cache)",
+    )
     p.add_argument("--iterations", type=int, default=2000, help="timed steps per kind (default 2000)")
-    p.add_argument("--json", action="store_true", help="JSON output (the only format; kept for clarity)")
+    p.add_argument("--json", action="store_true", help="JSON output (always for --catalog)")
     p.set_defaults(func=cmd_bench)
 
     from .serve import add_commands as add_serve_commands

@@ -78,10 +78,32 @@ def add_commands(subparsers: Any) -> None:
         "--allow-ephemeral-secret", action="store_true",
         help="without WEBSHOP_STATE_SECRET, use a random secret shared by this replica's workers only",
     )  # fmt: skip
+    # bench-http --calibrate serves its trivial app with exactly these server settings
+    p.add_argument("--app-factory", default=APP_FACTORY, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
 
     p = subparsers.add_parser("bench-http", help="HTTP load test: concurrent expert episodes, one JSON line")
-    p.add_argument("--url", required=True, help="balancer or replica base URL, e.g. http://127.0.0.1:36003")
+    p.add_argument("--url", default=None, help="balancer or replica base URL, e.g. http://127.0.0.1:36003")
+    calibration = p.add_argument_group(
+        "calibrated run (--calibrate): the service and a trivial app on the same local topology, one JSON object"
+    )
+    calibration.add_argument(
+        "--calibrate", action="store_true",
+        help="start the service and a trivial app (same nginx template and server settings) and load both",
+    )  # fmt: skip
+    calibration.add_argument("--kind", default="click", choices=["click", "search", "search-varied"])
+    calibration.add_argument(
+        "--catalog", type=Path, default=None, help="prepared catalog (default: data/catalog)"
+    )
+    calibration.add_argument("--replicas", type=int, default=2, help="replicas per cluster (default 2)")
+    calibration.add_argument("--workers", type=int, default=1, help="uvicorn workers per replica (default 1)")
+    calibration.add_argument(
+        "--connections", type=int, default=64, help="keep-alive connections (default 64)"
+    )
+    calibration.add_argument(
+        "--seconds", type=float, default=5.0, help="measured seconds per round (default 5)"
+    )
+    calibration.add_argument("--rounds", type=int, default=3, help="alternating rounds per side (default 3)")
     p.add_argument("--concurrency", type=int, default=256, help="episodes in flight at once (default 256)")
     p.add_argument("--episodes", type=int, default=1024, help="episodes to run (default 1024)")
     p.add_argument("--goal-set", default=None, help="goal set (default: the server's default)")
@@ -147,7 +169,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.watchdog_interval > 0:
         start_watchdog(args.host, args.port, args.watchdog_interval)
     uvicorn.run(
-        APP_FACTORY,
+        args.app_factory,
         factory=True,
         host=args.host,
         port=args.port,
@@ -231,6 +253,11 @@ def _multiprocess_metrics_dir() -> None:
 
 # ---- bench-http -----------------------------------------------------------------------------------------
 def cmd_bench_http(args: argparse.Namespace) -> int:
+    if args.calibrate:
+        return _cmd_calibrate(args)
+    if not args.url:
+        print("webshop-env bench-http: error: give --url, or --calibrate", file=sys.stderr)
+        return 2
     result = asyncio.run(
         bench_http(
             args.url, concurrency=args.concurrency, episodes=args.episodes, goal_set=args.goal_set,
@@ -240,6 +267,29 @@ def cmd_bench_http(args: argparse.Namespace) -> int:
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
     sys.stdout.flush()
     return 0 if result["errors"] == 0 else 1
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from ..calibrate import calibrate
+    from ..settings import default_catalog_dir
+
+    if args.url:
+        print(
+            "webshop-env bench-http: error: --calibrate starts its own clusters; drop --url", file=sys.stderr
+        )
+        return 2
+    if min(args.replicas, args.workers, args.connections, args.rounds) < 1 or args.seconds <= 0:
+        print(
+            "webshop-env bench-http: error: counts must be at least 1 and --seconds positive", file=sys.stderr
+        )
+        return 2
+    result = calibrate(
+        args.catalog or default_catalog_dir(), kind=args.kind, replicas=args.replicas, workers=args.workers,
+        connections=args.connections, seconds=args.seconds, rounds=args.rounds,
+    )  # fmt: skip
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    sys.stdout.flush()
+    return 0 if result["calibration"]["errors"] == 0 and result["service"]["errors"] == 0 else 1
 
 
 async def bench_http(

@@ -97,7 +97,7 @@ def test_session_cap_bounds_live_sessions(replica) -> None:
     assert requests.get(f"{replica.url}/healthz", timeout=10).status_code == 200
 
 
-def test_compat_through_the_balancer_is_sticky(cluster, expert_plans: dict[int, list[str]]) -> None:
+def test_compat_through_the_balancer(cluster, expert_plans: dict[int, list[str]]) -> None:
     goal, actions = next(iter(expert_plans.items()))
     client = AgentGymStyleClient(cluster["url"])
     client.reset(goal)

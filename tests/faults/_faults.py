@@ -20,6 +20,8 @@ from webshop_env.client import WebShopClient
 
 SECRET = "faults-suite-secret-0123456789-abcdef"
 FIGURES: list[str] = []
+CONCURRENT = 64  # episodes in flight at once in the load runs
+THINK_S = 0.2  # the policy's time per turn: a fault lands in the middle of episodes
 
 
 def figure(line: str) -> None:
@@ -124,3 +126,32 @@ class AgentGymClient:
 
     def close(self) -> Any:
         return self._post("close", {})
+
+
+async def run_slots(
+    url: str, plans: dict[int, list[str]], retries: int | None, seconds: float, on_started=None
+):
+    """``CONCURRENT`` slots, each running episodes back to back for ``seconds`` (at least one each);
+    returns [(goal, reward or exception, duration)]."""
+    goals = list(plans)[:CONCURRENT]
+    results: list[tuple[int, object, float]] = []
+    async with WebShopClient(url, retries=retries, max_connections=CONCURRENT + 8) as client:
+        deadline = time.monotonic() + seconds
+
+        async def slot(index: int) -> None:
+            round_ = 0
+            while round_ == 0 or time.monotonic() < deadline:
+                goal = goals[(index + round_) % len(goals)]
+                started = time.monotonic()
+                try:
+                    reward, _ = await native_episode(client, goal, plans[goal], THINK_S)
+                    results.append((goal, reward, time.monotonic() - started))
+                except Exception as error:  # a lost episode
+                    results.append((goal, error, time.monotonic() - started))
+                round_ += 1
+
+        tasks = [asyncio.create_task(slot(i)) for i in range(CONCURRENT)]
+        if on_started is not None:
+            await on_started()
+        await asyncio.gather(*tasks)
+    return results

@@ -11,44 +11,12 @@ import signal
 import statistics
 import time
 
-from _faults import figure, native_episode, signal_replica, start
+from _faults import CONCURRENT, figure, run_slots, signal_replica, start
 
 from webshop_env import cluster
-from webshop_env.client import WebShopClient
 
-CONCURRENT = 64
-THINK_S = 0.2  # the policy's time per turn: the freeze lands in the middle of episodes
 FREEZE_AFTER_S = 0.4
 FROZEN_RUN_S = 14.0  # longer than fail_timeout (10 s): the hung replica is probed again while still hung
-
-
-async def run_slots(
-    url: str, plans: dict[int, list[str]], retries: int | None, seconds: float, on_started=None
-):
-    """``CONCURRENT`` slots, each running episodes back to back for ``seconds`` (at least one each);
-    returns [(goal, reward or exception, duration)]."""
-    goals = list(plans)[:CONCURRENT]
-    results: list[tuple[int, object, float]] = []
-    async with WebShopClient(url, retries=retries, max_connections=CONCURRENT + 8) as client:
-        deadline = time.monotonic() + seconds
-
-        async def slot(index: int) -> None:
-            round_ = 0
-            while round_ == 0 or time.monotonic() < deadline:
-                goal = goals[(index + round_) % len(goals)]
-                started = time.monotonic()
-                try:
-                    reward, _ = await native_episode(client, goal, plans[goal], THINK_S)
-                    results.append((goal, reward, time.monotonic() - started))
-                except Exception as error:  # a lost episode
-                    results.append((goal, error, time.monotonic() - started))
-                round_ += 1
-
-        tasks = [asyncio.create_task(slot(i)) for i in range(CONCURRENT)]
-        if on_started is not None:
-            await on_started()
-        await asyncio.gather(*tasks)
-    return results
 
 
 def test_sigstop_of_one_replica_loses_no_episode(conformance_catalog_dir, expert_plans, tmp_path) -> None:

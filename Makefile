@@ -16,6 +16,14 @@ WEBSHOP_PORT ?= 36003
 export CATALOG_DIR
 
 STAMP := $(VENV)/.installed
+# The verl line that preflight and the train targets use: 0.7 (verl 0.7.1 in .venv, configs/, the interaction or
+# the agent loop) or 0.9 (verl 0.9.1 in .venv-verl09, configs/verl09/, the agent loop). verl 0.9.1 needs numpy>=2
+# and 0.7.1 numpy<2, so the 0.9 line has an environment of its own, also made by `make setup`.
+VERL_LINE ?= 0.7
+VENV09 ?= .venv-verl09
+STAMP09 := $(VENV09)/.installed
+TRAIN_VENV = $(if $(filter 0.9,$(VERL_LINE)),$(VENV09),$(VENV))
+export VERL_LINE
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
 .PHONY: help setup nginx redis chromium lucene spacy data test lint format up-local down-local status-local preflight bench clean
@@ -29,7 +37,14 @@ $(STAMP): constraints.txt requirements-dev.txt services/env/pyproject.toml servi
 	$(PIP) install --quiet -c constraints.txt -e services/env -e services/trainer -r requirements-dev.txt
 	touch $(STAMP)
 
-setup: $(STAMP) ## create .venv/ and install everything (idempotent)
+$(STAMP09): constraints.txt constraints-verl09.txt scripts/merge_constraints.py services/env/pyproject.toml services/trainer/pyproject.toml
+	test -x $(VENV09)/bin/python || $(PYTHON) -m venv $(VENV09)
+	$(VENV09)/bin/pip install --quiet --upgrade pip
+	$(PYTHON) scripts/merge_constraints.py constraints.txt constraints-verl09.txt > $(VENV09)/constraints.txt
+	$(VENV09)/bin/pip install --quiet -c $(VENV09)/constraints.txt -e services/env -e services/trainer pytest pytest-timeout
+	touch $(STAMP09)
+
+setup: $(STAMP) $(STAMP09) ## create .venv/ (verl 0.7.1) and .venv-verl09/ (verl 0.9.1) and install everything (idempotent)
 
 nginx: ## install nginx (Debian package) when it is missing
 	@command -v nginx >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq nginx >/dev/null; }
@@ -62,6 +77,7 @@ spacy: setup ## optional: spaCy + its small English model, so catalog prepare ta
 
 test: setup nginx redis chromium lucene ## run the whole test suite
 	$(VENV)/bin/pytest
+	$(VENV09)/bin/pytest tests/trainer/test_agent_loop.py tests/trainer/verl09  # the verl 0.9.1 line (its own environment)
 
 lint: setup ## ruff (lint + format check)
 	$(VENV)/bin/ruff check services tests scripts
@@ -81,7 +97,8 @@ status-local: ## show the local cluster
 	$(PY) -m webshop_env.cluster status
 
 preflight: setup nginx redis data ## CPU checks of the verl path (configs, data, env cluster, agent loop) -> outputs/preflight/summary.json
-	$(VENV)/bin/webshop-train preflight --catalog $(CATALOG_DIR)
+	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make preflight: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
+	$(TRAIN_VENV)/bin/webshop-train preflight --catalog $(CATALOG_DIR)
 
 bench: setup data ## in-process simulator benchmark (JSON)
 	$(VENV)/bin/webshop-env bench --catalog $(CATALOG_DIR) --json

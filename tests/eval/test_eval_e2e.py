@@ -45,7 +45,7 @@ def test_expert_solves_the_bundled_catalog(expert_run: Any) -> None:
     assert m["score"] >= 95
     assert m["invalid_action_rate"] == 0.0
     assert m["policy"] == {"name": "expert", "plan_source": "server"}
-    assert m["config"]["split"] == "test" and m["config"]["max_turns"] == 15
+    assert m["config"]["split"] == "test" and m["config"]["max_turns"] == 24
     assert m["catalog"]["categories_from"] == "server"  # no --catalog: the reset responses carry them
     assert "unknown" not in m["by_category"]
     on_disk = json.loads(expert_run.metrics_path.read_text())

@@ -20,7 +20,6 @@ from webshop_trainer.evaluation.policies import (
     ContextLengthExceeded,
     OpenAIPolicy,
     PolicyError,
-    check_model_dir,
     sglang_command,
 )
 from webshop_trainer.evaluation.runner import EvalConfig, PolicySpec, evaluate
@@ -58,7 +57,7 @@ def test_openai_policy_uses_the_training_prompt_and_retries(
     assert m["endpoint"]["retried"] == 3
 
     request = chat.requests[-1]
-    assert request["model"] == "scripted" and request["temperature"] == 0.0 and request["max_tokens"] == 512
+    assert request["model"] == "scripted" and request["temperature"] == 0.1 and request["max_tokens"] == 800
     system, first_user = request["messages"][:2]
     assert system == {"role": "system", "content": prompts.SYSTEM_PROMPT}
     assert first_user["role"] == "user" and first_user["content"].startswith("Instruction: ")
@@ -247,21 +246,6 @@ def test_checkpoint_without_sglang_fails_clearly(monkeypatch: pytest.MonkeyPatch
         asyncio.run(policy.start())
     assert str(caught.value) == SGLANG_MISSING
     assert "--policy openai" in SGLANG_MISSING
-
-
-def test_model_dir_checks(tmp_path: Path) -> None:
-    with pytest.raises(PolicyError, match="not a directory"):
-        check_model_dir(tmp_path / "missing")
-    verl_checkpoint = tmp_path / "global_step_10"
-    (verl_checkpoint / "actor" / "huggingface").mkdir(parents=True)
-    with pytest.raises(PolicyError, match="verl.model_merger merge") as caught:
-        check_model_dir(verl_checkpoint)
-    assert f"--local_dir {verl_checkpoint / 'actor'} " in str(caught.value)
-    model = tmp_path / "hf"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    (model / "model.safetensors").write_bytes(b"")
-    assert check_model_dir(model) == model
 
 
 @pytest.mark.cluster

@@ -148,3 +148,24 @@ def test_configs_copy_is_self_contained(tmp_path: Path) -> None:
         shutil.copy(CONFIGS / name, tmp_path / name)
     _, config = compose_training_config("webshop_grpo_train", directory=tmp_path)
     assert config.data.train_batch_size == 128
+
+
+def test_the_guides_settings_and_a_saved_final_step() -> None:
+    """lr 5e-7 and 25 turns in both runs, 4 GPUs for the full one; attention that needs no flash-attn; the
+    test run saves its last step (verl saves on the last step whenever save_freq > 0) for `make eval`."""
+    from omegaconf import OmegaConf
+
+    steps = {}
+    for name in ("webshop_grpo_test", "webshop_grpo_train"):
+        _, config = compose_training_config(name, directory=CONFIGS)
+        OmegaConf.resolve(config)
+        model, actor = config.actor_rollout_ref.model, config.actor_rollout_ref.actor
+        assert actor.optim.lr == 5e-7
+        assert config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == 25
+        assert model.override_config.attn_implementation == "sdpa" and model.use_remove_padding is False
+        assert actor.fsdp_config.model_dtype == "fp32"
+        steps[name] = config
+    assert steps["webshop_grpo_train"].trainer.n_gpus_per_node == 4
+    test = steps["webshop_grpo_test"]
+    total_steps = test.data.train_max_samples // test.data.train_batch_size * test.trainer.total_epochs
+    assert test.trainer.save_freq > 0 and test.trainer.save_freq >= total_steps  # the last step, only

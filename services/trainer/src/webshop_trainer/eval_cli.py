@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .turns import TRAINING_ENV_STEPS, TRAINING_MAX_ASSISTANT_TURNS, env_steps_for_turns
+
 EXIT_OK, EXIT_ERROR, EXIT_INCOMPLETE = 0, 1, 2
 
 
@@ -36,12 +38,21 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--split", default="test", choices=("test", "eval", "train"))
     p.add_argument("--goal-set", default=None, help="synthetic or human (default: the server's default)")
     p.add_argument("--max-samples", type=int, default=None, help="first N goals of the split (default: all)")
-    p.add_argument(
+    steps = p.add_mutually_exclusive_group()
+    steps.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="actions (env steps) per episode; hitting it scores 0 (truncated). Default: "
+        f"{TRAINING_ENV_STEPS}, what training allows (multi_turn.max_assistant_turns = "
+        f"{TRAINING_MAX_ASSISTANT_TURNS} in both configs: verl stops after the last reply without sending it)",
+    )
+    steps.add_argument(
         "--max-turns",
         type=int,
-        default=15,
-        help="actions per episode; hitting it scores 0 (truncated). Match the training run's "
-        "multi_turn.max_assistant_turns (10 in the test config, 25 in the full one) to compare like with like",
+        default=None,
+        help="the same limit given as verl's max_assistant_turns (N turns = N - 1 env steps), e.g. the value "
+        "of a training run's TRAIN_EXTRA_ARGS",
     )
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight")
     p.add_argument("--seed", type=int, default=0, help="random policy / sampling / bootstrap seed")
@@ -64,9 +75,9 @@ def add_commands(subparsers: Any) -> None:
     )
     chat.add_argument("--model", default=None, help="served model name")
     chat.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY)")
-    chat.add_argument("--temperature", type=float, default=0.0)
+    chat.add_argument("--temperature", type=float, default=0.1, help="the guides' 0.1 (default)")
     chat.add_argument("--top-p", type=float, default=1.0)
-    chat.add_argument("--max-tokens", type=int, default=512, help="tokens per reply")
+    chat.add_argument("--max-tokens", type=int, default=800, help="new tokens per reply (the guides' 800)")
     chat.add_argument("--request-timeout", type=float, default=120.0, help="seconds per model request")
     chat.add_argument("--retries", type=int, default=5, help="retries per model request")
     chat.add_argument("--retry-backoff", type=float, default=0.5, help="base of the retry backoff (s)")
@@ -79,7 +90,9 @@ def add_commands(subparsers: Any) -> None:
     chat.add_argument(
         "--model-path",
         default=os.environ.get("MODEL_PATH"),
-        help="checkpoint: Hugging Face model directory to serve with sglang",
+        help="checkpoint: a Hugging Face hub id, a Hugging Face model directory, or a verl checkpoint "
+        "(global_step_N, or the experiment directory for its latest step; merged once into "
+        "global_step_N/huggingface_merged) to serve with sglang",
     )
     chat.add_argument("--server-port", type=int, default=0, help="checkpoint: sglang port (0: a free one)")
     chat.add_argument("--server-python", default=None, help="checkpoint: interpreter that has sglang")
@@ -110,6 +123,13 @@ def add_commands(subparsers: Any) -> None:
     r.set_defaults(func=run_report)
 
 
+def max_env_steps(max_steps: int | None, max_turns: int | None) -> int:
+    """Env steps per episode from ``--max-steps`` or ``--max-turns`` (verl's count), else training's."""
+    if max_turns is not None:
+        return env_steps_for_turns(max_turns)
+    return TRAINING_ENV_STEPS if max_steps is None else max_steps
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """``webshop-train eval``."""
     from .evaluation.policies import PolicyError
@@ -121,7 +141,7 @@ def run_eval(args: argparse.Namespace) -> int:
         split=args.split,
         goal_set=args.goal_set,
         max_samples=args.max_samples,
-        max_turns=args.max_turns,
+        max_turns=max_env_steps(args.max_steps, args.max_turns),
         concurrency=args.concurrency,
         catalog=args.catalog,
         max_policy_errors=args.max_policy_errors,

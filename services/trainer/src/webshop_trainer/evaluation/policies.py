@@ -388,23 +388,20 @@ def sglang_command(
     return [*command, *extra_args]
 
 
-def check_model_dir(model_path: str | Path) -> Path:
-    """A Hugging Face model directory (config + weights), or a ``PolicyError`` that says what to do."""
-    path = Path(model_path)
-    if not path.is_dir():
-        raise PolicyError(f"MODEL_PATH {path} is not a directory")
-    has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
-    if (path / "config.json").exists() and has_weights:
-        return path
-    hint = ""
-    actor = path / "actor" if (path / "actor").is_dir() else path
-    if actor.name == "actor" or (path / "huggingface").is_dir():
-        hint = (
-            " It looks like a verl (FSDP) checkpoint: merge it into a Hugging Face model first, e.g. "
-            f"`python -m verl.model_merger merge --backend fsdp --local_dir {actor} --target_dir {path}/hf`, "
-            "and pass that directory."
+def serveable_model(model_path: str | Path, python: str | None = None) -> str:
+    """What sglang serves for ``model_path`` (hub id, HF directory, or a verl checkpoint merged once), or a
+    ``PolicyError`` that says what was found and what to pass."""
+    from .model_path import ModelPathError, resolve_model_path
+
+    try:
+        resolved = resolve_model_path(model_path, python=python)
+    except ModelPathError as error:
+        raise PolicyError(str(error)) from None
+    if resolved.merged_now:
+        print(
+            f"eval: merged the verl checkpoint {resolved.checkpoint} into {resolved.serve}", file=sys.stderr
         )
-    raise PolicyError(f"{path} is not a Hugging Face model directory (config.json and *.safetensors).{hint}")
+    return resolved.serve
 
 
 def sglang_available(python: str | None = None) -> bool:
@@ -442,6 +439,7 @@ class CheckpointPolicy(OpenAIPolicy):
         **openai: Any,
     ) -> None:
         self.model_path = Path(model_path)
+        self.serve_path = str(model_path)  # what sglang loads: set by start() (a merged verl checkpoint)
         self.port = port or free_ports(1)[0]
         self.python = python
         self.startup_timeout = startup_timeout
@@ -453,7 +451,7 @@ class CheckpointPolicy(OpenAIPolicy):
 
     def command(self) -> list[str]:
         return sglang_command(
-            self.model_path,
+            self.serve_path,
             self.port,
             python=self.python,
             served_model_name=self.served_model_name,
@@ -463,7 +461,7 @@ class CheckpointPolicy(OpenAIPolicy):
     async def start(self) -> None:
         if not sglang_available(self.python):
             raise PolicyError(SGLANG_MISSING)
-        check_model_dir(self.model_path)
+        self.serve_path = serveable_model(self.model_path, self.python)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
             self._process = subprocess.Popen(
@@ -520,5 +518,6 @@ class CheckpointPolicy(OpenAIPolicy):
             **super().describe(),
             "name": self.name,
             "model_path": str(self.model_path),
+            "served": self.serve_path,
             "server_args": self.server_args,
         }

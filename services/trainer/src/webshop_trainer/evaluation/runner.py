@@ -30,6 +30,7 @@ from webshop_env.client import WebShopClient, WebShopError, WebShopRequestError,
 from ..actions import step_was_valid
 from ..config import default_env_url
 from ..reward import is_success
+from ..turns import TRAINING_ENV_STEPS
 from .metrics import UNKNOWN_CATEGORY, summarize
 from .policies import (
     CheckpointPolicy,
@@ -63,9 +64,9 @@ class PolicySpec:
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = None
-    temperature: float = 0.0
+    temperature: float = 0.1  # the guides' evaluation settings: temperature 0.1, 800 new tokens
     top_p: float = 1.0
-    max_tokens: int = 512
+    max_tokens: int = 800
     request_timeout: float = 120.0
     retries: int = 5
     backoff: float = 0.5
@@ -86,7 +87,9 @@ class EvalConfig:
     split: str = "test"
     goal_set: str | None = None  # None: the server's default goal set
     max_samples: int | None = None  # None: the whole split
-    max_turns: int = 15
+    max_turns: int = (
+        TRAINING_ENV_STEPS  # actions (env steps) per episode; training allows the same (turns.py)
+    )
     concurrency: int = 32
     catalog: Path | None = None  # a local copy of the served catalog: categories and in-process expert plans
     max_policy_errors: int = 3

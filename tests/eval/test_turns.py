@@ -1,0 +1,27 @@
+"""Training, preflight and eval count the same thing: env steps = verl's max_assistant_turns - 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from webshop_trainer.eval_cli import max_env_steps
+from webshop_trainer.turns import TRAINING_ENV_STEPS, TRAINING_MAX_ASSISTANT_TURNS, env_steps_for_turns
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.mark.parametrize("name", ["webshop_grpo_test.yaml", "webshop_grpo_train.yaml"])
+def test_eval_default_is_what_each_training_config_allows(name: str) -> None:
+    multi_turn = yaml.safe_load((CONFIGS / name).read_text())["actor_rollout_ref"]["rollout"]["multi_turn"]
+    assert multi_turn["max_assistant_turns"] == TRAINING_MAX_ASSISTANT_TURNS
+    assert env_steps_for_turns(multi_turn["max_assistant_turns"]) == max_env_steps(None, None) == TRAINING_ENV_STEPS
+
+
+def test_max_turns_counts_like_verl_and_max_steps_counts_actions() -> None:
+    assert max_env_steps(None, 25) == 24 and max_env_steps(None, 2) == 1
+    assert max_env_steps(7, None) == 7
+    with pytest.raises(ValueError, match="allows no environment step"):
+        max_env_steps(None, 1)

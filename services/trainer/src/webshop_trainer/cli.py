@@ -19,7 +19,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import INTERACTION_CONFIG, TRAINING_CONFIGS, config_dir
+from .config import (
+    AGENT_LOOP_CONFIG,
+    AGENT_LOOP_NAME,
+    AGENT_NAME,
+    INTERACTION_CONFIG,
+    TRAINING_CONFIGS,
+    config_dir,
+    training_config_dir,
+)
 
 
 def _data(args: argparse.Namespace) -> int:
@@ -29,7 +37,8 @@ def _data(args: argparse.Namespace) -> int:
 
     try:
         summary = build_dataset(args.catalog, args.split, args.out, limit=args.limit, goal_set=args.goal_set,
-                                agentgym_file=args.from_agentgym, progress=not args.quiet)  # fmt: skip
+                                agentgym_file=args.from_agentgym, progress=not args.quiet,
+                                agent_name=AGENT_LOOP_NAME if args.agent_loop else AGENT_NAME)  # fmt: skip
     except (DataError, CatalogError) as error:
         print(f"webshop-train data: {error}", file=sys.stderr)
         return 2
@@ -95,13 +104,16 @@ def train_environment(output_root: Path, experiment: str, directory: Path) -> di
         "WEBSHOP_EXPERIMENT": experiment,
         "WEBSHOP_INTERACTION_CONFIG": os.environ.get("WEBSHOP_INTERACTION_CONFIG")
         or str((directory / INTERACTION_CONFIG).resolve()),
+        # the agent loop's declarations (verl 0.9 line, or the agent loop on 0.7.1); one file for both lines
+        "WEBSHOP_AGENT_LOOP_CONFIG": os.environ.get("WEBSHOP_AGENT_LOOP_CONFIG")
+        or str((config_dir() / AGENT_LOOP_CONFIG).resolve()),
         "VERL_FILE_LOGGER_PATH": str(run / "metrics" / "metrics.jsonl"),
         "TENSORBOARD_DIR": str(run / "logs" / "tensorboard"),
     }
 
 
 def _train(args: argparse.Namespace) -> int:
-    directory = (args.config_dir or config_dir()).resolve()
+    directory = (args.config_dir or training_config_dir()).resolve()
     experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or TRAINING_CONFIGS[args.config]
     output_root = Path(args.output_dir or os.environ.get("WEBSHOP_OUTPUT_DIR") or "outputs")
     env = {**os.environ, **train_environment(output_root, experiment, directory)}
@@ -150,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-agentgym", type=Path, default=None,
                    help="AgentGym-RL webshop_train.json (item_id webshop_<N>, synthetic goals)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--agent-loop", action="store_true",
+                   help="rows for the WebShop agent loop (agent_name webshop_agent; the verl 0.9 line) instead of "
+                        "the 0.7.1 interaction path (tool_agent)")  # fmt: skip
     p.set_defaults(func=_data)
 
     p = commands.add_parser("preflight", help="CPU checks of configs, data, env and verl's agent loop")

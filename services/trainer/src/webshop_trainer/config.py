@@ -17,6 +17,8 @@ from typing import Any
 DEFAULT_ENV_URL = "http://127.0.0.1:36003"
 INTERACTION_NAME = "webshop"
 AGENT_NAME = "tool_agent"
+# The WebShop agent loop (agent_loop.py), the only path on verl >= 0.8 (verl 0.8.0 removed interactions).
+AGENT_LOOP_NAME = "webshop_agent"
 DATA_SOURCE = "webshop"
 
 
@@ -99,3 +101,27 @@ def config_dir() -> Path:
 
 TRAINING_CONFIGS = {"test": "webshop_grpo_test", "full": "webshop_grpo_train"}
 INTERACTION_CONFIG = "webshop_interaction.yaml"
+AGENT_LOOP_CONFIG = "webshop_agent_loop.yaml"
+# The verl 0.9.1 line's training configs (configs/verl09/; same hyper-parameters as TRAINING_CONFIGS).
+VERL09_CONFIG_SUBDIR = "verl09"
+VERL_LINES = ("0.7", "0.9")
+
+
+def installed_verl_line() -> str:
+    """``"0.7"`` (verl 0.7.x: interactions exist) or ``"0.9"`` (verl >= 0.8: agent loop only) for this Python."""
+    from importlib.metadata import version
+
+    major, minor = (int(part) for part in version("verl").split(".")[:2])
+    return "0.7" if (major, minor) < (0, 8) else "0.9"
+
+
+def training_config_dir(line: str | None = None) -> Path:
+    """Where the training configs of a verl line live: ``configs/`` (0.7) or ``configs/verl09/`` (0.9).
+
+    ``line`` defaults to the installed verl's line, so ``webshop-train train`` picks the right files in either
+    environment (``.venv`` / ``.venv-verl09``, or either trainer image).
+    """
+    line = line or installed_verl_line()
+    if line not in VERL_LINES:
+        raise ValueError(f"unknown verl line {line!r}; expected one of {', '.join(VERL_LINES)}")
+    return config_dir() / VERL09_CONFIG_SUBDIR if line == "0.9" else config_dir()

@@ -28,9 +28,10 @@ from webshop_env.core.env import WebShopEnv
 from webshop_env.core.goals import SPLITS, split_range
 
 from . import prompts
-from .config import AGENT_NAME, DATA_SOURCE, INTERACTION_NAME
+from .config import AGENT_LOOP_NAME, AGENT_NAME, DATA_SOURCE, INTERACTION_NAME
 
 ABILITY = "agent/webshop"
+AGENT_NAMES = (AGENT_NAME, AGENT_LOOP_NAME)  # the 0.7.1 interaction path, the agent loop
 DEFAULT_GOAL_SET = "synthetic"
 AGENTGYM_GOAL_SET = "synthetic"  # AgentGym's webshop_<N> ids index the synthetic goals (its session ids)
 
@@ -118,13 +119,19 @@ def split_goal_ids(catalog: PreparedCatalog, split: str, goal_set: str) -> list[
     return ids
 
 
-def build_row(env: WebShopEnv, goal: int, goal_set: str, split: str | None, index: int) -> dict[str, Any]:
-    """One dataset row for goal ``goal`` (its first page comes from the simulator itself)."""
+def build_row(
+    env: WebShopEnv, goal: int, goal_set: str, split: str | None, index: int, agent_name: str = AGENT_NAME
+) -> dict[str, Any]:
+    """One dataset row for goal ``goal`` (its first page comes from the simulator itself).
+
+    ``agent_name`` picks verl's agent loop for the row: ``tool_agent`` (0.7.1 interaction path) or
+    ``webshop_agent`` (the WebShop agent loop, which resets through the service and rebuilds the first turn).
+    """
     first = env.reset(goal, goal_set=goal_set)
     record = env.goal(goal_set, goal)
     return {
         "data_source": DATA_SOURCE,
-        "agent_name": AGENT_NAME,
+        "agent_name": agent_name,
         "prompt": prompts.initial_messages(first.instruction, first.observation, first.available_actions),
         "ability": ABILITY,
         "reward_model": {"style": "interaction", "ground_truth": record.asin},
@@ -150,6 +157,7 @@ def build_rows(
     goal_set: str,
     split: str | None,
     progress: bool = True,
+    agent_name: str = AGENT_NAME,
 ) -> list[dict[str, Any]]:
     """Rows for ``goal_ids``; ``split`` (or None) is what the env will check each goal against at reset."""
     env = WebShopEnv(catalog)
@@ -163,7 +171,7 @@ def build_rows(
     iterator: Iterable[int] = tqdm(
         goal_ids, desc=f"rows ({split or 'agentgym'})", unit="goal", disable=not progress
     )
-    return [build_row(env, goal, goal_set, split, index) for index, goal in enumerate(iterator)]
+    return [build_row(env, goal, goal_set, split, index, agent_name) for index, goal in enumerate(iterator)]
 
 
 def write_parquet(rows: Sequence[dict[str, Any]], out: Path | str) -> Path:
@@ -186,6 +194,7 @@ def build_dataset(
     agentgym_file: Path | str | None = None,
     goal_ids: Sequence[int] | None = None,
     progress: bool = True,
+    agent_name: str = AGENT_NAME,
 ) -> dict[str, Any]:
     """Build ``out`` and return a summary (rows, goal set, split, catalog fingerprint)."""
     if Path(out).suffix != ".parquet":
@@ -205,7 +214,9 @@ def build_dataset(
         if limit < 1:
             raise DataError("--limit must be at least 1")
         ids = ids[:limit]
-    rows = build_rows(catalog, ids, goal_set, row_split, progress=progress)
+    if agent_name not in AGENT_NAMES:
+        raise DataError(f"unknown agent loop {agent_name!r}; expected one of {', '.join(AGENT_NAMES)}")
+    rows = build_rows(catalog, ids, goal_set, row_split, progress=progress, agent_name=agent_name)
     path = write_parquet(rows, out)
     return {
         "out": str(path),

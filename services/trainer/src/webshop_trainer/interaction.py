@@ -29,7 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
-from verl.interactions.base import BaseInteraction
+try:
+    from verl.interactions.base import BaseInteraction
+except ImportError:
+    # verl >= 0.8 removed interactions; the agent loop (agent_loop.py) still shares this module's client,
+    # registry and goal parsing, so the module must import there (WebshopInteraction is unusable then).
+    BaseInteraction = object  # type: ignore[assignment,misc]
 
 from webshop_env.client import WebShopClient, WebShopRequestError, WebShopUnavailable
 

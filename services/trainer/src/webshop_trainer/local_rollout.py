@@ -16,6 +16,7 @@ pads, scores through the configured reward function and assembles the output ``D
 from __future__ import annotations
 
 import asyncio
+import inspect
 import pickle
 import re
 import threading
@@ -60,14 +61,23 @@ class TinyModelServer:
         sampling_params: Mapping[str, Any],
         image_data: Any = None,
         video_data: Any = None,
+        **kwargs: Any,  # verl 0.9.1 adds audio_data, mm_processor_kwargs
     ) -> TokenOutput:
         loop = asyncio.get_running_loop()
-        token_ids = await loop.run_in_executor(None, self._generate, list(prompt_ids), dict(sampling_params))
-        return TokenOutput(token_ids=token_ids, log_probs=None, stop_reason="completed")
+        token_ids, log_probs = await loop.run_in_executor(
+            None, self._generate, list(prompt_ids), dict(sampling_params)
+        )
+        wanted = bool(sampling_params.get("logprobs"))  # verl 0.9.1 asks by default (calculate_log_probs)
+        return TokenOutput(
+            token_ids=token_ids, log_probs=log_probs if wanted else None, stop_reason="completed"
+        )
 
-    def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> list[int]:
+    def _generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any]
+    ) -> tuple[list[int], list[float]]:
         temperature = float(sampling_params.get("temperature") or 0.0)
         top_k = int(sampling_params.get("top_k") or -1)
+        limit = min(self.max_new_tokens, int(sampling_params.get("max_tokens") or self.max_new_tokens))
         eos = self.tokenizer.eos_token_id
         with self._lock, torch.no_grad():
             self.calls += 1
@@ -75,7 +85,8 @@ class TinyModelServer:
             out = self.model(input_ids=input_ids, use_cache=True)
             past, logits = out.past_key_values, out.logits[0, -1]
             produced: list[int] = []
-            for _ in range(self.max_new_tokens):
+            log_probs: list[float] = []
+            for _ in range(limit):
                 if temperature > 0:
                     scaled = logits / temperature
                     if top_k > 0:
@@ -85,11 +96,12 @@ class TinyModelServer:
                 else:
                     token = int(torch.argmax(logits))
                 produced.append(token)
+                log_probs.append(float(torch.log_softmax(logits, -1)[token]))
                 if token == eos:
                     break
                 out = self.model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
                 past, logits = out.past_key_values, out.logits[0, -1]
-        return produced
+        return produced, log_probs
 
 
 class ScriptedServer:
@@ -111,6 +123,7 @@ class ScriptedServer:
         sampling_params: Mapping[str, Any],
         image_data: Any = None,
         video_data: Any = None,
+        **kwargs: Any,
     ) -> TokenOutput:
         self.calls += 1
         text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
@@ -122,7 +135,8 @@ class ScriptedServer:
         action = plan[turn] if turn < len(plan) else "click[buy now]"
         reply = f"I will do this next.\nAction: {action}"
         token_ids = [*self.tokenizer.encode(reply, add_special_tokens=False), self.tokenizer.eos_token_id]
-        return TokenOutput(token_ids=token_ids, log_probs=None, stop_reason="completed")
+        log_probs = [0.0] * len(token_ids) if sampling_params.get("logprobs") else None
+        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed")
 
 
 class _Remote:
@@ -151,8 +165,11 @@ class LocalAgentLoopWorker(AgentLoopWorker):
     def __init__(
         self, config: DictConfig, server_manager: Any, reward_worker: RewardLoopWorker | None = None
     ) -> None:
-        self.server_manager = server_manager  # AgentLoopWorker keeps a preset server_manager ("for recipe")
         handles = [LocalRewardHandle(reward_worker)] if reward_worker is not None else None
+        if "llm_client" in inspect.signature(AgentLoopWorker.__init__).parameters:  # verl >= 0.9
+            super().__init__(config, llm_client=server_manager, reward_loop_worker_handles=handles)
+            return
+        self.server_manager = server_manager  # AgentLoopWorker keeps a preset server_manager ("for recipe")
         super().__init__(config, servers=[], load_balancer_handle=None, reward_loop_worker_handles=handles)
 
 

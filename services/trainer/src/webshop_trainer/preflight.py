@@ -30,12 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from .config import (
+    AGENT_LOOP_CONFIG,
+    AGENT_LOOP_NAME,
     AGENT_NAME,
     INTERACTION_CONFIG,
     INTERACTION_NAME,
     TRAINING_CONFIGS,
     config_dir,
     default_env_url,
+    installed_verl_line,
+    training_config_dir,
 )
 
 logger = logging.getLogger(__name__)
@@ -142,9 +146,10 @@ def batch_rule_errors(config: Any) -> list[str]:
             errors.append(f"actor_rollout_ref.{key}.log_prob_micro_batch_size_per_gpu is not set")
     if not actor.use_dynamic_bsz and actor.ppo_micro_batch_size_per_gpu is None:
         errors.append("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is not set")
-    if rollout.agent.default_agent_loop != AGENT_NAME:
+    expected_agent = AGENT_NAME if installed_verl_line() == "0.7" else AGENT_LOOP_NAME
+    if rollout.agent.default_agent_loop != expected_agent:
         errors.append(
-            f"rollout.agent.default_agent_loop is {rollout.agent.default_agent_loop!r}, not {AGENT_NAME!r}: "
+            f"rollout.agent.default_agent_loop is {rollout.agent.default_agent_loop!r}, not {expected_agent!r}: "
             "verl would silently run single-turn"
         )
     if not data.return_raw_chat:
@@ -192,6 +197,42 @@ def interaction_config_errors(path: str | None) -> list[str]:
     return errors
 
 
+def agent_loop_config_errors(path: str | None) -> list[str]:
+    """The agent-loop YAML exists, is verl's list format, declares ``webshop_agent`` and its class imports."""
+    from omegaconf import ListConfig, OmegaConf
+
+    if not path:
+        return [
+            "actor_rollout_ref.rollout.agent.agent_loop_config_path is not set: webshop_agent is not declared"
+        ]
+    from verl.utils.import_utils import resolve_config_path
+
+    try:
+        file = Path(resolve_config_path(path))
+        items = OmegaConf.load(file)
+    except Exception as error:
+        return [f"agent-loop config {path}: {error}"]
+    if not isinstance(items, ListConfig):
+        return [f"agent-loop config {file}: expected a list of {{name, _target_, ...}}"]
+    errors: list[str] = []
+    names = []
+    for position, item in enumerate(items):
+        if "name" not in item or "_target_" not in item:
+            errors.append(f"agent-loop config {file}: entry {position} lacks name or _target_")
+            continue
+        names.append(item.name)
+        module, _, cls = str(item._target_).rpartition(".")
+        try:
+            import importlib
+
+            getattr(importlib.import_module(module), cls)
+        except Exception as error:
+            errors.append(f"agent-loop config {file}: {item._target_} cannot be imported: {error}")
+    if AGENT_LOOP_NAME not in names:
+        errors.append(f"agent-loop config {file} declares no {AGENT_LOOP_NAME!r} (has {names})")
+    return errors
+
+
 def check_training_config(
     name: str, overrides: Sequence[str] = (), directory: Path | None = None
 ) -> dict[str, Any]:
@@ -216,16 +257,23 @@ def check_training_config(
         errors.append(f"resolving {name}: {error}")
         return report
     errors.extend(batch_rule_errors(resolved))
-    errors.extend(
-        interaction_config_errors(resolved.actor_rollout_ref.rollout.multi_turn.interaction_config_path)
-    )
-    try:
-        from verl.trainer.ppo.reward import get_custom_reward_fn
+    if installed_verl_line() == "0.7":  # the interaction path: verl 0.8+ has no interactions
+        errors.extend(
+            interaction_config_errors(resolved.actor_rollout_ref.rollout.multi_turn.interaction_config_path)
+        )
+        try:
+            from verl.trainer.ppo.reward import get_custom_reward_fn
 
-        if get_custom_reward_fn(resolved) is None:
-            errors.append("reward.custom_reward_function.path is not set: verl would use its default scorer")
-    except Exception as error:
-        errors.append(f"reward.custom_reward_function cannot be loaded: {error}")
+            if get_custom_reward_fn(resolved) is None:
+                errors.append(
+                    "reward.custom_reward_function.path is not set: verl would use its default scorer"
+                )
+        except Exception as error:
+            errors.append(f"reward.custom_reward_function cannot be loaded: {error}")
+    else:  # the agent loop returns the reward itself (reward_score)
+        errors.extend(
+            agent_loop_config_errors(resolved.actor_rollout_ref.rollout.agent.agent_loop_config_path)
+        )
     try:
         import warnings
 
@@ -411,12 +459,259 @@ def _default_catalog(out_dir: Path) -> Path:
     return target
 
 
-def run_preflight(options: PreflightOptions) -> dict[str, Any]:
-    """Run every step; returns the summary (``ok`` False and ``errors`` filled when a check failed)."""
+# ---- the WebShop agent loop (both verl lines) --------------------------------------------------------------
+def agent_loop_overrides(model_dir: Path, train_file: Path, rollouts: int, max_turns: int) -> list[str]:
+    """Overrides that point a training config at the tiny model, the small dataset and the agent loop."""
+    agent_file = (config_dir() / AGENT_LOOP_CONFIG).resolve()
+    return [
+        f"actor_rollout_ref.model.path={model_dir}",
+        f"data.train_files={train_file}",
+        f"data.val_files={train_file}",
+        "data.train_max_samples=-1",
+        "data.val_max_samples=-1",
+        "data.max_prompt_length=2048",
+        "data.max_response_length=8192",
+        f"actor_rollout_ref.rollout.n={rollouts}",
+        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={max_turns}",
+        f"actor_rollout_ref.rollout.multi_turn.max_user_turns={max_turns}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_file}",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
+    ]
+
+
+async def _run_agent_loop_rollouts(
+    config: Any, samples: list[dict[str, Any]], n: int, server: Any
+) -> dict[str, Any]:
+    """verl's AgentLoopWorker -> WebShopAgentLoop (no reward worker: the loop returns ``reward_score``)."""
+    from .agent_loop import record_trajectories
+    from .interaction import close_shared_clients
+    from .local_rollout import LocalAgentLoopWorker, generation_batch, summarize_output
+
+    worker = LocalAgentLoopWorker(config, server, None)
+    with record_trajectories() as records:
+        try:
+            output = await worker.generate_sequences(generation_batch(samples, n))
+        finally:
+            await close_shared_clients()
+    summary = summarize_output(output)
+    summary["records"] = list(records)
+    summary["tokenizer"] = worker.tokenizer
+    mask = output.batch["response_mask"]
+    summary["padded_mask_ok"] = bool(((mask == 0) | (mask == 1)).all())
+    return summary
+
+
+def token_stream_report(records: Sequence[Mapping[str, Any]], tokenizer: Any) -> dict[str, Any]:
+    """Check each trajectory's token stream.
+
+    - the mask-1 tokens are exactly the tokens the model generated, in order; everything else has mask 0;
+    - every trajectory whose replies re-tokenize to the generated tokens (always the scripted oracle's; a
+      random model's only sometimes) equals the chat template's full render of its conversation (up to the
+      template's separator after the last turn).
+    """
+    problems: list[str] = []
+    compared = 0
+    for number, record in enumerate(records):
+        ids, mask, start = list(record["ids"]), list(record["mask"]), int(record["prompt_length"])
+        response = ids[start:]
+        model_tokens = [t for t, m in zip(response, mask, strict=True) if m == 1]
+        generated = [t for turn in record["generated"] for t in turn]
+        if model_tokens != generated:
+            problems.append(f"trajectory {number}: mask-1 tokens are not the model's tokens")
+        if len(record["generated"]) > 1 and 0 not in mask:
+            problems.append(f"trajectory {number}: several turns but no env tokens (mask 0)")
+        canonical = all(
+            turn == [*tokenizer.encode(message["content"], add_special_tokens=False), tokenizer.eos_token_id]
+            for turn, message in zip(record["generated"],
+                                     [m for m in record["messages"] if m["role"] == "assistant"], strict=True)
+        )  # fmt: skip
+        if not canonical:
+            continue
+        compared += 1
+        render = tokenizer.apply_chat_template(record["messages"], tokenize=True, add_generation_prompt=False)
+        render = list(render["input_ids"] if isinstance(render, Mapping) else render)
+        rest = render[len(ids) :]
+        if render[: len(ids)] != ids or tokenizer.decode(rest).strip():
+            problems.append(
+                f"trajectory {number} ({record['mode']}): the token stream differs from the chat template's render"
+            )
+    return {"ok": not problems and compared > 0, "trajectories": len(records), "compared_with_render": compared,
+            "problems": problems[:10]}  # fmt: skip
+
+
+def run_agent_loop_stage(options: PreflightOptions, directory: Path, out_dir: Path, catalog_dir: Path,
+                         model_dir: Path, plans: Mapping[int, Sequence[str]]) -> dict[str, Any]:  # fmt: skip
+    """The WebShop agent loop through verl's real AgentLoopWorker: tiny model, then the scripted oracle.
+
+    Needs the env cluster's URL in ``WEBSHOP_URL``. Returns results, ``checks`` and ``errors`` (never raises
+    for a failed check; raises for a broken setup).
+    """
+    from omegaconf import OmegaConf
+    from verl.utils import hf_tokenizer
+
+    try:
+        from verl.trainer.ppo.utils import create_rl_dataset  # verl 0.9
+    except ImportError:
+        from verl.trainer.main_ppo import create_rl_dataset  # verl 0.7.1
+
+    from .data import build_dataset
+    from .interaction import EPISODES
+    from .local_rollout import ScriptedServer, TinyModelServer
+
+    result: dict[str, Any] = {"agent_loop": AGENT_LOOP_NAME, "errors": [], "checks": {}}
+    errors, checks = result["errors"], result["checks"]
+    train_file = out_dir / "data" / "train_agent_loop.parquet"
+    built = build_dataset(catalog_dir, "train", train_file, goal_set=options.goal_set, goal_ids=list(plans),
+                          progress=False, agent_name=AGENT_LOOP_NAME)  # fmt: skip
+    # the training run's own overrides first, then the preflight's small sizes (as the interaction path does)
+    overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
+                 *options.extra_overrides]  # fmt: skip
+    _, config = compose_training_config(TRAINING_CONFIGS[options.config or "test"], overrides, directory)
+    OmegaConf.resolve(config)
+    tokenizer = hf_tokenizer(str(model_dir))
+    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
+    samples = [dataset[i] for i in range(len(dataset))]
+    checks["agent_loop_dataset"] = len(samples) == built["rows"] and all(
+        s.get("agent_name") == AGENT_LOOP_NAME for s in samples
+    )
+    if not checks["agent_loop_dataset"]:
+        errors.append(
+            f"agent loop: verl's dataset kept {len(samples)} of {built['rows']} rows or lost agent_name"
+        )
+
+    EPISODES.clear()
+    tiny = asyncio.run(_run_agent_loop_rollouts(config, samples, options.rollouts,
+                                                TinyModelServer(str(model_dir), options.max_new_tokens)))  # fmt: skip
+    instruction_plans = {s["extra_info"]["instruction"]: plans[int(s["extra_info"]["goal"])] for s in samples}
+    oracle = asyncio.run(_run_agent_loop_rollouts(config, samples, options.rollouts,
+                                                  ScriptedServer(tokenizer, instruction_plans)))  # fmt: skip
+    gc.collect()
+    result["rollouts"] = len(tiny["scores"])
+    result["mean_reward"] = _mean(tiny["scores"])
+    result["oracle_rollouts"] = len(oracle["scores"])
+    result["oracle_mean_reward"] = _mean(oracle["scores"])
+    result["leaked_states"] = len(EPISODES)
+    records = tiny["records"] + oracle["records"]
+    report = token_stream_report(records, tokenizer)
+    result["token_stream"] = report
+    result["tokenization"] = sorted({r["mode"] for r in records})
+    result["token_stream_ok"] = report["ok"] and tiny["padded_mask_ok"] and oracle["padded_mask_ok"]
+    result["tiny_model"] = {
+        "mean_turns": _mean(tiny["num_turns"]),
+        "mean_steps": _mean(tiny["extras"].get("steps", [])),
+        "invalid_rate": _mean(tiny["extras"].get("invalid_rate", [])),
+        "stops": sorted({r["stop"] for r in tiny["records"]}),
+    }
+    result["oracle"] = {
+        "success_rate": _mean(oracle["extras"].get("success", [])),
+        "mean_steps": _mean(oracle["extras"].get("steps", [])),
+        "invalid_actions": sum(oracle["extras"].get("invalid_actions", [])),
+        "stops": sorted({r["stop"] for r in oracle["records"]}),
+    }
+    expected = len(samples) * options.rollouts
+    checks["agent_loop_tiny_rollouts"] = result["rollouts"] == expected and all(
+        s >= 2 for s in tiny["extras"].get("steps", [0])
+    )
+    if not checks["agent_loop_tiny_rollouts"]:
+        errors.append(
+            f"agent loop: tiny-model rollouts incomplete or single-turn: {tiny['extras'].get('steps')}"
+        )
+    checks["agent_loop_oracle_reward"] = len(oracle["scores"]) == expected and all(
+        s == 1.0 for s in oracle["scores"]
+    )
+    if not checks["agent_loop_oracle_reward"]:
+        errors.append(
+            f"agent loop: the scripted oracle did not earn 1.0 on every trajectory: {oracle['scores']}"
+        )
+    checks["agent_loop_reward_extra_info"] = all(
+        len(oracle["extras"].get(k, [])) == expected for k in ("success", "steps", "invalid_actions")
+    )
+    if not checks["agent_loop_reward_extra_info"]:
+        errors.append(
+            f"agent loop: reward_extra_info lacks success/steps/invalid_actions: {sorted(oracle['extras'])}"
+        )
+    checks["agent_loop_token_stream"] = result["token_stream_ok"]
+    if not result["token_stream_ok"]:
+        errors.append(f"agent loop: token stream check failed: {report['problems'] or report}")
+    checks["agent_loop_no_leaked_states"] = result["leaked_states"] == 0
+    if result["leaked_states"]:
+        errors.append(f"agent loop: {result['leaked_states']} episode state(s) left behind")
+    return result
+
+
+def run_agent_loop_preflight(options: PreflightOptions) -> dict[str, Any]:
+    """The preflight on verl >= 0.8 (the 0.9 line): configs, data, cluster, the agent loop; no interaction."""
+    from importlib.metadata import version
+
     started = time.monotonic()
     out_dir = options.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"ok": False, "config_valid": False, "rollouts": 0, "mean_reward": None,
+    summary: dict[str, Any] = {"ok": False, "verl_version": version("verl"), "verl_line": installed_verl_line(),
+                               "agent_loop": AGENT_LOOP_NAME, "config_valid": False, "rollouts": 0,
+                               "mean_reward": None, "oracle_mean_reward": None, "leaked_states": None,
+                               "token_stream_ok": False, "errors": [], "checks": {}, "timings": {}}  # fmt: skip
+    errors: list[str] = summary["errors"]
+    checks: dict[str, bool] = summary["checks"]
+    cluster: Cluster | None = None
+    directory = (options.config_dir or training_config_dir()).resolve()
+    t = time.monotonic()
+    try:
+        names = [options.config] if options.config else list(TRAINING_CONFIGS)
+        reports = [
+            check_training_config(TRAINING_CONFIGS[n], options.overrides, directory=directory) for n in names
+        ]
+        summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
+        for report in reports:
+            errors.extend(f"{report['name']}: {e}" for e in report["errors"])
+        summary["config_valid"] = checks["config_valid"] = all(r["valid"] for r in reports)
+        summary["timings"]["configs"] = round(time.monotonic() - t, 2)
+
+        from webshop_env.catalog.store import open_catalog
+
+        from .tiny_model import build_tiny_model
+
+        catalog_dir = (options.catalog or _default_catalog(out_dir)).resolve()
+        fingerprint = open_catalog(catalog_dir).fingerprint
+        summary["catalog"] = {"dir": str(catalog_dir), "fingerprint": fingerprint}
+        model_dir = build_tiny_model(out_dir / "tiny_model", catalog_dir)
+        plans = pick_oracle_goals(catalog_dir, options.goal_set, "train", options.goals, options.max_turns)
+        reuse_url = None if options.fresh_cluster else (options.env_url or default_env_url())
+        cluster = start_or_reuse_cluster(
+            catalog_dir, fingerprint, out_dir / "cluster", reuse_url, options.replicas
+        )
+        os.environ["WEBSHOP_URL"] = cluster.url  # the agent-loop config reads ${oc.env:WEBSHOP_URL}
+        summary["cluster"] = {"url": cluster.url, "reused": cluster.reused}
+        t = time.monotonic()
+        stage = run_agent_loop_stage(options, directory, out_dir, catalog_dir, model_dir, plans)
+        summary["timings"]["agent_loop_rollouts"] = round(time.monotonic() - t, 2)
+        errors.extend(stage.pop("errors"))
+        checks.update(stage.pop("checks"))
+        summary.update(stage)
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}")
+        summary["traceback"] = traceback.format_exc(limit=8)
+    finally:
+        if cluster is not None and cluster.stop is not None:
+            cluster.stop()
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    summary["ok"] = not errors and all(checks.values()) and summary["config_valid"]
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    summary["summary_path"] = str(path)
+    return summary
+
+
+def run_preflight(options: PreflightOptions) -> dict[str, Any]:
+    """Run every step; returns the summary (``ok`` False and ``errors`` filled when a check failed)."""
+    if installed_verl_line() != "0.7":
+        return run_agent_loop_preflight(options)
+    started = time.monotonic()
+    out_dir = options.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    from importlib.metadata import version
+
+    summary: dict[str, Any] = {"ok": False, "verl_version": version("verl"), "verl_line": "0.7",
+                               "config_valid": False, "rollouts": 0, "mean_reward": None,
                                "oracle_mean_reward": None, "leaked_states": None, "errors": [], "checks": {},
                                "timings": {}}  # fmt: skip
     errors: list[str] = summary["errors"]
@@ -560,7 +855,17 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         checks["no_leaked_states"] = summary["leaked_states"] == 0
         if not checks["no_leaked_states"]:
             errors.append(f"{summary['leaked_states']} per-trajectory state(s) left behind")
-        lap("checks", t)
+        t = lap("checks", t)
+
+        # 6. the same episodes through the WebShop agent loop (the path verl 0.8+ keeps), on this verl 0.7.1
+        stage = run_agent_loop_stage(options, directory, out_dir, catalog_dir, model_dir, plans)
+        lap("agent_loop_rollouts", t)
+        errors.extend(stage.pop("errors"))
+        checks.update(stage.pop("checks"))
+        summary["agent_loop"] = stage["agent_loop"]
+        summary["token_stream_ok"] = stage["token_stream_ok"]
+        summary["leaked_states"] += stage["leaked_states"]
+        summary["agent_loop_rollouts"] = stage
     except Exception as error:
         errors.append(f"{type(error).__name__}: {error}")
         summary["traceback"] = traceback.format_exc(limit=8)

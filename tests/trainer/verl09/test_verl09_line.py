@@ -1,0 +1,94 @@
+"""The verl 0.9.1 line end to end on CPU: the installed facts the agent loop relies on, the configs against
+verl 0.9.1's stock config, and ``webshop-train preflight`` (real AgentLoopWorker, tiny model, scripted oracle,
+real replicas + nginx)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl")
+
+
+def test_the_installed_verl_is_the_0_9_1_the_line_is_built_for() -> None:
+    from importlib.metadata import version
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
+
+    assert version("verl") == "0.9.1"
+    assert version("numpy").split(".")[0] == "2"
+    # 0.9.1 removed apply_chat_template in favour of the Continuous Token helpers the shim uses
+    assert not hasattr(AgentLoopBase, "apply_chat_template")
+    for helper in ("ct_build_initial_tokens", "ct_merge_assistant_token", "ct_merge_context_msg"):
+        assert callable(getattr(AgentLoopBase, helper))
+    assert {"reward_score", "num_turns", "extra_fields", "response_mask"} <= set(AgentLoopOutput.model_fields)
+    with pytest.raises(ImportError):
+        import verl.interactions.base  # noqa: F401  (removed in 0.8.0: the interaction path is 0.7-only)
+
+
+def test_both_0_9_configs_compose_against_the_stock_config_and_validate() -> None:
+    from webshop_trainer.config import TRAINING_CONFIGS, training_config_dir
+    from webshop_trainer.preflight import check_training_config
+
+    assert training_config_dir().name == "verl09"
+    for name in TRAINING_CONFIGS.values():
+        report = check_training_config(name, directory=training_config_dir())
+        assert report["valid"], report["errors"]
+
+
+def test_an_unknown_key_is_rejected() -> None:
+    from webshop_trainer.config import training_config_dir
+    from webshop_trainer.preflight import check_training_config
+
+    report = check_training_config("webshop_grpo_test", ["+actor_rollout_ref.rollout.agent.num_workerz=2"],
+                                   training_config_dir())  # fmt: skip
+    assert not report["valid"]
+    assert any("actor_rollout_ref.rollout.agent.num_workerz" in e for e in report["errors"])
+
+
+def test_the_0_7_interaction_key_is_rejected_by_verl_0_9() -> None:
+    from webshop_trainer.config import training_config_dir
+    from webshop_trainer.preflight import check_training_config
+
+    report = check_training_config(
+        "webshop_grpo_test",
+        ["+actor_rollout_ref.rollout.multi_turn.interaction_config_path=x.yaml"],
+        training_config_dir(),
+    )
+    assert not report["valid"]
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.skipif(shutil.which("nginx") is None and not os.access("/usr/sbin/nginx", os.X_OK),
+                    reason="nginx not installed: run `make nginx`")  # fmt: skip
+def test_preflight_passes_on_verl_0_9_1(generated_catalog_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "preflight"
+    env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}  # never reuse a developer's service
+    result = subprocess.run(
+        [sys.executable, "-m", "webshop_trainer.cli", "preflight", "--catalog", str(generated_catalog_dir),
+         "--out", str(out), "--fresh-cluster"],
+        capture_output=True, text=True, env=env, timeout=540,
+    )  # fmt: skip
+    summary_path = out / "summary.json"
+    assert summary_path.exists(), result.stderr[-4000:]
+    summary = json.loads(summary_path.read_text())
+    assert result.returncode == 0, json.dumps(
+        {k: summary.get(k) for k in ("errors", "checks", "traceback")}, indent=1
+    )
+    assert summary["verl_version"] == "0.9.1" and summary["agent_loop"] == "webshop_agent"
+    assert summary["ok"] and summary["config_valid"] and set(summary["configs"]) == {"test", "full"}
+    assert summary["rollouts"] == 8 and summary["oracle_rollouts"] == 8
+    assert summary["oracle_mean_reward"] == 1.0 and summary["oracle"]["success_rate"] == 1.0
+    assert 0.0 <= summary["mean_reward"] <= 1.0
+    assert summary["leaked_states"] == 0 and summary["token_stream_ok"] is True
+    assert summary["token_stream"]["compared_with_render"] >= 8
+    assert summary["tokenization"] == ["continuous-token (0.9.1: ct_merge_context_msg)"]
+    assert all(summary["checks"].values())
+    assert not (out / "cluster" / "pids.json").exists()

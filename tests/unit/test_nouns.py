@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from webshop_env.catalog.raw import iter_products
 from webshop_env.core.nouns import HeuristicNounExtractor, default_noun_extractor
 
@@ -67,3 +69,14 @@ def test_spacy_extractor_runs_the_whole_pipeline(monkeypatch) -> None:
     extractor = SpacyNounExtractor()
     assert calls == [(("en_core_web_sm",), {})]
     assert extractor.name == "spacy-3.8.18/en_core_web_sm-3.8.0"
+
+
+def test_spacy_extractor_gives_the_recorded_nouns_when_installed() -> None:
+    """With `make spacy` (spaCy 3.8 + en_core_web_sm 3.8), every recorded title's noun list is reproduced."""
+    extractor = default_noun_extractor()
+    if isinstance(extractor, HeuristicNounExtractor):
+        pytest.skip("spaCy and an English model are not installed (make spacy)")
+    reference = json.loads((CONFORMANCE / "synthetic-goals" / "title_nouns.json").read_text())
+    products = list(iter_products(CONFORMANCE / "raw"))
+    found = list(extractor.nouns(p.title for p in products))
+    assert found == [reference[p.asin] for p in products]

@@ -3,7 +3,7 @@
 The raw product file of the full catalog is about 5 GB: it is read as a stream of JSON objects, one product at a
 time, so it never sits in memory as Python objects at once.
 
-Files (see docs/catalog.md):
+Files (docs/webshop-behaviour.md, "Data and cleaning"):
   items_shuffle*.json   JSON array of products
   items_ins_v2*.json    {asin: {"attributes": [...], "instruction": str, "instruction_attributes": [...]}}
   items_human_ins.json  {asin: [{"instruction": str, "instruction_attributes": [...], "instruction_options": [...]}]}

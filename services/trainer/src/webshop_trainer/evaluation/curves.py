@@ -8,7 +8,7 @@ Sources, searched under the run directory (first match wins per step and key; JS
 - verl's console logger output captured in a log file: lines ``step:N - key:value - key:value ...``.
 
 Panels (each plots every key matching one of its patterns, up to ``MAX_SERIES``): reward, success, KL,
-policy loss, response length, env steps/s. Writes ``curves.png`` (matplotlib, when installed) and
+policy loss, response length, env steps per episode, invalid-action rate. Writes ``curves.png`` (matplotlib, when installed) and
 ``curves.html`` (self-contained, inline SVG) into ``--out`` (default ``<run>/report``).
 """
 
@@ -59,11 +59,16 @@ PANELS: tuple[Panel, ...] = (
             r"(^|/)reward(/mean)?$",
         ),
     ),
-    Panel("Success rate", (r"success(_rate)?(/mean)?(@\d+)?$", r"^val-aux/.*/success/mean@\d+$")),
+    Panel("Success rate", (r"^webshop/success/mean$", r"^val-aux/.*/success/mean@\d+$", r"success(_rate)?$")),
     Panel("KL", (r"^actor/kl_loss$", r"^actor/ppo_kl$", r"^algorithm/kl$")),
     Panel("Policy loss", (r"^actor/pg_loss$", r"^actor/policy_loss$")),
     Panel("Response length", (r"^response_length/mean$", r"^response/length/mean$")),
-    Panel("Env steps/s", (r"steps_per_s(ec)?$", r"env.*steps/s$", r"^env/throughput$")),
+    # per training step from webshop_trainer.verl_main (webshop/<key>/mean), per validation from verl (val-aux)
+    Panel(
+        "Env steps per episode",
+        (r"^webshop/steps/mean$", r"^val-aux/.*/steps/mean@\d+$", r"^num_turns/mean$"),
+    ),
+    Panel("Invalid-action rate", (r"^webshop/invalid_rate/mean$", r"^val-aux/.*/invalid_rate/mean@\d+$")),
 )
 
 

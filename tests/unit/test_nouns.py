@@ -80,3 +80,17 @@ def test_spacy_extractor_gives_the_recorded_nouns_when_installed() -> None:
     products = list(iter_products(CONFORMANCE / "raw"))
     found = list(extractor.nouns(p.title for p in products))
     assert found == [reference[p.asin] for p in products]
+
+
+def test_extractor_by_name() -> None:
+    from webshop_env.core.nouns import noun_extractor_named
+
+    assert isinstance(noun_extractor_named("heuristic"), HeuristicNounExtractor)
+    with pytest.raises(ValueError, match="unknown noun extractor"):
+        noun_extractor_named("nltk")
+    try:
+        extractor = noun_extractor_named("spacy")
+    except ValueError as error:
+        assert "make spacy" in str(error)
+    else:
+        assert extractor.name.startswith("spacy-")

@@ -74,6 +74,12 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             raise SystemExit(f"--pin-goals expects SET=FILE (e.g. synthetic=goals.json), got {item!r}")
         pinned_goals[name] = Path(path)
     pins = Pins.from_files(prices=args.pin_prices, title_nouns=args.pin_title_nouns, goals=pinned_goals)
+    from ..core.nouns import noun_extractor_named
+
+    try:
+        extractor = None if args.pin_title_nouns else noun_extractor_named(args.nouns)
+    except ValueError as error:
+        raise SystemExit(f"webshop-env catalog prepare: error: {error}") from None
     manifest = prepare_catalog(
         args.raw,
         args.out or default_catalog_dir(),
@@ -82,6 +88,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         price_seed=args.price_seed,
         ceiling_seed=args.ceiling_seed,
         pins=pins,
+        noun_extractor=extractor,
         progress=not args.quiet,
     )
     _print_json(manifest)
@@ -220,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pin-prices", type=Path, help="JSON {asin: price} from a reference run")
     p.add_argument("--pin-title-nouns", type=Path, help="JSON {asin: [nouns]} from a reference run")
     p.add_argument("--pin-goals", action="append", metavar="SET=FILE", help="goal list whose ceilings to pin")
+    p.add_argument(
+        "--nouns",
+        choices=("auto", "spacy", "heuristic"),
+        default="auto",
+        help="title nouns: spaCy if installed else the heuristic (auto), spaCy or fail, or the heuristic",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_prepare)
 

@@ -336,3 +336,22 @@ def default_noun_extractor(model: str | None = None) -> NounExtractor:
         except (ImportError, OSError):
             continue
     return HeuristicNounExtractor()
+
+
+NOUN_EXTRACTORS = ("auto", "spacy", "heuristic")
+
+
+def noun_extractor_named(name: str) -> NounExtractor:
+    """``auto``: spaCy if installed, else the heuristic; ``spacy``: spaCy or an error saying how to install it."""
+    if name == "auto":
+        return default_noun_extractor()
+    if name == "heuristic":
+        return HeuristicNounExtractor()
+    if name == "spacy":
+        extractor = default_noun_extractor()
+        if isinstance(extractor, HeuristicNounExtractor):
+            raise ValueError(
+                "spaCy or its English model is not installed: run `make spacy` (or use --nouns auto)"
+            )
+        return extractor
+    raise ValueError(f"unknown noun extractor {name!r}; choose from {', '.join(NOUN_EXTRACTORS)}")

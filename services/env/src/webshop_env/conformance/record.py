@@ -23,9 +23,16 @@ GOAL_SET_DIRS = {"synthetic": "synthetic-goals", "human": "human-goals"}
 DEFAULT_EPISODES = {"synthetic": 90, "human": 30}
 
 
-def _dump(value: Any, indent: int = 0) -> str:
+def _plain(value: Any) -> Any:
+    """numpy scalars and the like (which an environment may hand back) as plain JSON values."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _dump(value: Any, indent: int | None = 0) -> str:
     """The fixtures' JSON layout (``json.dumps`` with ``indent=0``: one value per line, ASCII only)."""
-    return json.dumps(value, indent=indent)
+    return json.dumps(value, indent=indent, default=_plain)
 
 
 def record(
@@ -70,7 +77,7 @@ def record(
     try:
         bar = tqdm(total=len(plan), desc="recording", unit=" episodes", disable=not progress)
         for planned, steps in iter_episodes(env, plan, goals, seed):
-            handles[planned.goal_set].write(json.dumps({"goal": planned.goal, "steps": steps}) + "\n")
+            handles[planned.goal_set].write(_dump({"goal": planned.goal, "steps": steps}, indent=None) + "\n")
             counts = per_set[planned.goal_set]
             counts["episodes"] += 1
             counts["steps"] += len(steps)

@@ -35,6 +35,7 @@ def verl_step_metrics(step: int) -> dict:
                "responses": torch.ones(4, 6, dtype=torch.long), "attention_mask": torch.ones(4, 10, dtype=torch.long),
                "response_mask": torch.ones(4, 6, dtype=torch.long)}  # fmt: skip
     non_tensors = {key: np.array([e[key] for e in episodes]) for key in episodes[0]}
+    non_tensors["__num_turns__"] = np.array([2 * e["steps"] + 2 for e in episodes])  # set by the agent loop
     original = ray_trainer.compute_data_metrics
     try:
         install_step_metrics()

@@ -114,17 +114,27 @@ if [ -n "$$problems" ]; then \
 fi
 endef
 
-train-test: ## GRPO test run in the trainer container (GPU + Docker; runs make preflight first)
-	@$(STACK_GPU_CHECK)
-	@$(MAKE) --no-print-directory preflight
-	@$(MAKE) --no-print-directory -f $(STACK_MK) up
-	$(COMPOSE) --profile train run --rm --build -e TRAIN_CONFIG=test trainer
+# VERL_LINE=0.7 (default): verl 0.7.1 image, service trainer; VERL_LINE=0.9: verl 0.9.1 image with the WebShop
+# agent loop, service trainer-verl09 (the preflight runs in the matching environment, .venv or .venv-verl09).
+VERL_LINE ?= 0.7
+TRAINER_SERVICE = $(if $(filter 0.9,$(VERL_LINE)),trainer-verl09,trainer)
+define STACK_VERL_LINE_CHECK
+case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make $@: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
+endef
 
-train-full: ## full GRPO run (configs/webshop_grpo_train.yaml) in the trainer container (GPU + Docker)
+train-test: ## GRPO test run in the trainer container (GPU + Docker; runs make preflight first; VERL_LINE=0.7|0.9)
+	@$(STACK_VERL_LINE_CHECK)
 	@$(STACK_GPU_CHECK)
-	@$(MAKE) --no-print-directory preflight
+	@$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up
-	$(COMPOSE) --profile train run --rm --build -e TRAIN_CONFIG=full trainer
+	$(COMPOSE) --profile train run --rm --build -e TRAIN_CONFIG=test $(TRAINER_SERVICE)
+
+train-full: ## full GRPO run (configs/webshop_grpo_train.yaml) in the trainer container (GPU + Docker; VERL_LINE=0.7|0.9)
+	@$(STACK_VERL_LINE_CHECK)
+	@$(STACK_GPU_CHECK)
+	@$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE)
+	@$(MAKE) --no-print-directory -f $(STACK_MK) up
+	$(COMPOSE) --profile train run --rm --build -e TRAIN_CONFIG=full $(TRAINER_SERVICE)
 
 eval: ## evaluate a checkpoint on the test split: make eval MODEL_PATH=... [MAX_SAMPLES=500] (GPU + Docker)
 	@if [ -z "$(MODEL_PATH)" ]; then \

@@ -13,7 +13,7 @@ ENV_EXAMPLE = REPO / ".env.example"
 Compose = Any  # the `compose` fixture (tests/deploy/conftest.py)
 
 CORE = {"catalog-init", "webshop", "balancer"}
-PROFILED = {"trainer": ["train"], "eval": ["eval"], "tensorboard": ["monitor"]}
+PROFILED = {"trainer": ["train"], "trainer-verl09": ["train"], "eval": ["eval"], "tensorboard": ["monitor"]}
 
 
 def _published(service: dict) -> list[dict]:
@@ -100,7 +100,7 @@ def test_networks(rendered: dict) -> None:
 
 
 def test_gpu_jobs(rendered: dict) -> None:
-    for name in ("trainer", "eval"):
+    for name in ("trainer", "trainer-verl09", "eval"):
         service = rendered["services"][name]
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]

@@ -188,6 +188,18 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     assert ckpt.is_dir() and (run / "data").is_dir()
 
 
+def test_trainer_verl09_builds_agent_loop_rows_with_the_same_job(rendered: dict, stubs: dict[str, Any]) -> None:
+    """The 0.9 line's service runs the trainer's own job; its image's VERL_LINE=0.9 selects agent-loop rows."""
+    assert _script(rendered, "trainer-verl09") == _script(rendered, "trainer")
+    service = rendered["services"]["trainer-verl09"]
+    assert service["build"]["dockerfile"] == "docker/trainer-verl09.Dockerfile"
+    assert service["image"] != rendered["services"]["trainer"]["image"]
+    result = _train(rendered, stubs, VERL_LINE="0.9")
+    assert result.returncode == 0, result.stderr
+    data_calls = [args for name, args, _ in _calls(stubs["log"]) if args[0] == "data"]
+    assert len(data_calls) == 2 and all(args[-1] == "--agent-loop" for args in data_calls)
+
+
 def test_trainer_full_config_and_explicit_settings(rendered: dict, stubs: dict[str, Any]) -> None:
     result = _train(rendered, stubs, TRAIN_CONFIG="full", WEBSHOP_N_GPUS="4", WEBSHOP_EXPERIMENT="run7",
                     WEBSHOP_ROLLOUT_N="8")  # fmt: skip

@@ -1,0 +1,85 @@
+# Trainer image of the verl 0.9 line (VERL_LINE=0.9): verl 0.9.1 GRPO with the WebShop agent loop
+# (webshop_trainer.agent_loop.WebShopAgentLoop, configs/verl09/). verl 0.8.0 removed interactions, so this image
+# has no interaction path; the 0.7.1 image (docker/trainer.Dockerfile) keeps it.
+#
+#   docker build -f docker/trainer-verl09.Dockerfile -t webshop-trainer-verl09:local .   (context: the repo root)
+#
+# Base: verl's own image for sglang 0.5.12, under the name verl's docker/README.md gives for it
+# (verlai/verl:sgl0512.latest: FROM lmsysorg/sglang:v0.5.12, torch 2.11 + CUDA 13, sglang 0.5.12, the engine
+# pins of verl 0.9.1's [sglang] extra). verl's CI pins verlai/verl:sgl0512.dev4 of the same line; a mirror or
+# another tag is one setting: TRAINER09_BASE_IMAGE in .env (compose passes it as the build argument).
+# Tags can be re-pushed: pin the digest. Resolve it on a machine with registry access, then set
+#   TRAINER09_BASE_IMAGE=verlai/verl:sgl0512.latest@sha256:<DIGEST>
+#   docker buildx imagetools inspect verlai/verl:sgl0512.latest --format '{{json .Manifest.Digest}}'
+# (not checked from the machine this file was written on, which cannot reach a registry).
+#
+# Non-root: runs as `verl` (uid 10001), like the 0.7.1 image (writable HOME and caches, compose's `ipc: host`
+# and ulimits).
+ARG TRAINER09_BASE_IMAGE=verlai/verl:sgl0512.latest
+FROM ${TRAINER09_BASE_IMAGE}
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PIP_BREAK_SYSTEM_PACKAGES=1 \
+    PYTHONUNBUFFERED=1
+
+WORKDIR /opt/webshop
+
+# 1. Freeze everything the base image ships (torch, sglang, flash-attn, CUDA wheels, numpy 2, transformers...):
+#    no later step may move it, except TransferQueue: verl's sgl0512 image was built with TransferQueue 0.1.8,
+#    below verl 0.9.1's floor (0.1.10), so it is left out of the lock and pinned by the constraints file. The
+#    other pins of trainer-verl09-constraints.txt apply only to packages the image lacks (names compared
+#    PEP 503-normalised), so the two constraint sets never disagree.
+COPY docker/trainer-verl09-constraints.txt ./trainer-constraints.txt
+RUN python3 -m pip list --format=freeze | grep -viE '^transfer[-_.]?queue==' > image-lock.txt \
+ && awk -F'==' ' \
+      function norm(n) { n = tolower(n); gsub(/[-_.]+/, "-", n); return n } \
+      FNR == NR { have[norm($1)] = 1; next } \
+      /^[[:space:]]*(#|$)/ { next } \
+      !(norm($1) in have) { print }' image-lock.txt trainer-constraints.txt > trainer-extra.txt \
+ && echo "base image: $(wc -l < image-lock.txt) packages frozen; $(wc -l < trainer-extra.txt) pins added:" \
+ && cat trainer-extra.txt
+
+# 2. verl 0.9.1 without its dependency list (`verl[sglang]` would re-resolve the engine the image ships), then
+#    the env package (client side), the trainer package, verl's base dependencies and TransferQueue (verl 0.9's
+#    default trainer, trainer.use_v1: true, imports it; checked against verl 0.9.1's floor below).
+COPY services/env/ services/env/
+COPY services/trainer/ services/trainer/
+# DL3013 (pin pip versions): every version comes from image-lock.txt or trainer-extra.txt (--constraint).
+# hadolint ignore=DL3013
+RUN python3 -m pip install --no-deps verl==0.9.1 \
+ && python3 -m pip install --constraint image-lock.txt --constraint trainer-extra.txt \
+        ./services/env ./services/trainer verl==0.9.1 TransferQueue \
+ && python3 -c "import importlib.metadata as m, numpy, torch, verl, transfer_queue, verl.trainer.main_ppo, \
+verl.experimental.agent_loop, webshop_env, webshop_trainer.agent_loop; \
+from packaging.version import Version; \
+assert Version(m.version('TransferQueue')) >= Version('0.1.10'), 'verl 0.9.1 needs TransferQueue>=0.1.10'; \
+print('torch', torch.__version__, '| sglang', m.version('sglang'), '| verl', verl.__version__, '| numpy', \
+numpy.__version__, '| TransferQueue', m.version('TransferQueue'))" \
+ && { python3 -m pip check || echo "pip check reported the conflicts above (the base image may carry some)"; }
+
+# The Hydra configs: configs/verl09/ (training) and configs/webshop_agent_loop.yaml (the agent loop);
+# webshop-train finds them through WEBSHOP_CONFIG_DIR and picks verl09/ because verl 0.9 is installed.
+COPY configs/ /opt/webshop/configs/
+
+RUN (getent group 10001 || groupadd --gid 10001 verl) \
+ && (getent passwd 10001 || useradd --uid 10001 --gid 10001 --create-home --home-dir /home/verl --shell /bin/bash verl) \
+ && mkdir -p /home/verl /data /outputs /cache \
+ && chown 10001:10001 /home/verl /data /outputs /cache
+
+ENV HOME=/home/verl \
+    XDG_CACHE_HOME=/cache \
+    HF_HOME=/cache/huggingface \
+    TRITON_CACHE_DIR=/cache/triton \
+    WEBSHOP_CONFIG_DIR=/opt/webshop/configs \
+    WEBSHOP_AGENT_LOOP_CONFIG=/opt/webshop/configs/webshop_agent_loop.yaml \
+    VERL_LINE=0.9
+
+USER 10001:10001
+WORKDIR /home/verl
+
+ENTRYPOINT ["webshop-train"]
+CMD ["--help"]

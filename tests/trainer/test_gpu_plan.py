@@ -1,0 +1,79 @@
+"""One GPU count (GPU_IDS), checked on the host before any build: the same rules as the preflight's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from webshop_trainer import gpu_plan
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+SCRIPT = REPO / "services" / "trainer" / "src" / "webshop_trainer" / "gpu_plan.py"
+
+
+@pytest.mark.parametrize("config", ["test", "full"])
+def test_defaults_read_from_the_yaml_are_what_hydra_composes(
+    config: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("verl")
+    from omegaconf import OmegaConf
+
+    from webshop_trainer.preflight import compose_training_config
+
+    for name in gpu_plan.KNOBS.values():
+        monkeypatch.delenv(name, raising=False)
+    _, composed = compose_training_config(
+        gpu_plan.CONFIG_FILES[config].removesuffix(".yaml"), directory=CONFIGS
+    )
+    OmegaConf.resolve(composed)
+    defaults = gpu_plan.config_defaults(CONFIGS / gpu_plan.CONFIG_FILES[config])
+    rollout = composed.actor_rollout_ref.rollout
+    assert defaults == {
+        "WEBSHOP_N_GPUS": composed.trainer.n_gpus_per_node,
+        "WEBSHOP_ROLLOUT_TP": rollout.tensor_model_parallel_size,
+        "WEBSHOP_TRAIN_BATCH_SIZE": composed.data.train_batch_size,
+        "WEBSHOP_ROLLOUT_N": rollout.n,
+    }
+
+
+def test_env_example_defaults_run_the_test_config_and_say_what_the_full_one_needs() -> None:
+    settings = gpu_plan.read_env_file(REPO / ".env.example")
+    assert gpu_plan.plan_errors("test", settings, CONFIGS) == (1, [])
+    count, errors = gpu_plan.plan_errors("full", settings, CONFIGS)
+    assert count == 1 and any("tensor parallel size 2" in e for e in errors)
+    assert any("GPU_IDS=0,1,2,3" in e for e in errors)
+    assert gpu_plan.plan_errors("full", {**settings, "GPU_IDS": "0,1,2,3"}, CONFIGS, visible=4) == (4, [])
+
+
+@pytest.mark.parametrize(
+    ("settings", "visible", "message"),
+    [
+        ({"GPU_IDS": "0,1", "WEBSHOP_N_GPUS": "4"}, None, "WEBSHOP_N_GPUS=4 but GPU_IDS=0,1"),
+        ({"GPU_IDS": "0,1,2"}, None, "is not divisible by the 3 GPU(s)"),
+        ({"GPU_IDS": "0,7"}, 2, "names device(s) 7, but nvidia-smi lists 2"),
+        ({"GPU_IDS": "0,0"}, None, "lists a device twice"),
+        ({"GPU_IDS": "all"}, None, "comma-separated device numbers"),
+        ({"GPU_IDS": "0", "WEBSHOP_ROLLOUT_TP": "2"}, None, "tensor parallel size 2"),
+    ],
+)
+def test_mismatches_are_refused(settings: dict, visible: int | None, message: str) -> None:
+    _, errors = gpu_plan.plan_errors("test", settings, CONFIGS, visible)
+    assert any(message in e for e in errors), errors
+
+
+def test_runs_with_the_hosts_python_alone(tmp_path: Path) -> None:
+    """`make train-full` runs it with the system python3, before any venv or image exists."""
+    env_file = tmp_path / ".env"
+    env_file.write_text("GPU_IDS=0\n")
+    clean = {"PATH": os.environ["PATH"]}
+    ok = subprocess.run([sys.executable, "-S", str(SCRIPT), "--config", "test", "--env-file", str(env_file)],
+                        capture_output=True, text=True, env=clean)  # fmt: skip
+    assert (ok.returncode, ok.stdout.strip()) == (0, "1")
+    refused = subprocess.run([sys.executable, "-S", str(SCRIPT), "--config", "full", "--env-file", str(env_file)],
+                             capture_output=True, text=True, env=clean)  # fmt: skip
+    assert refused.returncode == 2 and "GPU_IDS=0,1,2,3" in refused.stderr

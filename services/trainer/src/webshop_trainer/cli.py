@@ -26,6 +26,7 @@ from .config import (
     INTERACTION_CONFIG,
     TRAINING_CONFIGS,
     config_dir,
+    installed_verl_line,
     training_config_dir,
 )
 
@@ -74,6 +75,8 @@ def _tiny_model(args: argparse.Namespace) -> int:
 
 
 TRAIN_MODULE = "webshop_trainer.verl_main"  # verl's main_ppo + per-step WebShop metrics
+# verl 0.9: its own main_ppo (the v1 TransferQueue trainer; verl_main's metrics hook is 0.7.1's trainer loop)
+TRAIN_MODULE_VERL09 = "verl.trainer.main_ppo"
 
 
 def train_command(
@@ -90,7 +93,8 @@ def train_command(
         if run_dir
         else []
     )
-    return [sys.executable, "-m", TRAIN_MODULE, "--config-path", str(directory.resolve()),
+    module = TRAIN_MODULE if installed_verl_line() == "0.7" else TRAIN_MODULE_VERL09
+    return [sys.executable, "-m", module, "--config-path", str(directory.resolve()),
             "--config-name", TRAINING_CONFIGS[config], *hydra_dir, *overrides]  # fmt: skip
 
 

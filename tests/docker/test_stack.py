@@ -1,0 +1,301 @@
+"""The env side of the Docker stack, for real in a Docker engine (`make test-docker`): the README's "Run it with
+Docker", step by step. The tests share one stack and run in file order: up -> episodes -> isolation checks ->
+scale -> a replica killed under load -> a replica crashed under load -> down."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from dockerstack import REPO, Stack, images_of, play
+
+# The first test also builds the base images and the stack (about 10 minutes on a cold engine).
+pytestmark = pytest.mark.timeout(1800)
+
+EXPERT_EPISODES = 60  # goals 0..59 of the synthetic goals (the test split starts at 0)
+CONCURRENT_EPISODES = 32
+THINK_SECONDS = 0.2  # between an episode's steps, so the episodes are in flight when a replica dies
+ENV_SIDE = ("catalog-init", "webshop", "balancer")
+
+
+def _expert_actions(stack: Stack, goal: int) -> list[str]:
+    """`webshop-env solve` on the catalog the stack prepared (the host's CLI, the container's catalog)."""
+    result = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "webshop-env"), "solve", "--catalog", str(_catalog(stack)), "--goal", str(goal)],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return [line for line in result.stdout.splitlines() if line.strip()]
+
+
+def _catalog(stack: Stack) -> Path:
+    return stack.root / "data" / "compose" / "catalog"
+
+
+def _expected(stack: Stack, goal: int, actions: list[str]) -> list[tuple[str, float, bool]]:
+    """(observation, reward, done) of every step, in-process on the same catalog (no HTTP, no container)."""
+    from webshop_env.catalog.store import open_catalog
+    from webshop_env.core.env import WebShopEnv
+
+    env = _expected.envs.setdefault(str(_catalog(stack)), WebShopEnv(open_catalog(_catalog(stack))))
+    step = env.reset(goal, goal_set="synthetic")
+    rows = [(step.observation, 0.0, False)]
+    for action in actions:
+        step = env.step(step.state, action)
+        rows.append((step.observation, float(step.reward), bool(step.done)))
+    return rows
+
+
+_expected.envs = {}  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def expert(stack: Stack) -> dict[int, tuple[list[str], list[tuple[str, float, bool]]]]:
+    """goal -> (the expert's actions from `webshop-env solve`, the in-process outcome of every step)."""
+    goals = range(EXPERT_EPISODES)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        actions = dict(zip(goals, pool.map(lambda goal: _expert_actions(stack, goal), goals), strict=True))
+    return {goal: (actions[goal], _expected(stack, goal, actions[goal])) for goal in goals}
+
+
+def test_trainer_image_is_not_built_here() -> None:
+    pytest.skip(
+        "trainer/eval/tensorboard (docker/trainer.Dockerfile): its CUDA base (lmsysorg/sglang, many GB) needs a "
+        "registry and its jobs an NVIDIA GPU; tests/deploy checks it statically (hadolint, contract, compose)"
+    )
+
+
+# ---- make up --------------------------------------------------------------------------------------------------------
+def test_base_images_are_there(base_images: list[dict[str, str]], stack: Stack) -> None:
+    """Every base the env side builds FROM is present: pulled from a registry, or a stand-in under its name."""
+    assert {row["image"] for row in base_images} >= {"python:3.11.13-slim-bookworm", "nginx:1.28.0-alpine"}
+    for row in base_images:
+        assert row["how"] in ("present", "pulled", "stand-in"), row
+
+
+def test_make_up_serves_info_at_the_printed_url(stack: Stack) -> None:
+    info = httpx.get(f"{stack.url}/v1/info", timeout=10)
+    assert info.status_code == 200, info.text
+    assert stack.url == f"http://127.0.0.1:{stack.port}"
+    assert len(stack.containers("webshop")) == 2
+    for container in stack.containers("webshop") + stack.containers("balancer"):
+        assert stack.inspect(container)["State"]["Health"]["Status"] == "healthy"
+    # the replicas serve the catalog catalog-init prepared into DATA_DIR on the host
+    manifest = json.loads((_catalog(stack) / "manifest.json").read_text())
+    assert info.json()["fingerprint"] == manifest["fingerprint"]
+    assert info.json()["catalog"]["noun_extractor"] == manifest["noun_extractor"]
+    # The spaCy model source decides the title nouns; the manifest says which were used.
+    extractor = manifest["noun_extractor"]
+    assert (
+        extractor.startswith("spacy-") if stack.spacy_model in ("url", "wheel") else "heuristic" in extractor
+    )
+    sizes = {}
+    for service, image in images_of(stack).items():
+        if service in ENV_SIDE:
+            size = stack.docker("image", "inspect", "--format", "{{.Size}}", image).stdout.strip()
+            sizes[image] = round(int(size) / 1e6)
+    stack.measured.update(image_size_mb=sizes, spacy_model=stack.spacy_model, noun_extractor=extractor)
+
+
+def test_second_make_up_reuses_the_catalog(stack: Stack) -> None:
+    manifest = _catalog(stack) / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    started = time.monotonic()
+    stack.make("up")
+    stack.measured["make_up_again_seconds"] = round(time.monotonic() - started, 1)
+    assert manifest.stat().st_mtime_ns == before
+    init = stack.containers("catalog-init", all_states=True)
+    assert len(init) == 1
+    logs = stack.docker("logs", init[0]).stdout
+    assert "already prepared" in logs and "nothing to do" in logs, logs[-2000:]
+    assert stack.inspect(init[0])["State"]["ExitCode"] == 0
+
+
+# ---- episodes through the balancer ----------------------------------------------------------------------------------
+def test_expert_episodes_through_the_balancer_match_solve(stack: Stack, expert: dict) -> None:
+    rewards = []
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        for goal, (actions, expected) in expert.items():
+            responses = play(client, goal, actions)
+            got = [(responses[0]["observation"], 0.0, False)] + [
+                (r["observation"], float(r["reward"]), bool(r["done"])) for r in responses[1:]
+            ]
+            assert got == expected, f"goal {goal}: the stack and the in-process environment disagree"
+            rewards.append(got[-1][1])
+    assert len(rewards) >= 50
+    assert sum(rewards) / len(rewards) > 0.9, rewards  # the expert: ~99 on the test split
+
+
+# ---- isolation ------------------------------------------------------------------------------------------------------
+def test_only_the_balancer_publishes_a_port(stack: Stack) -> None:
+    for container in stack.containers(all_states=True):
+        info = stack.inspect(container)
+        service = info["Config"]["Labels"]["com.docker.compose.service"]
+        bindings = {port: b for port, b in (info["HostConfig"].get("PortBindings") or {}).items() if b}
+        if service == "balancer":
+            assert list(bindings) == ["8080/tcp"], bindings
+            assert bindings["8080/tcp"][0]["HostIp"] == "127.0.0.1"
+        else:
+            assert not bindings, f"{service} publishes {bindings}"
+
+
+def test_containers_run_as_non_root(stack: Stack) -> None:
+    for container in stack.containers(all_states=True):
+        info = stack.inspect(container)
+        service = info["Config"]["Labels"]["com.docker.compose.service"]
+        user = info["Config"]["User"].split(":")[0]
+        assert user not in ("", "0", "root"), f"{service} runs as {info['Config']['User']!r}"
+        if info["State"]["Running"]:
+            uid = stack.docker("exec", container, "id", "-u").stdout.strip()
+            assert uid != "0", f"{service}'s processes run as root"
+
+
+def test_data_is_read_only_for_the_replicas(stack: Stack) -> None:
+    probe = (
+        "import errno\ntry:\n    open('/data/catalog/probe', 'w')\nexcept OSError as e:\n    print(e.errno)\n"
+    )
+    for container in stack.containers("webshop"):
+        mounts = {m["Destination"]: m for m in stack.inspect(container)["Mounts"]}
+        assert mounts["/data"]["RW"] is False
+        answer = stack.docker("exec", container, "python", "-c", probe).stdout.strip()
+        assert answer == str(errno.EROFS), f"writing under /data: {answer or 'succeeded'}"
+
+
+# ---- scaling --------------------------------------------------------------------------------------------------------
+def _address(stack: Stack, container: str) -> str:
+    networks = stack.inspect(container)["NetworkSettings"]["Networks"]
+    return next(n["IPAddress"] for name, n in networks.items() if name.endswith("_envnet")) + ":8000"
+
+
+def _upstreams_since(stack: Stack, since: str) -> set[str]:
+    """Replica addresses in the balancer's access log (JSON lines with upstream_addr) since a timestamp."""
+    balancer = stack.containers("balancer")[0]
+    lines = stack.docker("logs", "--since", since, balancer).stdout.splitlines()
+    seen = set()
+    for line in lines:
+        if line.startswith("{"):
+            for address in json.loads(line).get("upstream_addr", "").replace(" : ", ", ").split(", "):
+                seen.add(address.strip())
+    return seen
+
+
+def test_scale_to_three_and_the_new_replica_serves(stack: Stack, expert: dict) -> None:
+    before = set(stack.containers("webshop"))
+    started = time.monotonic()
+    stack.make("scale", "N=3")
+    stack.measured["make_scale_to_3_seconds"] = round(time.monotonic() - started, 1)
+    after = set(stack.containers("webshop"))
+    assert len(after) == 3 and before < after
+    (new,) = after - before
+    stack.wait_healthy(new)
+    address = _address(stack, new)
+    since = stack.docker("info", "--format", "{{json .SystemTime}}").stdout.strip().strip('"')
+    deadline = time.monotonic() + 60  # nginx re-resolves the service name every 10 s
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        while address not in _upstreams_since(stack, since):
+            assert time.monotonic() < deadline, f"no request reached the new replica {address} within 60 s"
+            for goal, (actions, expected) in list(expert.items())[:5]:
+                assert play(client, goal, actions)[-1]["reward"] == expected[-1][1]
+            time.sleep(1)
+    stack.measured["new_replica_served_after_seconds"] = round(time.monotonic() - started, 1)
+
+
+# ---- a replica lost under load --------------------------------------------------------------------------------------
+async def _episode(client: httpx.AsyncClient, goal: int, actions: list[str]) -> float:
+    """One episode with think time between the steps; any non-2xx or transport error is raised."""
+    answer = await client.post("/v1/reset", json={"goal": goal, "goal_set": "synthetic"})
+    answer.raise_for_status()
+    state, reward = answer.json()["state"], 0.0
+    for action in actions:
+        await asyncio.sleep(THINK_SECONDS)
+        answer = await client.post("/v1/step", json={"state": state, "action": action})
+        answer.raise_for_status()
+        state, reward = answer.json()["state"], float(answer.json()["reward"])
+    return reward
+
+
+async def _episodes_while(stack: Stack, expert: dict, disrupt, after_seconds: float) -> list[Any]:
+    """CONCURRENT_EPISODES episodes at once (no client retries: the client sees what nginx answers); `disrupt`
+    runs after `after_seconds`, while they are in flight."""
+    goals = list(expert)[:CONCURRENT_EPISODES]
+    async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
+        tasks = [asyncio.create_task(_episode(client, goal, expert[goal][0])) for goal in goals]
+        await asyncio.sleep(after_seconds)
+        assert not any(task.done() for task in tasks), "the episodes ended before the disruption"
+        await asyncio.to_thread(disrupt)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    errors = [f"goal {goal}: {result!r}" for goal, result in zip(goals, results, strict=True)
+              if isinstance(result, BaseException)]  # fmt: skip
+    assert not errors, f"{len(errors)} of {len(goals)} episodes failed:\n" + "\n".join(errors)
+    for goal, reward in zip(goals, results, strict=True):
+        assert reward == expert[goal][1][-1][1], (
+            f"goal {goal}: reward {reward}, expected {expert[goal][1][-1][1]}"
+        )
+    return results
+
+
+def test_docker_kill_of_a_replica_loses_no_episode(stack: Stack, expert: dict) -> None:
+    """`docker kill` (SIGKILL) one replica mid-run: every episode completes, with the expert's rewards. The
+    engine treats `docker kill` as a deliberate stop (no restart policy applies to it), so `make scale` brings
+    the replica back, and it serves again."""
+    victim = sorted(stack.containers("webshop"))[0]
+    asyncio.run(_episodes_while(stack, expert, lambda: stack.docker("kill", victim), after_seconds=1.0))
+    assert not stack.inspect(victim)["State"]["Running"]
+    stack.make("scale", "N=3")
+    stack.wait_healthy(victim)
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        goal, (actions, expected) = next(iter(expert.items()))
+        assert play(client, goal, actions)[-1]["reward"] == expected[-1][1]
+
+
+def test_a_crashed_replica_loses_no_episode_and_restarts_by_policy(stack: Stack, expert: dict) -> None:
+    """A replica's processes die at once (SIGKILL to the container's init from the host, as the kernel's OOM
+    killer would): every episode completes, and `restart: unless-stopped` brings the replica back."""
+    victim = sorted(stack.containers("webshop"))[-1]
+    info = stack.inspect(victim)
+    restarts, pid = info["RestartCount"], info["State"]["Pid"]
+    assert info["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    started = {}
+
+    def crash() -> None:
+        os.kill(pid, signal.SIGKILL)
+        started["at"] = time.monotonic()
+
+    asyncio.run(_episodes_while(stack, expert, crash, after_seconds=1.0))
+    state = stack.wait_healthy(victim, timeout=180)
+    stack.measured["crashed_replica_healthy_again_seconds"] = round(time.monotonic() - started["at"], 1)
+    assert stack.inspect(victim)["RestartCount"] == restarts + 1
+    assert state["Pid"] != pid
+
+
+# ---- make down ------------------------------------------------------------------------------------------------------
+def test_make_down_keeps_host_data_and_up_again_reuses_it(stack: Stack) -> None:
+    manifest = _catalog(stack) / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    stack.make("down")
+    assert stack.containers(all_states=True) == []
+    for kept in ("data/compose/catalog/manifest.json", "outputs/checkpoints", "outputs/logs"):
+        assert (stack.root / kept).exists(), f"make down removed {kept}"
+    networks = stack.docker(
+        "network",
+        "ls",
+        "--quiet",
+        "--filter",
+        f"label=com.docker.compose.project={stack.env['COMPOSE_PROJECT_NAME']}",
+    )
+    assert networks.stdout.split() == []
+    started = time.monotonic()
+    stack.make("up")
+    stack.measured["make_up_after_down_seconds"] = round(time.monotonic() - started, 1)
+    assert manifest.stat().st_mtime_ns == before
+    assert httpx.get(f"{stack.url}/v1/info", timeout=10).status_code == 200
+    stack.make("down")

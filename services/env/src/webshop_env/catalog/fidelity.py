@@ -32,7 +32,7 @@ def fidelity_limits(manifest: dict[str, Any]) -> dict[str, Any]:
     if nouns.startswith(HEURISTIC.split("-v")[0]):
         limits.append(
             f"title nouns from the {nouns} extractor, not spaCy: the type reward's title score differs from the "
-            "original's on some purchases (install spaCy and en_core_web_sm, then prepare again)"
+            "original's on some purchases (`make spacy`, then prepare again)"
         )
     elif nouns.startswith("spacy"):
         limits.append(

@@ -1,22 +1,25 @@
-# syntax=docker/dockerfile:1.7
 # Trainer / eval image: verl 0.7.1 GRPO (ToolAgentLoop + WebshopInteraction) and the eval runner, on the CUDA
 # image that verl 0.7.1's own stable image is built on.
 #
 #   docker build -f docker/trainer.Dockerfile -t webshop-trainer:local .     (context: the repository root)
 #
-# Base: lmsysorg/sglang:v0.5.9 (torch 2.9.1+cu129, Python 3.12, flash-attn 2.8.3, sglang 0.5.9); verl's own
-# 0.7.1 image (verlai/verl:sgl059.latest) starts from it too. Tags can be re-pushed: pin the digest. Resolve it
-# on a machine with registry access, then write FROM lmsysorg/sglang:v0.5.9@sha256:<digest> below:
-#   docker buildx imagetools inspect lmsysorg/sglang:v0.5.9 --format '{{json .Manifest.Digest}}'
-# Digest placeholder (to fill in after checking it):
-#   lmsysorg/sglang:v0.5.9@sha256:<DIGEST>
-# (Public compose files cite sha256:e216b7dc4ac1938b599b982233ccf7eb2b11dd1f07fc2e00a7b9841052c553be for this
-# tag; it could not be checked from the machine this file was written on, which cannot reach a registry.)
+# Base: lmsysorg/sglang:v0.5.9 (torch 2.9.1+cu129, Python 3.12, sglang 0.5.9); verl's own 0.7.1 image
+# (verlai/verl:sgl059.latest) starts from it too. TRAINER_BASE_IMAGE (a build argument, compose passes it from
+# .env) selects another tag, a mirror or a digest. Pinned by tag: a tag can be re-pushed, so on a machine with
+# registry access `make pin-digests` resolves the tag's digest and writes it into the default below
+# (the tag followed by its resolved sha256 digest, never typed in by hand).
+#
+# Attention: the configs choose PyTorch SDPA explicitly (no flash-attn needed); the build imports every module
+# a GPU run imports and fails when one is missing (docker/trainer-image-check.py), flash_attn included as soon
+# as a config asks for it.
 #
 # Non-root: the image runs as `verl` (uid 10001). verl, Ray, sglang and NCCL need no root on one node; they need
 # a writable HOME and caches (set below, moved to the cache volume by compose), a large /dev/shm (compose:
-# `ipc: host`) and a high open-files limit (compose: ulimits). Run with `--user 0:0` only to debug.
-FROM lmsysorg/sglang:v0.5.9
+# `ipc: host`) and a high open-files limit (compose: ulimits). Compose runs it as RUN_UID with its working
+# directory on the logs volume; `webshop-train train` starts main_ppo in the run's own directory. Run with
+# `--user 0:0` only to debug.
+ARG TRAINER_BASE_IMAGE=lmsysorg/sglang:v0.5.9
+FROM ${TRAINER_BASE_IMAGE}
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
@@ -49,22 +52,31 @@ RUN python3 -m pip list --format=freeze | grep -viE '^numpy==' > image-lock.txt 
 RUN python3 -m pip install --no-deps verl==0.7.1
 
 # 3. The env package (client side), the trainer package and verl's remaining dependencies. Nothing the image
-#    ships can move (image-lock.txt); then check that what training imports imports here (no GPU at build
-#    time: sglang's version is read from its metadata, not imported), and print the versions.
+#    ships can move (image-lock.txt).
 COPY services/env/ services/env/
 COPY services/trainer/ services/trainer/
 # DL3013 (pin pip versions): every version comes from image-lock.txt or trainer-extra.txt (--constraint).
 # hadolint ignore=DL3013
 RUN python3 -m pip install --constraint image-lock.txt --constraint trainer-extra.txt \
-        ./services/env ./services/trainer verl==0.7.1 cachetools \
- && python3 -c "import importlib.metadata as m, numpy, torch, verl, verl.trainer.main_ppo, \
-verl.experimental.agent_loop, webshop_env, webshop_trainer; print('torch', torch.__version__, '| sglang', \
-m.version('sglang'), '| verl', verl.__version__, '| numpy', numpy.__version__)" \
- && { python3 -m pip check || echo "pip check reported the conflicts above (the base image may carry some)"; }
+        ./services/env ./services/trainer verl==0.7.1 cachetools
 
 # verl's Hydra configs (test and full runs, interaction config); webshop-train finds them through
 # WEBSHOP_CONFIG_DIR and passes main_ppo the absolute --config-path it needs.
 COPY configs/ /opt/webshop/configs/
+
+# 4. Checks that fail the build rather than the first GPU hour: every module a GPU run imports imports here
+#    (sglang's server, verl's FSDP workers and agent loop, Ray, the merger, flash_attn when a config needs it),
+#    and `pip check` reports nothing beyond the conflicts listed with their reasons in
+#    trainer-accepted-conflicts.txt. IMAGE_CHECK_SKIP: modules to leave out (e.g. one that needs a GPU to import
+#    on another base image); empty by default.
+ARG IMAGE_CHECK_SKIP=""
+COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
+RUN { python3 -m pip check > pip-check.txt || true; } \
+ && cat pip-check.txt \
+ && python3 trainer-image-check.py --configs /opt/webshop/configs --accepted-conflicts trainer-accepted-conflicts.txt \
+        --pip-check-output pip-check.txt ${IMAGE_CHECK_SKIP:+--skip ${IMAGE_CHECK_SKIP}} \
+ && python3 -c "import importlib.metadata as m, numpy, torch, verl; print('torch', torch.__version__, '| sglang', \
+m.version('sglang'), '| verl', verl.__version__, '| numpy', numpy.__version__)"
 
 RUN groupadd --gid 10001 verl \
  && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/verl --shell /bin/bash verl \

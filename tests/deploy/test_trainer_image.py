@@ -1,0 +1,88 @@
+"""The trainer image's build-time checks (docker/trainer-image-check.py), run here on CPU, and where the
+Dockerfile runs them: a missing module or an unlisted dependency conflict fails the build, not the GPU run."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "docker" / "trainer.Dockerfile"
+SCRIPT = REPO / "docker" / "trainer-image-check.py"
+ACCEPTED = REPO / "docker" / "trainer-accepted-conflicts.txt"
+# sglang is the one GPU-image package the CPU venv does not have
+NOT_ON_CPU = ["sglang", "sglang.launch_server", "verl.workers.rollout.sglang_rollout.async_sglang_server"]
+
+
+def _check_module():
+    spec = importlib.util.spec_from_file_location("trainer_image_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dockerfile_runs_the_checks_after_everything_is_installed() -> None:
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ARG TRAINER_BASE_IMAGE=lmsysorg/sglang:v0\.5\.9$", text, re.MULTILINE)
+    assert re.search(r"^FROM \$\{TRAINER_BASE_IMAGE\}$", text, re.MULTILINE)
+    check = text.index("trainer-image-check.py --configs /opt/webshop/configs")
+    assert check > text.rindex("pip install") and check > text.index("COPY configs/")
+    assert "--pip-check-output pip-check.txt" in text
+    assert "|| echo" not in text, "a failing check must fail the build"
+
+
+def test_every_gpu_run_module_imports_here_except_sglang() -> None:
+    pytest.importorskip("verl")
+    result = subprocess.run([sys.executable, str(SCRIPT), "--configs", str(REPO / "configs"),
+                             "--accepted-conflicts", str(ACCEPTED), "--skip", *NOT_ON_CPU],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "flash_attn required" not in result.stdout  # the configs choose SDPA explicitly
+
+
+def test_a_config_that_needs_flash_attn_makes_it_required(tmp_path: Path) -> None:
+    check = _check_module()
+    for name in ("webshop_grpo_test.yaml", "webshop_grpo_train.yaml"):
+        shutil.copy(REPO / "configs" / name, tmp_path / name)
+    assert check.configs_need_flash_attn(tmp_path) == []
+    text = (tmp_path / "webshop_grpo_test.yaml").read_text()
+    (tmp_path / "webshop_grpo_test.yaml").write_text(
+        text.replace("use_remove_padding: false", "use_remove_padding: true")
+    )
+    assert check.configs_need_flash_attn(tmp_path) == [
+        "webshop_grpo_test.yaml: use_remove_padding true imports flash_attn.bert_padding"
+    ]
+    (tmp_path / "webshop_grpo_train.yaml").write_text(
+        (tmp_path / "webshop_grpo_train.yaml").read_text().replace("attn_implementation: sdpa\n", "")
+    )
+    assert any("flash_attention_2 (verl's default" in r for r in check.configs_need_flash_attn(tmp_path))
+    if importlib.util.find_spec("flash_attn") is None:
+        assert check.import_errors(check.FLASH_ATTN_MODULES)[0].startswith("import flash_attn:")
+
+
+def test_pip_check_fails_on_any_conflict_not_listed_with_a_reason(tmp_path: Path) -> None:
+    check = _check_module()
+    accepted = check.read_accepted(ACCEPTED)
+    assert accepted and all(reason for _, reason in accepted)
+    numpy_line = ("opencv-python-headless 4.12.0.88 has requirement numpy<2.3.0,>=2; python_version >= \"3.9\", "
+                  "but you have numpy 1.26.4.")  # fmt: skip
+    other = "xgrammar 0.1.27 has requirement torch>=2.10, but you have torch 2.9.1."
+    assert check.unaccepted_conflicts("No broken requirements found.\n", accepted) == []
+    assert check.unaccepted_conflicts(numpy_line, accepted) == []
+    assert check.unaccepted_conflicts(f"{numpy_line}\n{other}\n", accepted) == [other]
+    output = tmp_path / "pip-check.txt"
+    output.write_text(f"{numpy_line}\n{other}\n")
+    result = subprocess.run([sys.executable, str(SCRIPT), "--configs", str(tmp_path), "--accepted-conflicts",
+                             str(ACCEPTED), "--pip-check-output", str(output), "--skip",
+                             *check.GPU_RUN_MODULES], capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 1 and "pip check: xgrammar" in result.stderr
+    unreasoned = tmp_path / "accepted.txt"
+    unreasoned.write_text("has requirement numpy\n")
+    with pytest.raises(SystemExit, match="needs ' # <reason>'"):
+        check.read_accepted(unreasoned)

@@ -21,6 +21,7 @@ from webshop_env.client import WebShopClient
 SECRET = "faults-suite-secret-0123456789-abcdef"
 FIGURES: list[str] = []
 CONCURRENT = 64  # episodes in flight at once in the load runs
+FUZZ = {"cases": 0, "failures": 0}  # schemathesis cases run / failed (test_fuzz_all_checks)
 THINK_S = 0.2  # the policy's time per turn: a fault lands in the middle of episodes
 
 

@@ -35,7 +35,20 @@ def expert_plans(conformance_catalog) -> dict[int, list[str]]:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    if _faults.FIGURES:
+    lines = list(_faults.FIGURES)
+    if _faults.FUZZ["cases"]:
+        lines.append(
+            f"schemathesis, all {len(_checks())} checks: {_faults.FUZZ['cases']} cases, "
+            f"{_faults.FUZZ['failures']} failures"
+        )
+    if lines:
         terminalreporter.section("fault tolerance: figures")
-        for line in _faults.FIGURES:
+        for line in lines:
             terminalreporter.write_line(line)
+
+
+def _checks() -> list:
+    from schemathesis.checks import CHECKS, load_all_checks
+
+    load_all_checks()
+    return list(CHECKS.get_all())

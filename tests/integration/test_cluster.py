@@ -120,7 +120,7 @@ BAD_INPUTS = [
     ("unknown goal", "POST", "/v1/reset", {"json": {"goal": 1_000_000}}, 404, "unknown_goal"),
     ("negative goal", "POST", "/v1/reset", {"json": {"goal": -3}}, 404, "unknown_goal"),
     ("unknown goal set", "POST", "/v1/reset", {"json": {"goal": 1, "goal_set": "x"}}, 404, "unknown_goal"),
-    ("goal outside split", "POST", "/v1/reset", {"json": {"goal": 1, "split": "train"}}, 422, "goal_not_in_split"),
+    ("goal outside split", "POST", "/v1/reset", {"json": {"goal": 1, "split": "train"}}, 404, "goal_not_in_split"),
     ("body over app limit", "POST", "/v1/reset", {"json": {"goal": 1, "pad": "x" * 100_000}}, 413, "body_too_large"),
     ("body over nginx limit", "POST", "/v1/reset", {"json": {"goal": 1, "pad": "x" * 2_000_000}}, 413,
      "body_too_large"),

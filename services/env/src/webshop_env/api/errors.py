@@ -11,13 +11,13 @@ invalid_token         400     a state token that is tampered with, foreign (secr
 invalid_state         400     a signed state that does not fit the catalog
 unknown_goal          404     a goal index out of range, or a goal set the catalog does not have
 unknown_env           404     an AgentGym ``env_idx`` that is not a live session
+goal_not_in_split     404     ``split`` was given and the goal lies outside it
 not_found             404     no such path
 method_not_allowed    405
 episode_finished      409     a step after the purchase, or after the step limit truncated the episode
 session_conflict      409     an AgentGym session changed during this request (a concurrent or retried one)
 body_too_large        413     the body exceeds ``WEBSHOP_MAX_BODY_BYTES``
 validation_error      422     a field is missing or has the wrong type
-goal_not_in_split     422     ``split`` was given and the goal lies outside it
 batch_too_large       422     more steps in one batch than ``WEBSHOP_MAX_BATCH``
 too_many_sessions     429     the AgentGym session store is full (``WEBSHOP_COMPAT_MAX_SESSIONS``)
 not_ready             503     the catalog is not open (yet, or any more)

@@ -16,8 +16,9 @@ Sessions live in the shared store (``compat_sessions``: Redis, set by ``WEBSHOP_
 any replica serves them, through the balancer like the native protocol, and a replica's death loses none.
 Without Redis they live in this one process (a single replica with a single worker only).
 
-Types are strict, in the schema and in the code: ``env_idx`` and ``session_id`` are JSON integers (not
-strings, floats or booleans); ``env_idx`` is required (in the body of a POST, in the query of a GET).
+Types are strict, in the schema and in the code: ``env_idx`` and ``session_id`` are JSON integers (``3`` or
+``3.0``; not booleans, strings or ``3.5``); ``env_idx`` is required (in the body of a POST, in the query of a
+GET).
 """
 
 from __future__ import annotations
@@ -25,30 +26,36 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from starlette.responses import Response
 
 from .compat_sessions import MAX_ID
-from .routes_native import ERRORS, MAX_ACTION_CHARS, AvailableActions, json_response, runtime_of, utf8_text
+from .routes_native import (
+    ERRORS,
+    MAX_ACTION_CHARS,
+    AvailableActions,
+    json_integer,
+    json_response,
+    runtime_of,
+    utf8_text,
+)
 
 router = APIRouter(tags=["agentgym"])
 
-EnvIdx = Annotated[StrictInt, Field(ge=0, le=MAX_ID, description="the id from /create")]
+# constraints before the validator, so the schema carries them as minimum/maximum
+EnvIdx = Annotated[
+    int, Field(ge=0, le=MAX_ID, description="the id from /create"), BeforeValidator(json_integer)
+]
+GoalIndex = Annotated[int, BeforeValidator(json_integer)]  # out of range: 404 unknown_goal, as native
 EnvIdxQuery = Annotated[int, Query(ge=0, le=MAX_ID, description="the id from /create")]
 
 
 class CompatReset(BaseModel):
-    model_config = ConfigDict(strict=True)
-
     env_idx: EnvIdx
-    session_id: Annotated[StrictInt, Field(ge=0, le=MAX_ID)] | None = Field(
-        default=None, description="goal index; null: a random goal"
-    )
+    session_id: GoalIndex | None = Field(default=None, description="goal index; null: a random goal")
 
 
 class CompatStep(BaseModel):
-    model_config = ConfigDict(strict=True)
-
     env_idx: EnvIdx
     action: str = Field(max_length=MAX_ACTION_CHARS)
 
@@ -56,8 +63,6 @@ class CompatStep(BaseModel):
 
 
 class CompatClose(BaseModel):
-    model_config = ConfigDict(strict=True)
-
     env_idx: EnvIdx
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import BaseModel, Field, StrictInt, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from starlette.responses import Response
 
 from ..core.env import EnvError
@@ -47,9 +47,27 @@ def utf8_text(value: str) -> str:
     return value
 
 
+def json_integer(value: object) -> int:
+    """An integer as JSON Schema defines one: ``3`` or ``3.0``, never ``true``, ``"3"`` or ``3.5``.
+
+    pydantic's lax ``int`` takes booleans and numeric strings, its strict ``int`` refuses ``3.0``; the schema
+    (``type: integer``) says exactly this, so code and schema agree.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a JSON integer (not a boolean, string or null)")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a JSON integer (no fractional part)")
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(json_integer)]
+
+
 # ---- models (request validation and the OpenAPI schema) --------------------------------------------------
 class ResetRequest(BaseModel):
-    goal: StrictInt = Field(description="global goal index (the original's session id)")
+    goal: JsonInt = Field(description="global goal index (the original's session id)")
     goal_set: str | None = Field(default=None, description="goal list; default: the server's default")
     split: Split | None = Field(default=None, description="if given, the goal must lie in this split")
 
@@ -157,7 +175,7 @@ async def step_batch(body: StepBatchRequest, request: Request) -> Response:
 async def goals(
     request: Request,
     goal_set: Annotated[str | None, Query(description="only this goal set")] = None,
-    split: Annotated[Split | None, Query(description="only this split")] = None,
+    split: Annotated[Split, Query(description="only this split")] = None,  # type: ignore[assignment]
 ) -> dict[str, Any]:
     """Goal counts per goal set and the index range of each split."""
     return runtime_of(request).goals_summary(goal_set, split)

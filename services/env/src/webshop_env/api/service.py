@@ -44,7 +44,7 @@ class Runtime:
             allowed = split_range(split, self.catalog.goal_count(goal_set))
             if goal not in allowed:
                 raise ApiError(
-                    422, "goal_not_in_split",
+                    404, "goal_not_in_split",
                     f"goal {goal} is not in the {split} split of the {goal_set} goals: that split is "
                     f"{_describe(allowed)}",
                 )  # fmt: skip

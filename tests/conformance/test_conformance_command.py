@@ -208,3 +208,22 @@ def test_catalog_info_prints_the_fidelity_limits(
     assert seeded["exact"] is False and seeded["prices"].startswith("seeded")
     text = " ".join(seeded["limits"])
     assert "point prices" in text and "price ceilings" in text and seeded["noun_extractor"] in text
+
+
+def test_unpinned_title_nouns_change_only_purchase_rewards(tmp_path: Path) -> None:
+    """The noun extractor feeds the type reward and nothing else: pages, clickables and goals stay identical."""
+    from webshop_env.conformance.check import prepare_for_traces
+
+    manifest = prepare_for_traces(FIXTURE, tmp_path / "catalog", unpin=frozenset({"nouns"}))
+    summary = check_traces(FIXTURE, tmp_path / "catalog", max_differences=1000, progress=False)
+    assert summary["goals_differ"] == 0
+    for report in summary["goal_sets"].values():
+        assert report["differ"]["clickables"] == 0 and report["differ"]["price_text_only"] == 0
+    for difference in summary["first_differences"]:
+        assert difference["action"] == "click[buy now]", (
+            difference
+        )  # only purchases (and their done page) differ
+    if manifest["noun_extractor"].startswith("spacy"):
+        assert summary["equal_pct"] == 100.0  # the original's own tagger: nothing differs
+    else:
+        assert summary["purchases_equal"] >= 74, summary["purchases_equal"]  # heuristic-v4 (v2: 70 of 85)

@@ -12,7 +12,7 @@ COMPOSE_FILE = REPO / "compose.yaml"
 ENV_EXAMPLE = REPO / ".env.example"
 Compose = Any  # the `compose` fixture (tests/deploy/conftest.py)
 
-CORE = {"catalog-init", "webshop", "balancer"}
+CORE = {"catalog-init", "webshop", "sessions", "balancer"}
 PROFILED = {"trainer": ["train"], "trainer-verl09": ["train"], "eval": ["eval"], "tensorboard": ["monitor"]}
 
 

@@ -3,7 +3,8 @@
 #
 #   make up / down / ps / logs [SERVICE=...] / scale N=4 / monitor / stack-config
 #   make train-test | train-full          GRPO in the trainer container (NVIDIA GPU + Docker engine)
-#   make eval MODEL_PATH=... [MAX_SAMPLES=...]
+#   make eval MODEL_PATH=... [MAX_SAMPLES=...]   hub id, HF directory or a training run's checkpoint
+#   make train-preflight | pin-digests
 #   make demo                             no GPU, no Docker: local replicas + nginx, expert/random policies
 #
 # Settings come from .env (created from .env.example on first use, with a random state secret).
@@ -29,6 +30,7 @@ MAX_SAMPLES ?= 500
 SERVICE ?=
 DEMO_ARGS ?=
 
+.PHONY: train-preflight pin-digests
 .PHONY: up down ps logs scale monitor stack-config stack-dirs docker-standins test-docker train-test train-full eval demo
 
 # .env has no prerequisites on purpose: it is created once and never overwritten (it holds your settings).
@@ -124,7 +126,8 @@ if [ -n "$$problems" ]; then \
     "What you can run here instead:" \
     "  make preflight   check the training configs and the rollout path on CPU (verl's validate_config, tiny model)" \
     "  make demo        the environment stack (replicas + nginx) with the expert and random policies, no GPU" \
-    "On a machine with an NVIDIA GPU and Docker: make train-test (one GPU is enough), make train-full." >&2; \
+    "On a machine with an NVIDIA GPU and Docker: make train-test (one GPU), then make eval on what it saved;" \
+    "make train-full (4 GPUs)." >&2; \
   exit 2; \
 fi
 endef
@@ -137,28 +140,73 @@ define STACK_VERL_LINE_CHECK
 case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make $@: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
 endef
 
-train-test: ## GRPO test run in the trainer container (GPU + Docker; runs make preflight first; VERL_LINE=0.7|0.9)
-	@$(STACK_VERL_LINE_CHECK)
-	@$(STACK_GPU_CHECK)
-	@$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE)
-	@$(MAKE) --no-print-directory -f $(STACK_MK) up
-	$(COMPOSE) --profile train run --rm --build -e TRAIN_CONFIG=test $(TRAINER_SERVICE)
+# One GPU count: GPU_IDS in .env. Checked on the host with python3 alone, before any image is built or pulled
+# (ids are numbers, WEBSHOP_N_GPUS agrees, the config's tensor parallel size and batch fit that count, each id is
+# listed by nvidia-smi), then handed to compose as the device list (GPU_COMPOSE) and as WEBSHOP_N_GPUS.
+GPU_COMPOSE := outputs/compose/gpus.yaml
+# (.env.example's values until `make up` has written .env)
+GPU_PLAN = $(PYTHON) services/trainer/src/webshop_trainer/gpu_plan.py --env-file "$$([ -f .env ] && echo .env || echo .env.example)" \
+  --config-dir configs$(if $(filter 0.9,$(VERL_LINE)),/verl09)
+define STACK_GPU_PLAN
+visible=""; if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+  visible="--visible $$(nvidia-smi -L | wc -l)"; fi; \
+$(GPU_PLAN) --config $(1) $$visible >/dev/null || { echo "make $@: fix GPU_IDS / the knobs above in .env (nothing was built)" >&2; exit 2; }
+endef
+# HOST_PREFLIGHT=1: also run `make preflight` on the host first (needs the CPU venv and nginx). Without it the
+# preflight runs inside the trainer container, before training (it has everything the preflight needs).
+HOST_PREFLIGHT ?=
+TRAIN_RUN = $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --build \
+  -e WEBSHOP_N_GPUS="$$($(GPU_PLAN) --config $(1) --compose-override $(GPU_COMPOSE))" -e TRAIN_CONFIG=$(1) $(TRAINER_SERVICE)
 
-train-full: ## full GRPO run (configs/webshop_grpo_train.yaml) in the trainer container (GPU + Docker; VERL_LINE=0.7|0.9)
+train-test: ## GRPO test run in the trainer container, saves its last step for make eval (GPU + Docker; VERL_LINE=0.7|0.9)
 	@$(STACK_VERL_LINE_CHECK)
+	@$(call STACK_GPU_PLAN,test)
 	@$(STACK_GPU_CHECK)
-	@$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE)
+	@$(if $(HOST_PREFLIGHT),$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE),true)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up
-	$(COMPOSE) --profile train run --rm --build -e TRAIN_CONFIG=full $(TRAINER_SERVICE)
+	$(call TRAIN_RUN,test)
+	@echo "checkpoint: $${CHECKPOINTS_DIR:-outputs/checkpoints}/$${WEBSHOP_EXPERIMENT:-webshop_grpo_test}/global_step_N; evaluate it with" \
+	  "make eval MODEL_PATH=/outputs/checkpoints/$${WEBSHOP_EXPERIMENT:-webshop_grpo_test}"
 
-eval: ## evaluate a checkpoint on the test split: make eval MODEL_PATH=... [MAX_SAMPLES=500] (GPU + Docker)
+train-full: ## full GRPO run (configs/webshop_grpo_train.yaml, 4 GPUs: GPU_IDS=0,1,2,3) in the trainer container (GPU + Docker)
+	@$(STACK_VERL_LINE_CHECK)
+	@$(call STACK_GPU_PLAN,full)
+	@$(STACK_GPU_CHECK)
+	@$(if $(HOST_PREFLIGHT),$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE),true)
+	@$(MAKE) --no-print-directory -f $(STACK_MK) up
+	$(call TRAIN_RUN,full)
+
+# The preflight alone, in the trainer image, against the compose stack (what train-test runs before training).
+train-preflight: ## the preflight inside the trainer container (CONFIG=test|full; GPU + Docker, no GPU time)
+	@$(STACK_VERL_LINE_CHECK)
+	@$(call STACK_GPU_PLAN,$(or $(CONFIG),test))
+	@$(STACK_GPU_CHECK)
+	@$(MAKE) --no-print-directory -f $(STACK_MK) up
+	@$(GPU_PLAN) --config $(or $(CONFIG),test) --compose-override $(GPU_COMPOSE) >/dev/null
+	$(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --build --entrypoint webshop-train \
+	  $(TRAINER_SERVICE) preflight --config $(or $(CONFIG),test) --catalog /data/catalog --env-url http://balancer:8080 \
+	  --out /outputs/logs/preflight $(TRAIN_EXTRA_ARGS)
+
+# MODEL_PATH: a hub id, a Hugging Face model directory (e.g. under /models), or a verl checkpoint:
+# /outputs/checkpoints/<experiment>/global_step_N, or /outputs/checkpoints/<experiment> for its latest step
+# (merged once with verl.model_merger into global_step_N/huggingface_merged, on the checkpoints volume).
+eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF dir | checkpoint> [MAX_SAMPLES=500] (GPU + Docker)
 	@if [ -z "$(MODEL_PATH)" ]; then \
-	  echo "make eval: give the model, e.g. make eval MODEL_PATH=/outputs/checkpoints/<experiment>/<hf-model> MAX_SAMPLES=100" >&2; \
+	  echo "make eval: give the model as MODEL_PATH=: a hub id (Qwen/Qwen2.5-1.5B-Instruct), a Hugging Face directory (/models/NAME)," \
+	    "or a training run's checkpoint (/outputs/checkpoints/webshop_grpo_test: its latest global_step_N)" >&2; \
 	  exit 2; \
 	fi
+	@$(call STACK_GPU_PLAN,eval)
 	@$(STACK_GPU_CHECK)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up
-	$(COMPOSE) --profile eval run --rm --build -e EVAL_MODEL_PATH="$(MODEL_PATH)" -e EVAL_MAX_SAMPLES=$(MAX_SAMPLES) eval
+	@$(GPU_PLAN) --config eval --compose-override $(GPU_COMPOSE) >/dev/null
+	$(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile eval run --rm --build -e EVAL_MODEL_PATH="$(MODEL_PATH)" \
+	  -e EVAL_MAX_SAMPLES=$(MAX_SAMPLES) eval
+
+# Resolve the base images' tags to digests (needs registry access and docker buildx) and write them into the
+# Dockerfiles' ARG defaults (tag@sha256:digest). Run it where a registry answers; commit what it changed.
+pin-digests: ## pin every Dockerfile base image (ARG *_BASE_IMAGE defaults) to its registry digest (needs registry access)
+	$(PYTHON) docker/pin-digests.py --docker "$(DOCKER)" docker/*.Dockerfile docker/balancer/Dockerfile
 
 # The eval demo (scripts/demo.py): bundled catalog, local replicas + real nginx on free ports, the expert and
 # random policies on the test split through the balancer, reports under outputs/demo/, cluster stopped after.

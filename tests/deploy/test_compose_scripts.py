@@ -159,8 +159,10 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     run = stubs["root"] / "outputs" / "logs" / "webshop_grpo_test"
     ckpt = stubs["root"] / "outputs" / "checkpoints" / "webshop_grpo_test"
     (_, preflight, preflight_env), (_, train_data, _), (_, eval_data, _), (_, train, train_env) = calls
+    # the run's own overrides are preflighted (verl's struct checks and validate_config) before the GPU
     assert preflight == ["preflight", "--config", "test", "--catalog", "/data/catalog",
-                         "--env-url", "http://balancer:8080", "--out", f"{run}/preflight"]  # fmt: skip
+                         "--env-url", "http://balancer:8080", "--out", f"{run}/preflight", "trainer.save_freq=5",
+                         "trainer.test_freq=2"]  # fmt: skip
     assert train_data == [
         "data",
         "--catalog",
@@ -188,7 +190,9 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     assert ckpt.is_dir() and (run / "data").is_dir()
 
 
-def test_trainer_verl09_builds_agent_loop_rows_with_the_same_job(rendered: dict, stubs: dict[str, Any]) -> None:
+def test_trainer_verl09_builds_agent_loop_rows_with_the_same_job(
+    rendered: dict, stubs: dict[str, Any]
+) -> None:
     """The 0.9 line's service runs the trainer's own job; its image's VERL_LINE=0.9 selects agent-loop rows."""
     assert _script(rendered, "trainer-verl09") == _script(rendered, "trainer")
     service = rendered["services"]["trainer-verl09"]
@@ -198,6 +202,44 @@ def test_trainer_verl09_builds_agent_loop_rows_with_the_same_job(rendered: dict,
     assert result.returncode == 0, result.stderr
     data_calls = [args for name, args, _ in _calls(stubs["log"]) if args[0] == "data"]
     assert len(data_calls) == 2 and all(args[-1] == "--agent-loop" for args in data_calls)
+
+
+def test_the_configs_knobs_reach_the_trainer(rendered: dict, stubs: dict[str, Any]) -> None:
+    """Every WEBSHOP_* knob the configs read with oc.env is passed by compose (empty: unset, config default)."""
+    import re
+
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    knobs = set()
+    for config in configs.glob("webshop_grpo_*.yaml"):
+        knobs |= set(re.findall(r"oc\.env:(WEBSHOP_\w+)", config.read_text()))
+    # set by the job script itself (data files), by `webshop-train train` (output dir, interaction config)
+    knobs -= {"WEBSHOP_TRAIN_FILE", "WEBSHOP_VAL_FILE", "WEBSHOP_OUTPUT_DIR", "WEBSHOP_INTERACTION_CONFIG"}
+    assert {
+        "WEBSHOP_SAVE_FREQ",
+        "WEBSHOP_TEST_FREQ",
+        "WEBSHOP_VAL_MAX_SAMPLES",
+        "WEBSHOP_ROLLOUT_ENGINE",
+    } <= knobs
+    assert knobs <= set(rendered["services"]["trainer"]["environment"])
+    settings = {"WEBSHOP_SAVE_FREQ": "3", "WEBSHOP_TEST_FREQ": "2", "WEBSHOP_VAL_MAX_SAMPLES": "8",
+                "WEBSHOP_ROLLOUT_ENGINE": "vllm"}  # fmt: skip
+    result = _train(rendered, stubs, **settings)
+    assert result.returncode == 0, result.stderr
+    _, _, env = _calls(stubs["log"])[-1]
+    assert {k: env[k] for k in settings} == settings
+
+
+def test_gpu_jobs_work_in_a_directory_any_uid_can_write(rendered: dict) -> None:
+    for service in ("trainer", "eval"):
+        assert rendered["services"][service]["working_dir"] == "/outputs/logs"
+        logs = next(v for v in rendered["services"][service]["volumes"] if v["target"] == "/outputs/logs")
+        assert not logs.get("read_only")
+
+
+def test_tensorboard_does_not_need_the_trainer_image(rendered: dict) -> None:
+    tensorboard, trainer = rendered["services"]["tensorboard"], rendered["services"]["trainer"]
+    assert tensorboard["image"] != trainer["image"]
+    assert tensorboard["build"]["dockerfile"] == "docker/tensorboard.Dockerfile"
 
 
 def test_trainer_full_config_and_explicit_settings(rendered: dict, stubs: dict[str, Any]) -> None:
@@ -244,5 +286,5 @@ def test_eval_needs_a_model_and_passes_the_settings(rendered: dict, stubs: dict[
     assert args == [
         "eval", "--policy", "checkpoint", "--model-path", "/outputs/checkpoints/run7/hf", "--url",
         "http://balancer:8080", "--catalog", "/data/catalog", "--split", "test", "--max-samples", "7",
-        "--out", f"{stubs['root']}/outputs/logs/eval/hf-test", "--concurrency", "64",
+        "--out", f"{stubs['root']}/outputs/logs/eval/run7-hf-test", "--concurrency", "64",
     ]  # fmt: skip

@@ -13,8 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config", "train-test", "train-full", "eval",
-                 "demo"]  # fmt: skip
-FILES = ["Makefile", "mk/stack.mk", ".env.example", "compose.yaml"]
+                 "demo", "train-preflight", "pin-digests"]  # fmt: skip
+FILES = ["Makefile", "mk/stack.mk", ".env.example", "compose.yaml", "services/trainer/src/webshop_trainer/gpu_plan.py",
+         "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml"]  # fmt: skip
 
 
 def _included() -> bool:
@@ -54,13 +55,7 @@ def stack_copy(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("target", STACK_TARGETS)
 def test_target_exists(target: str, stack_copy: Path) -> None:
-    cwd = REPO
-    if target.startswith("train-") and _make("-n", "preflight").returncode != 0:
-        # `$(MAKE) preflight` runs even under -n; until the Makefile defines preflight, a copy gets a stub.
-        with (stack_copy / "Makefile").open("a") as makefile:
-            makefile.write("\npreflight:\n\t@true\n")
-        cwd = stack_copy
-    result = _make("-n", target, "N=3", "MODEL_PATH=/models/m", cwd=cwd)
+    result = _make("-n", target, "N=3", "MODEL_PATH=/models/m", cwd=REPO)
     assert result.returncode == 0, result.stderr
 
 
@@ -76,6 +71,10 @@ def test_help_lists_the_stack_targets() -> None:
 )
 @pytest.mark.parametrize("target", ["train-test", "train-full"])
 def test_training_stops_clearly_without_gpu_or_docker(target: str, stack_copy: Path) -> None:
+    if target == "train-full":  # .env.example's one GPU passes the GPU plan of the full run only with 4 ids
+        (stack_copy / ".env.example").write_text(
+            (stack_copy / ".env.example").read_text().replace("\nGPU_IDS=0\n", "\nGPU_IDS=0,1,2,3\n")
+        )
     result = _make(target, cwd=stack_copy)
     assert result.returncode != 0
     assert f"make {target}: this machine cannot run the GPU job" in result.stderr
@@ -109,3 +108,50 @@ def test_env_file_gets_a_fresh_secret_and_is_private(stack_copy: Path) -> None:
     env_file.write_text(env_file.read_text() + "# edited\n")
     _make(".env", cwd=stack_copy)
     assert env_file.read_text().endswith("# edited\n"), "an existing .env is never overwritten"
+
+
+def test_a_gpu_count_mismatch_stops_before_anything_is_built(stack_copy: Path) -> None:
+    """.env.example's GPU_IDS=0 (one GPU) and the full config (tensor parallel 2, 4 GPUs): refused first, on any
+    machine, GPU or not, before the stack or an image is built."""
+    result = _make("train-full", cwd=stack_copy)
+    assert result.returncode == 2
+    assert "tensor parallel size 2" in result.stderr and "GPU_IDS=0,1,2,3" in result.stderr
+    assert "nothing was built" in result.stderr
+    assert "this machine cannot run the GPU job" not in result.stderr  # the plan is checked before the GPU
+    assert not (stack_copy / ".env").exists()
+
+
+def test_training_order_plan_then_gpu_then_stack_then_container_preflight() -> None:
+    lines = _make("-n", "train-test").stdout.splitlines()
+
+    def first(text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    assert (
+        first("gpu_plan.py")
+        < first("nvidia-smi not found")
+        < first("up --detach --build")
+        < first("run --rm")
+    )
+    run = lines[first("run --rm")]
+    assert "-f outputs/compose/gpus.yaml" in run and "--compose-override" in run and "WEBSHOP_N_GPUS=" in run
+    host_preflight = ("webshop-train preflight --catalog", "--no-print-directory preflight")
+    assert not any(text in line for line in lines for text in host_preflight), "optional: HOST_PREFLIGHT=1"
+    with_host = _make("-n", "train-test", "HOST_PREFLIGHT=1").stdout
+    assert "webshop-train preflight" in with_host
+
+
+def test_eval_accepts_the_three_model_forms_and_says_so(stack_copy: Path) -> None:
+    usage = _make("eval", cwd=stack_copy)
+    assert "hub id" in usage.stderr and "/outputs/checkpoints/webshop_grpo_test" in usage.stderr
+    for model in (
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "/models/m",
+        "/outputs/checkpoints/webshop_grpo_test/global_step_8",
+    ):
+        run = next(
+            line
+            for line in _make("-n", "eval", f"MODEL_PATH={model}").stdout.splitlines()
+            if "run --rm" in line
+        )
+        assert f'EVAL_MODEL_PATH="{model}"' in run and "-f outputs/compose/gpus.yaml" in run

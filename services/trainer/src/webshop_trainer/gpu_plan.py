@@ -10,8 +10,9 @@ settings from ``.env`` and the process environment (the process wins, as in comp
 - verl's rules that depend on the GPU count: the rollout's tensor parallel size divides it, and
   ``train_batch_size * rollout.n`` is divisible by it.
 
-Prints the GPU count on success (``make`` passes it on as ``WEBSHOP_N_GPUS``); exits 2 with the reasons and the
-fix otherwise. ``webshop-train preflight`` checks the same rules on the composed config; tests keep both equal.
+Prints the GPU count on success (``make`` passes it on as ``WEBSHOP_N_GPUS``) and, with ``--compose-override``,
+writes the compose file that hands exactly those devices to the GPU services; exits 2 with the reasons and the
+fix otherwise. ``--config eval`` checks only the ids. ``webshop-train preflight`` checks the same rules on the composed config; tests keep both equal.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def plan_errors(
             errors.append(
                 f"GPU_IDS names device(s) {', '.join(unknown)}, but nvidia-smi lists {visible} GPU(s)"
             )
+    if config == "eval":  # sglang serves on the GPUs it is given; only the ids themselves matter
+        return count, errors
     values = dict(config_defaults(config_dir / CONFIG_FILES[config]))
     for name in KNOBS.values():
         if settings.get(name):
@@ -120,12 +123,31 @@ def plan_errors(
     return count, errors
 
 
+GPU_SERVICES = ("trainer", "trainer-verl09", "eval")
+
+
+def compose_override(ids: list[str]) -> str:
+    """A compose file that gives the GPU services exactly ``ids``, as the list ``device_ids`` takes (compose
+    cannot split one variable into a list; ``!override`` replaces compose.yaml's single-id default)."""
+    devices = ", ".join(f'"{i}"' for i in ids)
+    lines = ["# Written by `make` from GPU_IDS (services/trainer/src/webshop_trainer/gpu_plan.py); do not edit.",
+             "services:"]  # fmt: skip
+    for service in GPU_SERVICES:
+        lines += [f"  {service}:", "    deploy:", "      resources:", "        reservations:",
+                  "          devices: !override", "            - driver: nvidia", f"              device_ids: [{devices}]",
+                  "              capabilities: [gpu]"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", choices=sorted(CONFIG_FILES), required=True)
+    parser.add_argument("--config", choices=[*sorted(CONFIG_FILES), "eval"], required=True)
     parser.add_argument("--env-file", type=Path, default=Path(".env"))
     parser.add_argument("--config-dir", type=Path, default=Path(__file__).resolve().parents[4] / "configs")
     parser.add_argument("--visible", type=int, default=None, help="GPUs on this host (nvidia-smi -L | wc -l)")
+    parser.add_argument(
+        "--compose-override", type=Path, default=None, help="write the GPU services' device list here"
+    )
     args = parser.parse_args(argv)
     settings = {**read_env_file(args.env_file), **{k: v for k, v in os.environ.items() if v}}
     count, errors = plan_errors(args.config, settings, args.config_dir, args.visible)
@@ -134,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         for error in errors:
             print(f"  - {error}", file=sys.stderr)
         return 2
+    if args.compose_override is not None:
+        args.compose_override.parent.mkdir(parents=True, exist_ok=True)
+        args.compose_override.write_text(compose_override(parse_gpu_ids(settings.get("GPU_IDS") or "0")))
     print(count)
     return 0
 

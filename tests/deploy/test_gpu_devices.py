@@ -1,0 +1,32 @@
+"""GPU_IDS reaches the GPU services as the list `device_ids` takes: the make targets add the file gpu_plan.py
+writes (compose cannot split one variable into a list), and compose renders it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ENV_EXAMPLE = REPO / ".env.example"
+SCRIPT = REPO / "services" / "trainer" / "src" / "webshop_trainer" / "gpu_plan.py"
+
+
+def test_gpu_ids_become_a_device_list(compose_cmd: list[str], tmp_path: Path) -> None:
+    override = tmp_path / "gpus.yaml"
+    env = {"PATH": "/usr/bin:/bin", "GPU_IDS": "0,2,3"}
+    plan = subprocess.run([sys.executable, str(SCRIPT), "--config", "eval", "--env-file", str(ENV_EXAMPLE),
+                           "--compose-override", str(override)], capture_output=True, text=True, env=env)  # fmt: skip
+    assert (plan.returncode, plan.stdout.strip()) == (0, "3"), plan.stderr
+    rendered = subprocess.run(
+        [*compose_cmd, "--file", str(REPO / "compose.yaml"), "--file", str(override), "--project-directory",
+         str(REPO), "--env-file", str(ENV_EXAMPLE), "--profile", "train", "--profile", "eval", "config",
+         "--format", "json"],
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WEBSHOP_STATE_SECRET": "gpu-test-secret-0123456789"}, cwd=REPO,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    services = json.loads(rendered.stdout)["services"]
+    for name in ("trainer", "eval"):
+        (device,) = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert device["device_ids"] == ["0", "2", "3"] and device["capabilities"] == ["gpu"]

@@ -14,6 +14,7 @@ DOCKERFILES = [
     REPO / "docker" / "env.Dockerfile",
     REPO / "docker" / "trainer.Dockerfile",
     REPO / "docker" / "balancer" / "Dockerfile",
+    REPO / "docker" / "tensorboard.Dockerfile",
     REPO / "docker" / "trainer-verl09.Dockerfile",
 ]
 IDS = [str(p.relative_to(REPO)) for p in DOCKERFILES]

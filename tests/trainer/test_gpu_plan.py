@@ -77,3 +77,13 @@ def test_runs_with_the_hosts_python_alone(tmp_path: Path) -> None:
     refused = subprocess.run([sys.executable, "-S", str(SCRIPT), "--config", "full", "--env-file", str(env_file)],
                              capture_output=True, text=True, env=clean)  # fmt: skip
     assert refused.returncode == 2 and "GPU_IDS=0,1,2,3" in refused.stderr
+
+
+def test_requires_python_stops_where_the_pinned_numpy_has_no_wheels() -> None:
+    """constraints.txt pins numpy 1.26.4 (verl 0.7.1 needs numpy<2): it has wheels up to CPython 3.12."""
+    import re
+
+    assert "numpy==1.26.4" in (REPO / "constraints.txt").read_text()
+    for package in ("env", "trainer"):
+        text = (REPO / "services" / package / "pyproject.toml").read_text()
+        assert re.search(r'^requires-python = ">=3\.10,<3\.13"', text, re.MULTILINE), package

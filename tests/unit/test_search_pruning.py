@@ -36,6 +36,14 @@ class PruneCounter:
             return ranked
 
         monkeypatch.setattr(BM25Index, "_rank_pruned", counting)
+        self.without_lead = 0
+        without_lead = BM25Index._rank_without_lead
+
+        def counting_without_lead(index: BM25Index, *args):  # type: ignore[no-untyped-def]
+            self.without_lead += 1
+            return without_lead(index, *args)
+
+        monkeypatch.setattr(BM25Index, "_rank_without_lead", counting_without_lead)
 
 
 def zipf_corpus(rng: random.Random, size: int) -> tuple[list[str], list[str]]:
@@ -76,6 +84,7 @@ def test_pruned_equals_exhaustive_on_random_queries(
             words.append("unknownword")
         assert_identical(index, " ".join(words), rng.choice([1, 3, 10, 50, 50, 200]))
     assert counter.pruned > 1000  # the pruned path answered, it did not fall back to exhaustive scoring
+    assert counter.without_lead > 100  # both cases: answers with and without the lead term
 
 
 def test_pruning_keeps_ties_in_document_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -64,6 +64,8 @@ _SORT_POSTINGS_MIN_DF = 64  # postings lists at least this long are sorted by do
 _DENSE_RATIO = 8  # a multi-term query sums over all documents once its postings reach 1/8 of them
 _PRUNE_MIN_POSTINGS = 1 << 16  # fewer postings: exhaustive scoring is about as fast as pruning
 _THRESHOLD_PER_K = 4  # documents scored exactly (per result wanted) to find the entry threshold theta
+_DENSE_LOOKUP_RATIO = 4  # a lookup spreads the postings when they are at most this many per document wanted
+_THRESHOLD_EVERY = 3  # theta is raised after every this many clauses looked up for the lead's documents
 _MAX_PRUNED_CLAUSES = 1 << 16  # the slack below covers float64 rounding of sums of up to this many terms
 _BOUND_SLACK = 1.0 + 2.0**-28  # > (1 + n 2^-53) / (1 - 2n 2^-53) for n <= 2^16, plus the product's rounding
 
@@ -320,6 +322,14 @@ class _Workspace(threading.local):
         return array[:size]
 
     @property
+    def dense32(self) -> np.ndarray:
+        """A float32 per document, all zeros between uses."""
+        array = self.arrays.get("dense32")
+        if array is None:
+            array = self.arrays["dense32"] = np.zeros(self.num_docs, dtype=np.float32)
+        return array
+
+    @property
     def sums(self) -> np.ndarray:
         array = self.arrays.get("sums")
         if array is None:
@@ -456,24 +466,49 @@ class BM25Index:
             largest = self._max_denoms[start] = np.float32(np.max(self.denoms[start:end]))
         return float(_term_scores(weight, np.array([largest], np.float32), np.empty(1, np.float32))[0])
 
-    def _clause_scores(self, clause: tuple[int, int, np.float32], docs: np.ndarray) -> np.ndarray:
-        """float32 scores of ``clause`` for the sorted document numbers ``docs`` (0 where the term is absent)."""
-        start, end, weight = clause
+    def _find(self, clause: tuple[int, int, np.float32], docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For the sorted document numbers ``docs``: which have the clause's term, and their postings' slots."""
+        start, end, _ = clause
         postings = np.asarray(self.docs[start:end])
         order = None
         if end - start < _SORT_POSTINGS_MIN_DF:  # short lists are stored unsorted
             order = np.argsort(postings, kind="stable")
             postings = postings[order]
-        slots = np.searchsorted(postings, docs)
+        # needles of the postings' own dtype: otherwise numpy converts the whole postings list on every call
+        slots = np.searchsorted(postings, docs.astype(postings.dtype, copy=False))
         np.minimum(slots, len(postings) - 1, out=slots)
         found = postings[slots] == docs
         slots = slots[found]
         if order is not None:
             slots = order[slots]
+        return found, slots
+
+    def _contains(self, clause: tuple[int, int, np.float32], docs: np.ndarray) -> np.ndarray:
+        """Which of the sorted documents ``docs`` have the clause's term."""
+        return self._find(clause, docs)[0]
+
+    def _clause_scores(self, clause: tuple[int, int, np.float32], docs: np.ndarray) -> np.ndarray:
+        """float32 scores of ``clause`` for the sorted document numbers ``docs`` (0 where the term is absent).
+
+        Few documents against a long postings list: binary searches. Otherwise it is cheaper to spread the
+        term's scores over a dense per-document array, read the documents' entries and clear it again.
+        """
+        start, end, weight = clause
+        if end - start <= _DENSE_LOOKUP_RATIO * len(docs):
+            dense = self._workspace.dense32
+            postings = np.asarray(self.docs[start:end])
+            try:
+                dense[postings] = _term_scores(
+                    weight, self.denoms[start:end], self._workspace.get("scores32", end - start, np.float32)
+                )
+                return dense[docs]
+            finally:
+                dense[postings] = 0.0
+        found, slots = self._find(clause, docs)
         scores = np.zeros(len(docs), np.float32)
         if len(slots):
-            denoms = np.asarray(self.denoms[start:end])[slots]
-            scores[found] = _term_scores(weight, denoms, np.empty(len(slots), np.float32))
+            denoms = np.asarray(self.denoms[clause[0] : clause[1]])[slots]
+            scores[found] = _term_scores(clause[2], denoms, np.empty(len(slots), np.float32))
         return scores
 
     def _exact_scores(self, clauses: list[tuple[int, int, np.float32]], docs: np.ndarray) -> np.ndarray:
@@ -501,13 +536,15 @@ class BM25Index:
     def _rank_pruned(
         self, clauses: list[tuple[int, int, np.float32]], k: int
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """MaxScore: score exactly only documents that can still reach the top ``k``; None: no pruning possible.
+        """Score exactly only documents that can still reach the top ``k``; None: no pruning was possible.
 
-        Clauses are taken in decreasing order of their bounds (rare terms first). The first ones ("essential")
-        are scored over their whole postings; once the bounds of the others sum to less than theta, a document
-        that none of the essential terms matches cannot enter the top k. The essential terms' partial sums
-        plus the other bounds then rule out most candidates, each further clause (looked up for the survivors
-        only) tightens the rest, and the few left are scored exactly.
+        Clauses are taken in decreasing order of their bounds (rare terms first). First the documents of the
+        lead clause: each further clause is looked up for those still in the race (their partial sum plus the
+        bounds of the clauses not yet looked up can reach theta), theta rising as the best of them are scored
+        exactly. When the other clauses' bounds sum to no more than theta, every top-k document contains the
+        lead term (the usual case for an instruction: the k-th best matches nearly every term) and the answer
+        is among them. Otherwise MaxScore over the other clauses finds the documents without the lead term
+        that can still make it (``_rank_without_lead``).
         """
         count = len(clauses)
         if count > _MAX_PRUNED_CLAUSES:
@@ -518,12 +555,58 @@ class BM25Index:
         for j in range(count - 1, -1, -1):
             rest[j] = rest[j + 1] + bounds[by_bound[j]]
 
+        lead = clauses[by_bound[0]]
+        candidates, denoms = self._sorted_postings(lead)
+        partial = _term_scores(lead[2], denoms, np.empty(len(denoms), np.float32)).astype(np.float64)
+        theta = -np.inf
+        for covered in range(1, count + 1):
+            if covered % _THRESHOLD_EVERY == 0 or covered == count:
+                theta = max(theta, self._threshold(clauses, candidates, partial, k))
+            keep = (partial + rest[covered]) * _BOUND_SLACK > _below(theta)
+            candidates, partial = candidates[keep], partial[keep]
+            if covered == count or len(candidates) <= _THRESHOLD_PER_K * k:
+                break
+            partial += self._clause_scores(clauses[by_bound[covered]], candidates)
+        scores = self._exact_scores(clauses, candidates)
+        if len(scores) >= k:
+            theta = max(theta, float(np.partition(scores, len(scores) - k)[len(scores) - k]))
+        if theta == -np.inf or theta <= 0:
+            return None  # fewer than k documents with the lead term: nothing can be ruled out cheaply
+        if not _prunes(rest[1], theta):  # a document without the lead term may still make the top k
+            others = self._rank_without_lead(clauses, k, by_bound, rest, theta)
+            candidates = np.concatenate([candidates, others])
+            scores = np.concatenate([scores, self._exact_scores(clauses, others)])
+        return _top_k(candidates, scores, k)
+
+    def _sorted_postings(self, clause: tuple[int, int, np.float32]) -> tuple[np.ndarray, np.ndarray]:
+        """A clause's (documents, denominators), in document order."""
+        start, end, _ = clause
+        docs, denoms = np.asarray(self.docs[start:end]), np.asarray(self.denoms[start:end])
+        if end - start < _SORT_POSTINGS_MIN_DF:  # short lists are stored unsorted
+            order = np.argsort(docs, kind="stable")
+            docs, denoms = docs[order], denoms[order]
+        return docs, denoms
+
+    def _rank_without_lead(
+        self,
+        clauses: list[tuple[int, int, np.float32]],
+        k: int,
+        by_bound: np.ndarray,
+        rest: np.ndarray,
+        theta: float,
+    ) -> np.ndarray:
+        """Sorted documents without the lead term that can still reach theta (MaxScore over the others).
+
+        The next clauses by bound ("essential") are scored over their whole postings until the bounds of
+        the ones after them sum to no more than theta: a document none of them matches cannot reach it.
+        """
+        count = len(clauses)
         workspace = self._workspace
         sums = workspace.sums
         parts: list[np.ndarray] = []
-        essential, theta = 0, -np.inf
+        essential = 1
         try:
-            while True:
+            while essential < count and not _prunes(rest[essential], theta):
                 start, end, weight = clauses[by_bound[essential]]
                 docs = np.asarray(self.docs[start:end]).astype(np.intp)
                 scores = _term_scores(
@@ -532,34 +615,27 @@ class BM25Index:
                 np.add.at(sums, docs, scores.astype(np.float64))
                 parts.append(docs)
                 essential += 1
-                if essential == count:
-                    break
-                if _prunes(rest[essential], theta):
-                    break
-                touched = np.concatenate(parts) if len(parts) > 1 else parts[0]
-                theta = max(theta, self._threshold(clauses, touched, sums[touched], k))
-                if _prunes(rest[essential], theta):
-                    break
+            if not parts:
+                return np.zeros(0, np.int32)
             touched = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            # one entry per touched document
-            owner = workspace.get("owner", self.num_docs, np.intp)
+            owner = workspace.get("owner", self.num_docs, np.intp)  # one entry per touched document
             entry = np.arange(len(touched))
             owner[touched] = entry
-            candidates = np.sort(touched[owner[touched] == entry])  # sorted: lookups are binary searches
+            candidates = np.sort(touched[owner[touched] == entry]).astype(self.docs.dtype)
             partial = sums[candidates]
         finally:
             for docs in parts:
                 sums[docs] = 0.0
-        if theta == -np.inf:
-            return None  # nothing could be ruled out (every clause is essential): exhaustive is as good
-        below = float(np.nextafter(np.float32(theta), np.float32(0)))
+        without = ~self._contains(clauses[by_bound[0]], candidates)
+        candidates, partial = candidates[without], partial[without]
+        below = _below(theta)
         for j in range(essential, count + 1):
             keep = (partial + rest[j]) * _BOUND_SLACK > below
             candidates, partial = candidates[keep], partial[keep]
             if j == count or len(candidates) <= _THRESHOLD_PER_K * k:
                 break
             partial += self._clause_scores(clauses[by_bound[j]], candidates)
-        return _top_k(candidates, self._exact_scores(clauses, candidates), k)
+        return candidates
 
     def _accumulate(self, clauses: list[tuple[int, int, np.float32]], workspace: _Workspace) -> np.ndarray:
         """Add every clause's scores into ``workspace.sums``; returns all postings' documents (as intp).
@@ -612,9 +688,14 @@ class BM25Index:
         return _top_k(docs, scores, k)
 
 
+def _below(theta: float) -> float:
+    """The float32 just below theta: a float64 sum at most this casts to a float32 below theta."""
+    return float(np.nextafter(np.float32(theta), np.float32(-np.inf)))
+
+
 def _prunes(bound_sum: float, theta: float) -> bool:
     """Whether documents whose clause scores sum to at most ``bound_sum`` (float64) all score below theta."""
-    return bound_sum * _BOUND_SLACK <= float(np.nextafter(np.float32(theta), np.float32(0)))
+    return bound_sum * _BOUND_SLACK <= _below(theta)
 
 
 def _term_scores(weight: np.float32, denoms: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -402,6 +402,10 @@ def down(run_dir: Path | str = DEFAULT_RUN_DIR, grace: float = 10.0, quiet: bool
     _signal_orphan_groups(orphans, signal.SIGKILL)
     for process in targets:
         _reap(process["pid"])
+    groups = [p.get("pgid", p["pid"]) for p in processes]
+    deadline = time.monotonic() + 5.0  # SIGKILL is asynchronous: return once the groups are really gone
+    while any(_group_members(group) for group in groups) and time.monotonic() < deadline:
+        time.sleep(0.05)
     (run_dir / PIDS).unlink(missing_ok=True)
     stopped = [f"{p['name']} (pid {p['pid']})" for p in targets]
     if not quiet:

@@ -288,3 +288,17 @@ def test_eval_needs_a_model_and_passes_the_settings(rendered: dict, stubs: dict[
         "http://balancer:8080", "--catalog", "/data/catalog", "--split", "test", "--max-samples", "7",
         "--out", f"{stubs['root']}/outputs/logs/eval/run7-hf-test", "--concurrency", "64",
     ]  # fmt: skip
+
+    # a training run's checkpoint directory: its latest step, named <experiment>-global_step_N
+    experiment = stubs["root"] / "outputs" / "checkpoints" / "webshop_grpo_test"
+    (experiment / "global_step_8" / "actor").mkdir(parents=True)
+    (experiment / "latest_checkpointed_iteration.txt").write_text("8")
+    stubs["log"].unlink()
+    latest = _run(entrypoint, script, {**env, "EVAL_MODEL_PATH": f"{experiment}/"}, stubs["path"])
+    assert latest.returncode == 0, latest.stderr
+    ((_, args, _),) = _calls(stubs["log"])
+    assert args[args.index("--model-path") + 1] == f"{experiment}/global_step_8"
+    assert (
+        args[args.index("--out") + 1]
+        == f"{stubs['root']}/outputs/logs/eval/webshop_grpo_test-global_step_8-test"
+    )

@@ -58,13 +58,24 @@ class Engine:
     started: bool  # this process started it (and must stop it)
 
 
+_started: subprocess.Popen | None = None  # the dockerd this process started (reaped by stop)
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for its parent (kill(pid, 0) succeeds on those)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _pid() -> int | None:
     try:
         pid = int(PIDFILE.read_text().strip())
-        os.kill(pid, 0)
-        return pid
     except (OSError, ValueError):
         return None
+    return pid if _alive(pid) else None
 
 
 def start(timeout: float = 90.0) -> Engine:
@@ -81,8 +92,9 @@ def start(timeout: float = 90.0) -> Engine:
         )
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
+    global _started
     with LOGFILE.open("ab") as log:
-        process = subprocess.Popen(
+        process = _started = subprocess.Popen(
             [dockerd, "--data-root", str(DATA_ROOT), "--exec-root", str(RUN_DIR / "exec"), "--pidfile", str(PIDFILE),
              "--host", HOST, "--log-level", "warn"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -106,9 +118,9 @@ def stop(timeout: float = 60.0) -> None:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
+        if _started is not None and _started.pid == pid:
+            _started.poll()  # reap it: our own child
+        if not _alive(pid):
             return
         time.sleep(0.5)
     os.kill(pid, signal.SIGKILL)

@@ -239,3 +239,22 @@ def test_the_shim_picks_the_installed_verls_helpers(rollout_config, tiny_model_d
     loop = make_loop(rollout_config, None, tiny_model_dir)
     expected = {"0.7.1": LEGACY, "0.9.1": CT_091}[version("verl")]
     assert detect_mode(loop) == expected
+
+
+def test_a_row_without_the_system_prompt_is_refused_and_leaves_nothing(
+    in_process_env, rollout_config, tiny_model_dir
+) -> None:
+    from webshop_trainer.interaction import EPISODES, close_shared_clients
+
+    server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"])
+
+    async def main() -> None:
+        loop = make_loop(rollout_config, server, tiny_model_dir)
+        try:
+            await loop.run({}, raw_prompt=[{"role": "user", "content": "hi"}], extra_info={"goal": 1500})
+        finally:
+            await close_shared_clients()
+
+    with pytest.raises(ValueError, match="no system message"):
+        asyncio.run(main())
+    assert len(EPISODES) == 0 and not server.turns

@@ -150,6 +150,10 @@ class WebShopAgentLoop(AgentLoopBase):
     ) -> AgentLoopOutput:
         client = shared_client(self.settings)
         system = [dict(m) for m in row.get("raw_prompt", []) if _as_dict(m).get("role") == "system"]
+        if not system:  # the action grammar lives there: without it the model cannot know the format
+            raise ValueError(
+                "the row's raw_prompt has no system message; build the dataset with `webshop-train data --agent-loop`"
+            )
         first_page = prompts.first_user_message(
             first.get("instruction", ""), first.get("observation", ""), first.get("available_actions") or {}
         )

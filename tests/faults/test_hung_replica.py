@@ -7,8 +7,11 @@ timeout (2 s) at worst."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import statistics
+import subprocess
+import sys
 import time
 
 from _faults import CONCURRENT, figure, run_slots, signal_replica, start
@@ -57,3 +60,72 @@ def test_sigstop_of_one_replica_loses_no_episode(conformance_catalog_dir, expert
         f"{sum(d > 1.0 for d in delays)} episodes delayed > 1 s"
     )
     assert not lost, lost[:3]
+
+
+def test_hung_workers_are_replaced_and_a_hung_single_process_replica_exits(
+    conformance_catalog_dir, tmp_path
+) -> None:
+    """Two layers: in a multi-worker replica, uvicorn's supervisor pings its workers and replaces a hung one;
+    a replica whose serving process hangs with no supervisor around it (one worker) is ended by its own
+    watchdog thread, which sees /healthz go unanswered and exits (status 70) so compose restarts it."""
+    record = start(conformance_catalog_dir, tmp_path / "cluster", replicas=1, workers=2)
+    replica = record["replicas"][0]
+    try:
+        workers = [
+            pid for pid in cluster._group_members(replica["pgid"]) if "spawn_main" in cluster._cmdline(pid)
+        ]
+        assert len(workers) == 2, workers
+        hung_at = time.monotonic()
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            fresh = [
+                p for p in cluster._group_members(replica["pgid"]) if "spawn_main" in cluster._cmdline(p)
+            ]
+            if set(fresh).isdisjoint(workers) and cluster.http_status(replica["url"] + "/healthz") == 200:
+                break
+            time.sleep(0.2)
+        replaced_after = time.monotonic() - hung_at
+        assert set(fresh).isdisjoint(workers), "the hung workers were not replaced"
+    finally:
+        cluster.down(record["run_dir"], quiet=True)
+
+    # the watchdog, on a server that answers /healthz once and then hangs (accepts, never answers)
+    probe = subprocess.run(
+        [sys.executable, "-c", WATCHDOG_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert probe.returncode == 70, probe.stdout + probe.stderr
+    watchdog_after = float(probe.stdout.split()[-1])
+    figure(
+        f"hung replica processes: uvicorn replaced 2 hung workers of a replica in {replaced_after:.1f} s; the "
+        f"watchdog ended a hung single-process server {watchdog_after:.1f} s after it hung (probe every 0.5 s, "
+        "2 misses; exit status 70 for the supervisor)"
+    )
+
+
+WATCHDOG_SCRIPT = """
+import os, socket, sys, threading, time
+from webshop_env.cli.serve import start_watchdog
+listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen(64)
+port = listener.getsockname()[1]
+hung = []
+def serve():
+    connection, _ = listener.accept()  # the first probe is answered...
+    connection.recv(65536)
+    connection.sendall(b"HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\nconnection: close\\r\\n\\r\\nok")
+    connection.close()
+    hung.append(time.monotonic())  # ...then the server hangs: connections queue, nothing answers
+threading.Thread(target=serve, daemon=True).start()
+os.environ["WEBSHOP_WATCHDOG_FAILURES"] = "2"
+real_exit = os._exit
+def report_exit(code):
+    print("hung for", round(time.monotonic() - hung[0], 2))
+    sys.stdout.flush()
+    real_exit(code)
+os._exit = report_exit
+start_watchdog("127.0.0.1", port, 0.5)
+time.sleep(45)
+print("watchdog never fired")
+sys.exit(1)
+"""

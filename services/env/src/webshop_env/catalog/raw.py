@@ -11,10 +11,12 @@ Files (docs/webshop-behaviour.md, "Data and cleaning"):
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
 import tempfile
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -232,37 +234,58 @@ class JsonObjectFile:
     """A big JSON object file keyed by ASIN, read member by member: ``get`` decodes one value on demand.
 
     ``json.load`` of the full catalog's instruction file holds about 2 GB of Python objects; this keeps only
-    a key -> (offset, length) table in memory and the values' JSON text in an anonymous scratch file.
-    Returns the same values as ``load_json_object(path).get(key)`` (the last of duplicate keys wins).
+    the sorted keys (bytes) with each value's (offset, length) in memory, and the values' JSON text in an
+    anonymous scratch file. Returns the same values as ``load_json_object(path).get(key)`` (the last of
+    duplicate keys wins).
     """
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._spans: dict[str, tuple[int, int]] = {}
+        self._keys: list[bytes] = []
+        self._offsets = array("q")
+        self._lengths = array("q")
         self._scratch = tempfile.TemporaryFile(prefix="webshop-raw-")  # noqa: SIM115 (closed by close())
         if path is None:
             return
+        keys: list[bytes] = []
+        offsets, lengths = array("q"), array("q")
         size = 0
         write = self._scratch.write
         for key, text in iter_json_object(Path(path)):
-            data = text.encode("utf-8")
+            data = text.encode("utf-8", "surrogatepass")
             write(data)
-            self._spans[key] = (size, len(data))
+            keys.append(key.encode("utf-8", "surrogatepass"))
+            offsets.append(size)
+            lengths.append(len(data))
             size += len(data)
         self._scratch.flush()
+        order = sorted(range(len(keys)), key=keys.__getitem__)  # stable: duplicates stay in file order
+        last = len(order) - 1
+        for position, index in enumerate(order):
+            if position == last or keys[order[position + 1]] != keys[index]:  # the last duplicate wins
+                self._keys.append(keys[index])
+                self._offsets.append(offsets[index])
+                self._lengths.append(lengths[index])
+
+    def _find(self, key: object) -> int:
+        if not isinstance(key, str):
+            return -1
+        wanted = key.encode("utf-8", "surrogatepass")
+        position = bisect.bisect_left(self._keys, wanted)
+        return position if position < len(self._keys) and self._keys[position] == wanted else -1
 
     def __len__(self) -> int:
-        return len(self._spans)
+        return len(self._keys)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._spans
+        return self._find(key) >= 0
 
     def get(self, key: str, default: Any = None) -> Any:
-        span = self._spans.get(key)
-        if span is None:
+        position = self._find(key)
+        if position < 0:
             return default
-        offset, length = span
-        return json.loads(os.pread(self._scratch.fileno(), length, offset))
+        data = os.pread(self._scratch.fileno(), self._lengths[position], self._offsets[position])
+        return json.loads(data.decode("utf-8", "surrogatepass"))
 
     def close(self) -> None:
         self._scratch.close()

@@ -121,7 +121,6 @@ def prepare_catalog(
             nouns = _title_nouns(batch, pins, extractor)
             for product, product_nouns in zip(batch, nouns, strict=True):
                 price = _point_price(product, pins, price_rng)
-                prices[product.asin] = price
                 writer.append(_product_record(product, price, product_nouns))
                 texts.write(index_text(product).replace("\n", " ") + "\n")
                 asins.append(product.asin)
@@ -129,6 +128,7 @@ def prepare_catalog(
                     wants_human and product.human_instructions
                 ):
                     materials.append(_material(product))
+                    prices[product.asin] = price  # only goals need them here (the records hold all)
             bar.update(len(batch))
             batch.clear()
             if auto and wants_synthetic and len(asins) > AUTO_SYNTHETIC_MAX_PRODUCTS:
@@ -146,7 +146,8 @@ def prepare_catalog(
 
     # 2. products sorted by ASIN (= the index's document order)
     order = sorted(range(len(asins)), key=asins.__getitem__)
-    position_of = {asins[i]: rank for rank, i in enumerate(order)}
+    goal_asins = {material.asin for material in materials}  # positions are needed for goal products only
+    position_of = {asins[i]: rank for rank, i in enumerate(order) if asins[i] in goal_asins}
     source = RecordStore(unsorted)
     with RecordWriter(work / "products.jsonl") as writer:
         for i in tqdm(order, desc="sorting", unit=" products", disable=not progress):

@@ -279,8 +279,8 @@ LARGE_RAW = os.environ.get("WEBSHOP_LUCENE_LARGE_RAW")
 )
 def test_search_matches_lucene_on_a_large_catalog(lucene: LuceneOracle, tmp_path: Path) -> None:
     """Opt-in, full scale: ``WEBSHOP_LUCENE_LARGE_RAW=raw dir`` and ``WEBSHOP_LUCENE_LARGE_CATALOG=its prepared
-    catalog`` (whose index is used as is; without it an index is built here). ``make lucene-large`` runs it on
-    a generated 1.2M-product catalog. Default thresholds: what a replica serves is what is checked.
+    catalog`` (whose index is used as is; without it an index is built here), e.g. the 1.2M-product catalog
+    that ``webshop-env bench --products 1200000`` caches. Default thresholds: what a replica serves is checked.
     """
     raw = Path(str(LARGE_RAW))
     count = int(os.environ.get("WEBSHOP_LUCENE_LARGE_QUERIES", "200"))

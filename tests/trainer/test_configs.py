@@ -169,3 +169,22 @@ def test_the_guides_settings_and_a_saved_final_step() -> None:
     test = steps["webshop_grpo_test"]
     total_steps = test.data.train_max_samples // test.data.train_batch_size * test.trainer.total_epochs
     assert test.trainer.save_freq > 0 and test.trainer.save_freq >= total_steps  # the last step, only
+
+
+def test_the_runs_own_overrides_are_preflighted() -> None:
+    """TRAIN_EXTRA_ARGS reach the preflight (compose passes them) and are composed and checked like the configs."""
+    from webshop_trainer.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["preflight", "--config", "full", "trainer.total_epochs=2", "data.train_batch_size=5"]
+    )
+    assert args.overrides == ["trainer.total_epochs=2", "data.train_batch_size=5"]
+    misspelled = check_training_config("webshop_grpo_test", ["trainer.totl_epochs=2"], directory=CONFIGS)
+    assert not misspelled["valid"] and "totl_epochs" in " ".join(misspelled["errors"])
+    indivisible = check_training_config("webshop_grpo_train", args.overrides, directory=CONFIGS)
+    assert not indivisible["valid"]
+    assert any("train_batch_size * rollout.n = 20 is not divisible" in e for e in indivisible["errors"]), (
+        indivisible["errors"]
+    )
+    fine = check_training_config("webshop_grpo_test", ["trainer.total_epochs=2"], directory=CONFIGS)
+    assert fine["valid"] and fine["summary"]["total_epochs"] == 2

@@ -17,7 +17,11 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def test_eval_default_is_what_each_training_config_allows(name: str) -> None:
     multi_turn = yaml.safe_load((CONFIGS / name).read_text())["actor_rollout_ref"]["rollout"]["multi_turn"]
     assert multi_turn["max_assistant_turns"] == TRAINING_MAX_ASSISTANT_TURNS
-    assert env_steps_for_turns(multi_turn["max_assistant_turns"]) == max_env_steps(None, None) == TRAINING_ENV_STEPS
+    assert (
+        env_steps_for_turns(multi_turn["max_assistant_turns"])
+        == max_env_steps(None, None)
+        == TRAINING_ENV_STEPS
+    )
 
 
 def test_max_turns_counts_like_verl_and_max_steps_counts_actions() -> None:

@@ -126,3 +126,21 @@ def test_every_training_step_logs_success_env_steps_and_invalid_rate() -> None:
 
 def test_step_metrics_skip_absent_and_empty_keys() -> None:
     assert step_metrics({"success": np.array([]), "other": np.array([1.0])}) == {}
+
+
+def test_later_verl_lines_run_verls_own_main_ppo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher module is shared by both verl lines; only 0.7.x gets the TaskRunner subclass."""
+    import types
+
+    from webshop_trainer import config, verl_main
+
+    called: list[str] = []
+    fake = types.ModuleType("verl.trainer.main_ppo")
+    fake.main = lambda: called.append("verl")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "verl.trainer.main_ppo", fake)
+    monkeypatch.setattr(verl_main, "main", lambda: called.append("webshop"))
+    monkeypatch.setattr(config, "installed_verl_line", lambda: "0.9")
+    verl_main.run()
+    monkeypatch.setattr(config, "installed_verl_line", lambda: "0.7")
+    verl_main.run()
+    assert called == ["verl", "webshop"]

@@ -1,4 +1,5 @@
-"""verl 0.7.1's ``main_ppo`` plus WebShop's per-step training metrics: ``python -m webshop_trainer.verl_main``.
+"""verl 0.7.1's ``main_ppo`` plus WebShop's per-step training metrics: ``python -m webshop_trainer.verl_main``
+(on verl 0.8+ it runs verl's own ``main_ppo`` unchanged).
 
 verl 0.7.1 logs the reward function's extra keys (success, env steps, invalid actions) only at validation
 (``val-aux/webshop/success/mean@1``); on training steps they reach ``batch.non_tensor_batch`` and are dropped.
@@ -84,5 +85,18 @@ def main(config: Any) -> None:
     run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(_task_runner_class()))
 
 
+def run() -> None:
+    """verl 0.7.x: :func:`main`. Later lines (0.9: ``TaskRunnerV1``, validate_config in main) run verl's own
+    ``main_ppo`` unchanged, so ``webshop-train train`` launches through this module on either line."""
+    from .config import installed_verl_line
+
+    if installed_verl_line() == "0.7":
+        main()
+    else:
+        from verl.trainer.main_ppo import main as verl_main_ppo
+
+        verl_main_ppo()
+
+
 if __name__ == "__main__":
-    main()
+    run()

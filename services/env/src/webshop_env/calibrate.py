@@ -90,6 +90,7 @@ class Load:
     def __init__(self) -> None:
         self.latencies: list[float] = []
         self.errors = 0
+        self.statuses: dict[str, int] = {}  # non-200 answers by status ("connection" for a dropped one)
         self.completed = 0  # in the measured window
         self.total = 0  # warm-up included (the CPU figure covers both)
 
@@ -138,6 +139,7 @@ async def run_load(
                     status = await _exchange(reader, writer, message)
                 except (OSError, asyncio.IncompleteReadError, ValueError):
                     load.errors += 1
+                    load.statuses["connection"] = load.statuses.get("connection", 0) + 1
                     writer.close()
                     reader, writer = await asyncio.open_connection(host, port)
                     continue
@@ -147,6 +149,7 @@ async def run_load(
                     load.completed += 1
                     if status != 200:
                         load.errors += 1
+                        load.statuses[str(status)] = load.statuses.get(str(status), 0) + 1
         finally:
             writer.close()
 
@@ -224,6 +227,7 @@ def calibrate(
                 sum(cpu for _, cpu in runs) / max(1, sum(load.total for load, _ in runs)) * 1e6, 1
             ),
             "errors": sum(load.errors for load, _ in runs),
+            "error_statuses": _merged([load.statuses for load, _ in runs]),
             "steps": sum(load.completed for load, _ in runs),
         }
     calibration, service = sides["calibration"], sides["service"]
@@ -246,3 +250,11 @@ def calibrate(
         "cpu_count": os.cpu_count(),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
+    merged: dict[str, int] = {}
+    for count in counts:
+        for key, value in count.items():
+            merged[key] = merged.get(key, 0) + value
+    return merged

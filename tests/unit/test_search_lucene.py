@@ -274,6 +274,7 @@ def test_pruned_search_matches_lucene_on_a_generated_catalog(lucene: LuceneOracl
 LARGE_RAW = os.environ.get("WEBSHOP_LUCENE_LARGE_RAW")
 
 
+@pytest.mark.timeout(3 * 3600)  # 1.2M products through two indexers: tens of minutes on a loaded machine
 @pytest.mark.skipif(
     not LARGE_RAW, reason="opt-in: set WEBSHOP_LUCENE_LARGE_RAW (and _CATALOG) to a large catalog"
 )

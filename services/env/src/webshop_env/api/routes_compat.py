@@ -1,8 +1,8 @@
 """AgentGym-compatible endpoints: a drop-in for ``agentenv``'s ``WebshopEnvClient`` (protocol: docs/api.md).
 
 Shapes match ``agentenv-webshop`` exactly: ``/create`` returns a bare int, ``/reset`` a ``[observation,
-null]`` pair, ``/step`` ``{state, reward, done, info: null}``. ``env_idx`` is accepted in the JSON body or in
-the query string. Differences from the original, all on error paths or additions:
+null]`` pair, ``/step`` ``{state, reward, done, info: null}``. ``env_idx`` goes in the JSON body of a POST and
+the query string of a GET. Differences from the original, all on error paths or additions:
 
 - unknown ids answer 404 ``{"error": "unknown_env", ...}`` instead of a 500; out-of-range ``session_id`` 404
   ``unknown_goal`` (the original: 500, or a negative index silently counted from the end);

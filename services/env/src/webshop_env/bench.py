@@ -94,6 +94,14 @@ def bench_in_process(catalog_dir: Path, iterations: int = 2000, seed: int = 0) -
     purchase(0)
     clicks = _time_calls(click, iterations)
     search_times = _time_calls(search, searches)
+    # The index alone, pruned (what a search step runs) against exhaustive scoring, interleaved query by
+    # query so that both see the same machine load: their ratio is the pruning's speed-up.
+    index = catalog.index
+    pruned, exhaustive = [], []
+    for i in range(searches):
+        query = f"{queries[i]} {i}"
+        pruned += _time_calls(lambda _, q=query: index.rank(q), 1)
+        exhaustive += _time_calls(lambda _, q=query: index.rank_exhaustive(q), 1)
     purchases = _time_calls(purchase, max(iterations // 4, 50))
     us, ms = 1e6, 1e3
     return {
@@ -104,6 +112,10 @@ def bench_in_process(catalog_dir: Path, iterations: int = 2000, seed: int = 0) -
         "click_us_p99": round(percentile(clicks, 0.99) * us, 1),
         "search_ms_p50": round(statistics.median(search_times) * ms, 3),
         "search_ms_p99": round(percentile(search_times, 0.99) * ms, 3),
+        "index_search_ms_p50": round(statistics.median(pruned) * ms, 3),
+        "index_search_ms_p99": round(percentile(pruned, 0.99) * ms, 3),
+        "index_exhaustive_ms_p50": round(statistics.median(exhaustive) * ms, 3),
+        "search_speedup": round(statistics.median(exhaustive) / statistics.median(pruned), 2),
         "purchase_us_p50": round(statistics.median(purchases) * us, 1),
         "purchase_us_p99": round(percentile(purchases, 0.99) * us, 1),
         "open_s": round(open_s, 3),
@@ -189,6 +201,7 @@ TABLE_COLUMNS = (
     ("click_us_p99", "click p99 (µs)"),
     ("search_ms_p50", "search p50 (ms)"),
     ("search_ms_p99", "search p99 (ms)"),
+    ("search_speedup", "pruning speed-up"),
     ("purchase_us_p50", "purchase p50 (µs)"),
     ("open_s", "open (s)"),
     ("rss_mb", "RSS (MB)"),

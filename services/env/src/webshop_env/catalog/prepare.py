@@ -26,7 +26,7 @@ from ..core.goals import GOAL_BUILDERS, GOAL_SETS, Goal, shuffle_goals
 from ..core.nouns import NounExtractor, default_noun_extractor
 from ..search.bm25 import build_index
 from .raw import Product, RawDataError, index_text, iter_products
-from .store import FORMAT_VERSION, MANIFEST, RecordStore, RecordWriter
+from .store import FORMAT_VERSION, MANIFEST, RecordWriter
 
 DEFAULT_PRICE_SEED = 1234
 DEFAULT_CEILING_SEED = 233
@@ -148,14 +148,14 @@ def prepare_catalog(
     order = sorted(range(len(asins)), key=asins.__getitem__)
     goal_asins = {material.asin for material in materials}  # positions are needed for goal products only
     position_of = {asins[i]: rank for rank, i in enumerate(order) if asins[i] in goal_asins}
-    source = RecordStore(unsorted)
-    with RecordWriter(work / "products.jsonl") as writer:
+    unsorted_offsets = np.load(str(unsorted) + ".offsets.npy")
+    with open(unsorted, "rb") as source, RecordWriter(work / "products.jsonl") as writer:
         for i in tqdm(order, desc="sorting", unit=" products", disable=not progress):
-            start, end = int(source._offsets[i]), int(source._offsets[i + 1])
-            writer.append(source._data[start : end - 1].tobytes())
+            start, end = int(unsorted_offsets[i]), int(unsorted_offsets[i + 1])
+            # read, not memory-mapped: a map of the whole file would count every page in the peak RSS
+            writer.append(os.pread(source.fileno(), end - start - 1, start))
     sorted_asins = [asins[i] for i in order]
     np.save(work / "asins.npy", np.array([a.encode("ascii", "replace") for a in sorted_asins], dtype="S10"))
-    del source
     unsorted.unlink()
     Path(str(unsorted) + ".offsets.npy").unlink()
 

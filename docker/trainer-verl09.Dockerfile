@@ -8,9 +8,9 @@
 # (verlai/verl:sgl0512.latest: FROM lmsysorg/sglang:v0.5.12, torch 2.11 + CUDA 13, sglang 0.5.12, the engine
 # pins of verl 0.9.1's [sglang] extra). verl's CI pins verlai/verl:sgl0512.dev4 of the same line; a mirror or
 # another tag is one setting: TRAINER09_BASE_IMAGE in .env (compose passes it as the build argument).
-# Tags can be re-pushed: pin the digest. Resolve it on a machine with registry access, then set
-#   TRAINER09_BASE_IMAGE=verlai/verl:sgl0512.latest@sha256:<DIGEST>
-#   docker buildx imagetools inspect verlai/verl:sgl0512.latest --format '{{json .Manifest.Digest}}'
+# Tags can be re-pushed: pin the digest. On a machine with registry access `make pin-digests` resolves it
+# (docker buildx imagetools inspect verlai/verl:sgl0512.latest --format '{{json .Manifest.Digest}}') and writes
+# the tag followed by its digest into the ARG default below; or set TRAINER09_BASE_IMAGE to that in .env
 # (not checked from the machine this file was written on, which cannot reach a registry).
 #
 # Non-root: runs as `verl` (uid 10001), like the 0.7.1 image (writable HOME and caches, compose's `ipc: host`

@@ -26,7 +26,7 @@ TRAIN_VENV = $(if $(filter 0.9,$(VERL_LINE)),$(VENV09),$(VENV))
 export VERL_LINE
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
-.PHONY: help setup nginx redis chromium lucene spacy data test lint format up-local down-local status-local preflight bench clean
+.PHONY: help setup nginx redis chromium lucene spacy data test lint format up-local down-local status-local preflight bench bench-readme clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
@@ -102,6 +102,10 @@ preflight: setup nginx redis data ## CPU checks of the verl path (configs, data,
 
 bench: setup data ## in-process simulator benchmark (JSON)
 	$(VENV)/bin/webshop-env bench --catalog $(CATALOG_DIR) --json
+
+bench-readme: setup data nginx redis ## the README's performance figures: bench --products 100000,1200000 (catalogs built once, cached) and bench-http --calibrate per kind
+	$(VENV)/bin/webshop-env bench --products 100000,1200000
+	for kind in click search search-varied; do $(VENV)/bin/webshop-env bench-http --calibrate --kind $$kind --catalog $(CATALOG_DIR) --json || exit 1; done
 
 clean: ## remove caches (keeps .venv and data)
 	rm -rf .pytest_cache .ruff_cache .hypothesis

@@ -87,7 +87,7 @@ def start(timeout: float = 90.0) -> Engine:
     dockerd = shutil.which("dockerd")
     if dockerd is None or shutil.which(docker_cli()) is None:
         raise EngineError(
-            "no Docker engine is reachable and dockerd is not installed: apt-get install docker.io debootstrap "
+            "no Docker engine is reachable and dockerd or the docker CLI is missing: apt-get install docker.io debootstrap "
             "(or point DOCKER_HOST at an engine)"
         )
     RUN_DIR.mkdir(parents=True, exist_ok=True)

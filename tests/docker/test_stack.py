@@ -120,6 +120,25 @@ def test_second_make_up_reuses_the_catalog(stack: Stack) -> None:
     assert stack.inspect(init[0])["State"]["ExitCode"] == 0
 
 
+def test_make_ps_and_make_logs(stack: Stack) -> None:
+    ps = stack.make("ps").stdout
+    for name in ("catalog-init-1", "webshop-1", "webshop-2", "balancer-1"):
+        assert f"{stack.env['COMPOSE_PROJECT_NAME']}-{name}" in ps, ps
+    assert ps.count("(healthy)") >= 3, ps
+    # `make logs` follows the log until interrupted: read what it prints in a few seconds, then stop it
+    follow = subprocess.Popen(
+        ["make", "--no-print-directory", f"VENV={REPO / '.venv'}", "logs", "SERVICE=catalog-init"],
+        cwd=stack.root, env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        logs, _ = follow.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(follow.pid, signal.SIGTERM)
+        logs, _ = follow.communicate(timeout=30)
+    assert "catalog-init: done" in logs and "nothing to do" in logs, logs[-2000:]
+
+
 # ---- episodes through the balancer ----------------------------------------------------------------------------------
 def test_expert_episodes_through_the_balancer_match_solve(stack: Stack, expert: dict) -> None:
     rewards = []

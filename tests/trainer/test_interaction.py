@@ -210,6 +210,26 @@ def test_construction_is_cheap_and_shares_one_client_per_loop(in_process_env) ->
     assert run(main())
 
 
+def test_repository_config_gives_the_client_a_retry_budget_not_an_attempt_cap(in_process_env) -> None:
+    """Training must ride out a balancer restart of tens of seconds: the shared client retries for a budget."""
+    import yaml
+
+    from webshop_trainer.interaction import shared_client
+
+    config = yaml.safe_load((REPO / "configs" / "webshop_interaction.yaml").read_text())["interaction"][0][
+        "config"
+    ]
+    config["env_url"] = "http://127.0.0.1:9"
+    settings = InteractionSettings.from_config(config)
+
+    async def main():
+        return shared_client(settings)
+
+    client = run(main())
+    assert client.retries is None
+    assert client.retry_budget == settings.retry_budget_s >= 30
+
+
 def test_settings_reject_unknown_keys_and_bad_values() -> None:
     with pytest.raises(ValueError, match="unknown WebshopInteraction setting.*timout"):
         InteractionSettings.from_config({"name": "webshop", "timout": 3})

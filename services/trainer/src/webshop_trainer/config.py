@@ -35,7 +35,10 @@ class InteractionSettings:
         env_url: the balancer (or one replica); default ``$WEBSHOP_URL`` or ``http://127.0.0.1:36003``.
         goal_set: goal list used when a row names none (None: the server's default).
         timeout: seconds per HTTP attempt.
-        retries: attempts after the first on connection errors, timeouts and 5xx.
+        retries: at most this many attempts after the first on connection errors, timeouts and 5xx
+            (None: as many as ``retry_budget_s`` allows).
+        retry_budget_s: seconds after the first attempt during which failed requests are retried, so a run
+            rides out a balancer or replica restart; then the step raises with what failed last.
         backoff: base of the exponential backoff between attempts, in seconds.
         max_backoff: cap of one backoff sleep.
         max_connections: HTTP connection pool of the process (shared by all trajectories).
@@ -51,8 +54,9 @@ class InteractionSettings:
 
     env_url: str = dataclasses.field(default_factory=default_env_url)
     goal_set: str | None = None
-    timeout: float = 30.0
-    retries: int = 5
+    timeout: float = 10.0
+    retries: int | None = None
+    retry_budget_s: float = 60.0
     backoff: float = 0.2
     max_backoff: float = 5.0
     max_connections: int = 512

@@ -186,8 +186,8 @@ _READY_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]
 def shared_client(settings: InteractionSettings) -> WebShopClient:
     """The process's client for these settings on the running event loop (created on first use)."""
     loop = asyncio.get_running_loop()
-    key = (settings.env_url, settings.timeout, settings.retries, settings.backoff, settings.max_backoff,
-           settings.max_connections)  # fmt: skip
+    key = (settings.env_url, settings.timeout, settings.retries, settings.retry_budget_s, settings.backoff,
+           settings.max_backoff, settings.max_connections)  # fmt: skip
     clients = _CLIENTS.setdefault(loop, {})
     client = clients.get(key)
     if client is None:
@@ -195,6 +195,7 @@ def shared_client(settings: InteractionSettings) -> WebShopClient:
             settings.env_url,
             timeout=settings.timeout,
             retries=settings.retries,
+            retry_budget=settings.retry_budget_s,
             backoff=settings.backoff,
             max_backoff=settings.max_backoff,
             max_connections=settings.max_connections,

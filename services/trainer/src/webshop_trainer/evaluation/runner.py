@@ -95,8 +95,8 @@ class EvalConfig:
     max_policy_errors: int = 3
     overwrite: bool = False
     ready_timeout: float = 60.0
-    env_timeout: float = 30.0
-    env_retries: int = 5
+    env_timeout: float = 10.0
+    env_retry_budget_s: float = 60.0
     progress: bool = True
     write_report: bool = True
 
@@ -176,7 +176,7 @@ async def evaluate_async(config: EvalConfig, spec: PolicySpec) -> EvalResult:
     client = WebShopClient(
         config.url,
         timeout=config.env_timeout,
-        retries=config.env_retries,
+        retry_budget=config.env_retry_budget_s,
         max_connections=max(16, 2 * config.concurrency),
     )
     try:

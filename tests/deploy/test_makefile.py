@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config", "train-test", "train-full", "eval",
-                 "demo", "train-preflight", "pin-digests"]  # fmt: skip
+                 "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker"]  # fmt: skip
 FILES = ["Makefile", "mk/stack.mk", ".env.example", "compose.yaml", "services/trainer/src/webshop_trainer/gpu_plan.py",
          "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml"]  # fmt: skip
 

@@ -31,6 +31,7 @@ import json
 import tempfile
 import threading
 from collections.abc import Iterable
+from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,11 @@ _DENSE_LOOKUP_RATIO = 4  # a lookup spreads the postings when they are at most t
 _THRESHOLD_EVERY = 3  # theta is raised after every this many clauses looked up for the lead's documents
 _MAX_PRUNED_CLAUSES = 1 << 16  # the slack below covers float64 rounding of sums of up to this many terms
 _BOUND_SLACK = 1.0 + 2.0**-28  # > (1 + n 2^-53) / (1 - 2n 2^-53) for n <= 2^16, plus the product's rounding
+
+
+# Query tokens repeat across searches (instructions share most words): their analysis (Porter stemming in
+# Python) is cached. normalize_token is a pure function of the token.
+_query_term = lru_cache(maxsize=1 << 16)(normalize_token)
 
 
 # --- Lucene's SmallFloat (document length in one byte) --------------------------------------------------------
@@ -370,7 +376,9 @@ class BM25Index:
         return cls(directory)
 
     def _load(self, name: str) -> np.ndarray:
-        return np.load(self.directory / name, mmap_mode="r")
+        # a plain ndarray view of the memory map: slicing an np.memmap costs microseconds per slice (its
+        # __array_finalize__), and a search slices every query term's postings several times
+        return np.load(self.directory / name, mmap_mode="r").view(np.ndarray)
 
     def __len__(self) -> int:
         return self.num_docs
@@ -434,7 +442,7 @@ class BM25Index:
         """(postings start, end, weight) per distinct query term in the index; c occurrences boost it by c."""
         counts: dict[str, int] = {}
         for token in tokenize(query):
-            term = normalize_token(token)
+            term = _query_term(token)
             if term is not None:
                 counts[term] = counts.get(term, 0) + 1
         clauses = []

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/_agentgym.py
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONFORMANCE = FIXTURES / "conformance" / "original-seed3"

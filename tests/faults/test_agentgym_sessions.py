@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from _faults import AgentGymClient, figure, native_trace, signal_replica, start
+from _agentgym import AgentGymClient
+from _faults import figure, native_trace, signal_replica, start
 
 from webshop_env import cluster
 

@@ -3,60 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import requests
+from _agentgym import AgentGymClient
 from _support import COMPAT_CAP, metric_value
-
-
-class AgentGymStyleClient:
-    """The request pattern of AgentGym's WebshopEnvClient (create, _post with env_idx injected, _get ?env_idx=)."""
-
-    def __init__(self, env_server_base: str, timeout: int = 300) -> None:
-        self.env_server_base = env_server_base
-        self.timeout = timeout
-        ok = requests.post(f"{self.env_server_base}/create", timeout=self.timeout)
-        if ok.status_code != 200:
-            raise RuntimeError(f"Failed to create environment: {ok}")
-        self.env_id = ok.json()
-
-    def _post(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
-        data["env_idx"] = self.env_id
-        for _ in range(5):
-            res = requests.post(f"{self.env_server_base}/{path}", json=data, timeout=self.timeout)
-            if res.status_code == 503:
-                continue
-            if res.status_code == 200:
-                break
-        assert res.status_code == 200, res.text
-        return res.json()
-
-    def _get(self, path: str) -> dict[str, Any]:
-        res = requests.get(f"{self.env_server_base}/{path}?env_idx={self.env_id}", timeout=self.timeout)
-        assert res.status_code == 200, res.text
-        return res.json()
-
-    def observe(self) -> str:
-        return self._get("observation")
-
-    def step(self, action: str) -> tuple[str, float, bool]:
-        if action.endswith("</s>"):
-            action = action[: -len("</s>")]
-        response = self._post("step", {"action": action})
-        return response["state"], response["reward"], response["done"]
-
-    def reset(self, idx: int) -> list:
-        response = self._post("reset", {"session_id": idx})
-        response[0] = self.observe()
-        return response
-
-    def close(self) -> dict:
-        return self._post("close", {})
 
 
 def test_agentgym_client_plays_expert_episodes(replica, expert_plans: dict[int, list[str]]) -> None:
     for goal in list(expert_plans)[:3]:
-        client = AgentGymStyleClient(replica.url)
+        client = AgentGymClient(replica.url)
         assert isinstance(client.env_id, int)
         first = client.reset(goal)
         assert (
@@ -99,7 +53,7 @@ def test_session_cap_bounds_live_sessions(replica) -> None:
 
 def test_compat_through_the_balancer(cluster, expert_plans: dict[int, list[str]]) -> None:
     goal, actions = next(iter(expert_plans.items()))
-    client = AgentGymStyleClient(cluster["url"])
+    client = AgentGymClient(cluster["url"])
     client.reset(goal)
     for action in actions:
         _, reward, done = client.step(action)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from webshop_env.conformance.adapter import goal_as_original
 from webshop_env.core.env import WebShopEnv
 
 CONFORMANCE = Path(__file__).parents[1] / "fixtures" / "conformance" / "original-seed3"
@@ -33,19 +34,7 @@ def test_goal_list_matches_original_order(conformance_catalog, goal_set: str) ->
     reference = json.loads((CONFORMANCE / GOAL_SETS[goal_set] / "goals.json").read_text())
     assert conformance_catalog.goal_count(goal_set) == len(reference)
     for index, expected in enumerate(reference):
-        goal = conformance_catalog.goal(goal_set, index)
-        actual = {
-            "asin": goal.asin,
-            "category": goal.category,
-            "query": goal.query,
-            "name": goal.name,
-            "product_category": goal.product_category,
-            "instruction_text": goal.instruction_text,
-            "attributes": list(goal.attributes),
-            "price_upper": goal.price_upper,
-            "goal_options": goal.goal_options,
-            "weight": goal.weight,
-        }
+        actual = goal_as_original(conformance_catalog.goal(goal_set, index))
         assert actual == expected, f"{goal_set} goal {index}"
 
 

@@ -693,12 +693,7 @@ def run_agent_loop_preflight(options: PreflightOptions) -> dict[str, Any]:
     finally:
         if cluster is not None and cluster.stop is not None:
             cluster.stop()
-    summary["seconds"] = round(time.monotonic() - started, 1)
-    summary["ok"] = not errors and all(checks.values()) and summary["config_valid"]
-    path = out_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    summary["summary_path"] = str(path)
-    return summary
+    return _write_summary(summary, errors, checks, started, out_dir)
 
 
 def run_preflight(options: PreflightOptions) -> dict[str, Any]:
@@ -872,6 +867,13 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
     finally:
         if cluster is not None and cluster.stop is not None:
             cluster.stop()
+    return _write_summary(summary, errors, checks, started, out_dir)
+
+
+def _write_summary(
+    summary: dict[str, Any], errors: list[str], checks: Mapping[str, bool], started: float, out_dir: Path
+) -> dict[str, Any]:
+    """Close a preflight run: its time, its verdict (no error, every check true, configs valid), summary.json."""
     summary["seconds"] = round(time.monotonic() - started, 1)
     summary["ok"] = not errors and all(checks.values()) and summary["config_valid"]
     path = out_dir / "summary.json"

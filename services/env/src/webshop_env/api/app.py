@@ -85,8 +85,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=settings.max_body_bytes,
         on_reject=lambda kind: metrics.errors.labels(kind).inc(),
     )
-    app.add_middleware(ObservabilityMiddleware, metrics=metrics, log_requests=settings.access_log)  # type: ignore[arg-type]
+    app.add_middleware(
+        ObservabilityMiddleware,  # type: ignore[arg-type]
+        metrics=metrics,
+        log_requests=settings.access_log,
+        log_every=settings.access_log_every,
+        log_slow_s=settings.access_log_slow_ms / 1000.0,
+    )
+    _hot_routes_first(app, ("/v1/step", "/v1/step_batch", "/step"))
     return app
+
+
+def _hot_routes_first(app: FastAPI, paths: tuple[str, ...]) -> None:
+    """Move the step routes to the front of the routing table.
+
+    Why: the router tries routes in order, one regex match each, until one matches; the step is nearly every
+    request, and the docs and ops routes that come first cost a few µs per request. Paths do not overlap, so
+    the order changes no routing decision (only the order of paths in the OpenAPI document).
+    """
+    routes = app.router.routes
+    hot = [route for route in routes if getattr(route, "path", None) in paths]
+    routes[:] = hot + [route for route in routes if route not in hot]
 
 
 async def _sweep_forever(app: FastAPI, interval: float) -> None:

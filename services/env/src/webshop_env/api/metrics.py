@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as prom_multiprocess
@@ -81,12 +82,27 @@ class Metrics:
 
 
 class ObservabilityMiddleware:
-    """Times every HTTP request, counts it by route template and status, and writes one access-log line."""
+    """Times every HTTP request, counts it by route template and status, and writes the access log.
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, log_requests: bool = True) -> None:
+    Access log sampling: every error (status >= 400) and every request slower than ``log_slow_s`` gets a
+    line; of the other requests one in ``log_every`` does (``WEBSHOP_ACCESS_LOG_EVERY``, 1: all), with
+    ``sampled: N`` on the line so counts can be scaled back. Why: a log line per step cost about a quarter of
+    a step's server CPU; the metrics still count every request exactly.
+    """
+
+    def __init__(
+        self, app: ASGIApp, metrics: Metrics, log_requests: bool = True, log_every: int = 1,
+        log_slow_s: float = 0.0,
+    ) -> None:  # fmt: skip
         self.app = app
         self.metrics = metrics
         self.log_requests = log_requests
+        self.log_every = max(1, log_every)
+        self.log_slow_s = log_slow_s
+        self._unlogged = 0
+        # labelled children by label values: ``labels()`` builds and locks on every call
+        self._request_counters: dict[tuple[str, str, int], Any] = {}
+        self._latency_histograms: dict[str, Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,17 +124,27 @@ class ObservabilityMiddleware:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             method = scope.get("method", "")
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(template).observe(elapsed)
+            counter = self._request_counters.get((method, template, status))
+            if counter is None:
+                counter = self.metrics.requests.labels(method, template, str(status))
+                if len(self._request_counters) < 4096:  # bounded: unmatched paths share one template
+                    self._request_counters[(method, template, status)] = counter
+            counter.inc()
+            histogram = self._latency_histograms.get(template)
+            if histogram is None:
+                histogram = self._latency_histograms[template] = self.metrics.latency.labels(template)
+            histogram.observe(elapsed)
             if self.log_requests:
-                access_log.info(
-                    "request",
-                    extra={
-                        "fields": {
-                            "method": method,
-                            "path": scope.get("path", ""),
-                            "status": status,
-                            "duration_ms": round(elapsed * 1000.0, 3),
-                        }
-                    },
-                )
+                self._log(method, scope.get("path", ""), status, elapsed)
+
+    def _log(self, method: str, path: str, status: int, elapsed: float) -> None:
+        fields: dict[str, Any] = {
+            "method": method, "path": path, "status": status, "duration_ms": round(elapsed * 1000.0, 3),
+        }  # fmt: skip
+        if status < 400 and elapsed < self.log_slow_s and self.log_every > 1:
+            self._unlogged += 1
+            if self._unlogged < self.log_every:
+                return
+            self._unlogged = 0
+            fields["sampled"] = self.log_every
+        access_log.info("request", extra={"fields": fields})

@@ -91,7 +91,15 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = Field(
         default="json", description="one JSON object per line, or text"
     )
-    access_log: bool = Field(default=True, description="one log line per request")
+    access_log: bool = Field(default=True, description="access log lines (off: none at all)")
+    access_log_every: int = Field(
+        default=100, ge=1,
+        description="log one in N successful (< 400), fast requests; every error and every request slower "
+        "than access_log_slow_ms is always logged (1: every request). The metrics count every request.",
+    )  # fmt: skip
+    access_log_slow_ms: float = Field(
+        default=500.0, ge=0, description="requests at least this slow are always logged"
+    )
 
     @field_validator("log_level")
     @classmethod

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -198,9 +199,16 @@ def start_watchdog(host: str, port: int, interval: float) -> threading.Thread:
     log = logging.getLogger("webshop_env.api")
 
     def probe() -> bool:
+        """True when the server answered at all: any HTTP status proves its event loop runs.
+
+        A busy replica may answer 503 (``--limit-concurrency`` reached, or not ready while it drains); that is
+        load, not a hang, and killing it would only move the load to the other replicas and lose requests.
+        """
         try:
             with urllib.request.urlopen(url, timeout=min(5.0, interval)) as response:
-                return response.status == 200
+                return response.status > 0
+        except urllib.error.HTTPError:
+            return True
         except Exception:
             return False
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from . import pages
@@ -117,6 +118,11 @@ class WebShopEnv:
     def __init__(self, catalog: Catalog, show_attrs: bool = False) -> None:
         self.catalog = catalog
         self.show_attrs = show_attrs
+        # A step builds the clickables of the page it acts on and of the page it shows; both are pure functions
+        # of (query, page) or of the product, so they are built once per worker (read-only dicts, as
+        # pages.SEARCH_CLICKABLES already is). Bounded: a cache miss only costs the rebuild.
+        self._results_clickables = lru_cache(maxsize=4096)(self._build_results_clickables)
+        self._item_clickables = lru_cache(maxsize=4096)(self._build_item_clickables)
 
     # ---- public contract -------------------------------------------------------------------------------
     def reset(self, goal: int, goal_set: str = "synthetic") -> Step:
@@ -213,8 +219,11 @@ class WebShopEnv:
 
     def results(self, state: EpisodeState) -> tuple[int, list[ProductRecord]]:
         """(total results, the products shown on the state's page)."""
-        ranked = self.catalog.search(state.query)[: pages.SEARCH_TOP_N]
-        start = (state.page_num - 1) * pages.RESULTS_PER_PAGE
+        return self._results_page(state.query, state.page_num)
+
+    def _results_page(self, query: str, page_num: int) -> tuple[int, list[ProductRecord]]:
+        ranked = self.catalog.search(query)[: pages.SEARCH_TOP_N]
+        start = (page_num - 1) * pages.RESULTS_PER_PAGE
         shown = ranked[start : start + pages.RESULTS_PER_PAGE] if start >= 0 else []
         return len(ranked), [self.product(index) for index in shown]
 
@@ -222,13 +231,19 @@ class WebShopEnv:
         if state.page is PageKind.SEARCH:
             return pages.SEARCH_CLICKABLES
         if state.page is PageKind.RESULTS:
-            _, shown = self.results(state)
-            return pages.results_clickables(state.page_num, shown)
+            return self._results_clickables(state.query, state.page_num)
         if state.page is PageKind.ITEM:
-            return pages.item_clickables(self.product(state.product), self.show_attrs)  # type: ignore[arg-type]
+            return self._item_clickables(state.product)  # type: ignore[arg-type]
         if state.page is PageKind.SUB:
             return pages.SUB_PAGE_CLICKABLES
         return pages.DONE_CLICKABLES
+
+    def _build_results_clickables(self, query: str, page_num: int) -> dict[str, Clickable]:
+        _, shown = self._results_page(query, page_num)
+        return pages.results_clickables(page_num, shown)
+
+    def _build_item_clickables(self, product: int) -> dict[str, Clickable]:
+        return pages.item_clickables(self.product(product), self.show_attrs)
 
     def render(self, state: EpisodeState, instruction: str) -> str:
         if state.page is PageKind.SEARCH:

@@ -1,6 +1,7 @@
 """Build-time checks of the trainer image (docker/trainer.Dockerfile runs this; no GPU needed).
 
-    python3 trainer-image-check.py --configs DIR --accepted-conflicts FILE [--pip-check-output FILE] [--skip M ...]
+    python3 trainer-image-check.py --configs DIR [--accepted-conflicts FILE --pip-check-output FILE [--baseline F]]
+                                   [--verl-line 0.7|0.9] [--require-driver] [--skip M ...]
 
 1. Imports every module a GPU run imports: the verl entry point and its FSDP workers, the agent loop, the sglang
    server (verl's async sglang server and sglang's own launch_server, which eval runs), Ray, the merger, the
@@ -8,9 +9,15 @@
    (attn_implementation flash_attention_2, verl's default, or use_remove_padding, which imports
    flash_attn.bert_padding). A missing or broken module fails the build, not the first GPU hour.
 2. Reads `pip check`'s output and fails on any conflict that is not listed, with its reason, in the accepted
-   conflicts file (one regular expression per line, then ` # ` and the reason).
+   conflicts file (one regular expression per line, then ` # ` and the reason). With --baseline FILE (`pip check` of the base image before anything was installed), a conflict the base image
+   already shipped is reported but accepted: only conflicts this build introduces fail it.
+3. `docker build` runs without the NVIDIA driver (the container runtime mounts libcuda.so only into running
+   containers). A module whose import fails only for want of the driver library is reported as deferred, and
+   the trainer job runs this script again with --require-driver at its start, before the preflight, where any
+   import failure fails the job within seconds.
 
---skip leaves a module out (a base image where one cannot be imported without a GPU): say why in the build log.
+--verl-line picks the module list (0.7: FSDP workers and the interaction; 0.9: the engine workers, TransferQueue
+and the agent loop); default: the installed verl's line. --skip leaves a module out: say why in the build log.
 """
 
 from __future__ import annotations
@@ -22,12 +29,11 @@ import sys
 import traceback
 from pathlib import Path
 
-GPU_RUN_MODULES = (
+_COMMON_MODULES = (
     "torch",
     "ray",
     "transformers",
     "verl.trainer.main_ppo",
-    "verl.workers.fsdp_workers",
     "verl.experimental.agent_loop.tool_agent_loop",
     "verl.experimental.reward_loop.reward_loop",
     "verl.model_merger.fsdp_model_merger",
@@ -36,12 +42,20 @@ GPU_RUN_MODULES = (
     "sglang.launch_server",
     "torch.utils.tensorboard",
     "webshop_env.client",
-    "webshop_trainer.verl_main",
-    "webshop_trainer.interaction",
-    "webshop_trainer.reward",
+    "webshop_trainer.agent_loop",
     "webshop_trainer.evaluation.policies",
     "webshop_trainer.evaluation.model_path",
 )
+GPU_RUN_MODULES = {
+    "0.7": _COMMON_MODULES + (
+        "verl.workers.fsdp_workers", "webshop_trainer.verl_main", "webshop_trainer.interaction",
+        "webshop_trainer.reward",
+    ),
+    # verl 0.9: main_ppo's default v1 trainer (trainer.use_v1) imports TransferQueue; workers are engine workers
+    "0.9": _COMMON_MODULES + ("verl.workers.engine_workers", "verl.trainer.ppo.v1", "transfer_queue"),
+}  # fmt: skip
+# What `docker build` lacks and a GPU container has: the driver libraries the NVIDIA runtime mounts.
+DRIVER_LIBRARIES = re.compile(r"lib(cuda|nvidia-ml)\.so")
 FLASH_ATTN_MODULES = ("flash_attn", "flash_attn.bert_padding")
 
 
@@ -59,14 +73,31 @@ def configs_need_flash_attn(config_dir: Path) -> list[str]:
     return reasons
 
 
-def import_errors(modules: tuple[str, ...] | list[str]) -> list[str]:
+def installed_verl_line() -> str:
+    """0.9 for verl >= 0.8 (no interactions), else 0.7; 0.7 where verl is missing (its import then fails)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = (int(part) for part in version("verl").split(".")[:2])
+    except PackageNotFoundError:
+        return "0.7"
+    return "0.9" if (major, minor) >= (0, 8) else "0.7"
+
+
+def import_errors(modules: tuple[str, ...] | list[str], deferred: list[str] | None = None) -> list[str]:
+    """`import NAME: error` for each module that does not import. With ``deferred`` (a list to fill), a failure
+    caused only by a missing NVIDIA driver library goes there instead (the build has no driver)."""
     errors = []
     for name in modules:
         try:
             importlib.import_module(name)
         except BaseException as error:
+            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
             last = traceback.format_exception_only(type(error), error)[-1].strip()
-            errors.append(f"import {name}: {last}")
+            if deferred is not None and DRIVER_LIBRARIES.search(text):
+                deferred.append(f"import {name}: {last}")
+            else:
+                errors.append(f"import {name}: {last}")
     return errors
 
 
@@ -82,42 +113,65 @@ def read_accepted(path: Path) -> list[tuple[re.Pattern[str], str]]:
     return accepted
 
 
-def unaccepted_conflicts(pip_check_output: str, accepted: list[tuple[re.Pattern[str], str]]) -> list[str]:
-    """Lines of `pip check` output that no accepted pattern matches (``No broken requirements found.`` is none)."""
+def conflict_lines(pip_check_output: str) -> list[str]:
     lines = [line.strip() for line in pip_check_output.splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith("No broken requirements")]
-    return [line for line in lines if not any(pattern.search(line) for pattern, _ in accepted)]
+    return [line for line in lines if not line.startswith("No broken requirements")]
+
+
+def unaccepted_conflicts(
+    pip_check_output: str, accepted: list[tuple[re.Pattern[str], str]], baseline: str = ""
+) -> list[str]:
+    """Lines of `pip check` output that no accepted pattern matches and the base image did not already report
+    (``baseline``: its own `pip check` output); ``No broken requirements found.`` is none."""
+    shipped = set(conflict_lines(baseline))
+    return [line for line in conflict_lines(pip_check_output)
+            if line not in shipped and not any(pattern.search(line) for pattern, _ in accepted)]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", type=Path, required=True)
-    parser.add_argument("--accepted-conflicts", type=Path, required=True)
+    parser.add_argument("--accepted-conflicts", type=Path, default=None)
     parser.add_argument("--pip-check-output", type=Path, default=None)
+    parser.add_argument("--baseline", type=Path, default=None, help="the base image's own `pip check` output")
+    parser.add_argument("--verl-line", choices=sorted(GPU_RUN_MODULES), default=None)
+    parser.add_argument("--require-driver", action="store_true",
+                        help="at run time, in a GPU container: a missing driver library fails too")  # fmt: skip
     parser.add_argument("--skip", nargs="*", default=[], help="modules not to import (say why)")
     args = parser.parse_args(argv)
     problems: list[str] = []
+    line = args.verl_line or installed_verl_line()
 
     flash_reasons = configs_need_flash_attn(args.configs)
     modules = [
-        m for m in GPU_RUN_MODULES + (FLASH_ATTN_MODULES if flash_reasons else ()) if m not in args.skip
+        m for m in GPU_RUN_MODULES[line] + (FLASH_ATTN_MODULES if flash_reasons else ()) if m not in args.skip
     ]
     for reason in flash_reasons:
         print(f"image check: flash_attn required: {reason}")
-    problems += import_errors(modules)
-    print(f"image check: imported {len(modules) - len(problems)}/{len(modules)} modules"
+    deferred: list[str] = []
+    problems += import_errors(modules, None if args.require_driver else deferred)
+    imported = len(modules) - len(problems) - len(deferred)
+    print(f"image check (verl {line} line): imported {imported}/{len(modules)} modules"
           + (f" (skipped: {', '.join(args.skip)})" if args.skip else ""))  # fmt: skip
+    for item in deferred:
+        print(f"image check: deferred to the job's start (needs the NVIDIA driver, absent at build time): {item}")
 
     if args.pip_check_output is not None:
+        if args.accepted_conflicts is None:
+            parser.error("--pip-check-output needs --accepted-conflicts")
         accepted = read_accepted(args.accepted_conflicts)
         output = args.pip_check_output.read_text()
-        for line in output.splitlines():
+        baseline = args.baseline.read_text() if args.baseline else ""
+        for conflict in conflict_lines(output):
+            if conflict in set(conflict_lines(baseline)):
+                print(f"image check: conflict shipped by the base image: {conflict}")
+                continue
             for pattern, reason in accepted:
-                if line.strip() and pattern.search(line):
-                    print(f"image check: accepted conflict: {line.strip()}  ({reason})")
+                if pattern.search(conflict):
+                    print(f"image check: accepted conflict: {conflict}  ({reason})")
                     break
-        problems += [f"pip check: {line} (not in {args.accepted_conflicts.name})"
-                     for line in unaccepted_conflicts(output, accepted)]  # fmt: skip
+        problems += [f"pip check: {conflict} (not in {args.accepted_conflicts.name}, not shipped by the base image)"
+                     for conflict in unaccepted_conflicts(output, accepted, baseline)]  # fmt: skip
     for problem in problems:
         print(f"image check FAILED: {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -34,7 +34,8 @@ WORKDIR /opt/webshop
 #    other pins of trainer-verl09-constraints.txt apply only to packages the image lacks (names compared
 #    PEP 503-normalised), so the two constraint sets never disagree.
 COPY docker/trainer-verl09-constraints.txt ./trainer-constraints.txt
-RUN python3 -m pip list --format=freeze | grep -viE '^transfer[-_.]?queue==' > image-lock.txt \
+RUN { python3 -m pip check > base-pip-check.txt || true; } \
+ && python3 -m pip list --format=freeze | grep -viE '^transfer[-_.]?queue==' > image-lock.txt \
  && awk -F'==' ' \
       function norm(n) { n = tolower(n); gsub(/[-_.]+/, "-", n); return n } \
       FNR == NR { have[norm($1)] = 1; next } \
@@ -58,12 +59,23 @@ verl.experimental.agent_loop, webshop_env, webshop_trainer.agent_loop; \
 from packaging.version import Version; \
 assert Version(m.version('TransferQueue')) >= Version('0.1.10'), 'verl 0.9.1 needs TransferQueue>=0.1.10'; \
 print('torch', torch.__version__, '| sglang', m.version('sglang'), '| verl', verl.__version__, '| numpy', \
-numpy.__version__, '| TransferQueue', m.version('TransferQueue'))" \
- && { python3 -m pip check || echo "pip check reported the conflicts above (the base image may carry some)"; }
+numpy.__version__, '| TransferQueue', m.version('TransferQueue'))"
 
 # The Hydra configs: configs/verl09/ (training) and configs/webshop_agent_loop.yaml (the agent loop);
 # webshop-train finds them through WEBSHOP_CONFIG_DIR and picks verl09/ because verl 0.9 is installed.
 COPY configs/ /opt/webshop/configs/
+
+# 3. Checks that fail the build rather than the first GPU hour (docker/trainer-image-check.py, as in the 0.7.1
+#    image): every module a 0.9 run imports (engine workers, the v1 trainer and TransferQueue, sglang's server,
+#    the agent loop, the merger), and no `pip check` conflict beyond the base image's own (base-pip-check.txt)
+#    and those listed with their reasons. Imports that need the NVIDIA driver are rerun at the job's start.
+ARG IMAGE_CHECK_SKIP=""
+COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
+RUN { python3 -m pip check > pip-check.txt || true; } \
+ && cat pip-check.txt \
+ && python3 trainer-image-check.py --configs /opt/webshop/configs/verl09 \
+        --accepted-conflicts trainer-accepted-conflicts.txt --pip-check-output pip-check.txt \
+        --baseline base-pip-check.txt --verl-line 0.9 ${IMAGE_CHECK_SKIP:+--skip ${IMAGE_CHECK_SKIP}}
 
 RUN (getent group 10001 || groupadd --gid 10001 verl) \
  && (getent passwd 10001 || useradd --uid 10001 --gid 10001 --create-home --home-dir /home/verl --shell /bin/bash verl) \

@@ -153,12 +153,25 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     assert result.returncode == 0, result.stderr
     calls = _calls(stubs["log"])
     assert [(name, args[0]) for name, args, _ in calls] == [
-        ("webshop-train", "preflight"), ("webshop-train", "data"), ("webshop-train", "data"),
-        ("webshop-train", "train"),
+        ("python3", "/opt/webshop/trainer-image-check.py"), ("webshop-train", "preflight"),
+        ("webshop-train", "data"), ("webshop-train", "data"), ("webshop-train", "train"),
     ]  # fmt: skip
     run = stubs["root"] / "outputs" / "logs" / "webshop_grpo_test"
     ckpt = stubs["root"] / "outputs" / "checkpoints" / "webshop_grpo_test"
-    (_, preflight, preflight_env), (_, train_data, _), (_, eval_data, _), (_, train, train_env) = calls
+    (
+        (_, imports, _),
+        (_, preflight, preflight_env),
+        (_, train_data, _),
+        (_, eval_data, _),
+        (_, train, train_env),
+    ) = calls
+    # the imports the image build deferred (they need the GPU driver) run first, with the driver required
+    assert imports == [
+        "/opt/webshop/trainer-image-check.py",
+        "--configs",
+        "/opt/webshop/configs",
+        "--require-driver",
+    ]
     # the run's own overrides are preflighted (verl's struct checks and validate_config) before the GPU
     assert preflight == ["preflight", "--config", "test", "--catalog", "/data/catalog",
                          "--env-url", "http://balancer:8080", "--out", f"{run}/preflight", "trainer.save_freq=5",
@@ -202,6 +215,8 @@ def test_trainer_verl09_builds_agent_loop_rows_with_the_same_job(
     assert result.returncode == 0, result.stderr
     data_calls = [args for name, args, _ in _calls(stubs["log"]) if args[0] == "data"]
     assert len(data_calls) == 2 and all(args[-1] == "--agent-loop" for args in data_calls)
+    (imports,) = [args for name, args, _ in _calls(stubs["log"]) if name == "python3"]
+    assert imports[1:] == ["--configs", "/opt/webshop/configs/verl09", "--require-driver"]
 
 
 def test_the_configs_knobs_reach_the_trainer(rendered: dict, stubs: dict[str, Any]) -> None:
@@ -264,7 +279,20 @@ def test_trainer_stops_when_preflight_fails(rendered: dict, stubs: dict[str, Any
     failing.write_text(STUB + 'if [ "$1" = preflight ]; then exit 1; fi\n')
     result = _train(rendered, stubs)
     assert result.returncode == 1
-    assert [args[0] for _, args, _ in _calls(stubs["log"])] == ["preflight"]
+    assert [args[0] for _, args, _ in _calls(stubs["log"])] == [
+        "/opt/webshop/trainer-image-check.py",
+        "preflight",
+    ]
+
+
+def test_trainer_stops_when_a_module_does_not_import_with_the_driver(
+    rendered: dict, stubs: dict[str, Any]
+) -> None:
+    failing = stubs["root"] / "bin" / "python3"
+    failing.write_text(STUB + "exit 1\n")
+    result = _train(rendered, stubs)
+    assert result.returncode == 1
+    assert [args[0] for _, args, _ in _calls(stubs["log"])] == ["/opt/webshop/trainer-image-check.py"]
 
 
 # ---- eval ----------------------------------------------------------------------------------------------------------

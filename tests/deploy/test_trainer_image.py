@@ -29,7 +29,10 @@ def _check_module():
 
 def test_dockerfile_runs_the_checks_after_everything_is_installed() -> None:
     text = DOCKERFILE.read_text()
-    assert re.search(r"^ARG TRAINER_BASE_IMAGE=lmsysorg/sglang:v0\.5\.9$", text, re.MULTILINE)
+    # the tag, or tag@digest once `make pin-digests` has run
+    assert re.search(
+        r"^ARG TRAINER_BASE_IMAGE=lmsysorg/sglang:v0\.5\.9(@sha256:[0-9a-f]{64})?$", text, re.MULTILINE
+    )
     assert re.search(r"^FROM \$\{TRAINER_BASE_IMAGE\}$", text, re.MULTILINE)
     check = text.index("trainer-image-check.py --configs /opt/webshop/configs")
     assert check > text.rindex("pip install") and check > text.index("COPY configs/")
@@ -79,10 +82,48 @@ def test_pip_check_fails_on_any_conflict_not_listed_with_a_reason(tmp_path: Path
     output = tmp_path / "pip-check.txt"
     output.write_text(f"{numpy_line}\n{other}\n")
     result = subprocess.run([sys.executable, str(SCRIPT), "--configs", str(tmp_path), "--accepted-conflicts",
-                             str(ACCEPTED), "--pip-check-output", str(output), "--skip",
-                             *check.GPU_RUN_MODULES], capture_output=True, text=True)  # fmt: skip
+                             str(ACCEPTED), "--pip-check-output", str(output), "--verl-line", "0.7", "--skip",
+                             *check.GPU_RUN_MODULES["0.7"]], capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 1 and "pip check: xgrammar" in result.stderr
     unreasoned = tmp_path / "accepted.txt"
     unreasoned.write_text("has requirement numpy\n")
     with pytest.raises(SystemExit, match="needs ' # <reason>'"):
         check.read_accepted(unreasoned)
+
+
+def test_the_verl09_image_runs_the_same_checks() -> None:
+    text = (REPO / "docker" / "trainer-verl09.Dockerfile").read_text()
+    check = text.index("trainer-image-check.py --configs /opt/webshop/configs/verl09")
+    assert check > text.rindex("pip install") and check > text.index("COPY configs/")
+    assert "--verl-line 0.9" in text and "--baseline base-pip-check.txt" in text
+    assert text.index("base-pip-check.txt") < text.index(
+        "pip install"
+    )  # recorded before anything is installed
+    assert "|| echo" not in text, "a failing check must fail the build"
+
+
+def test_conflicts_the_base_image_shipped_are_accepted_and_new_ones_fail() -> None:
+    check = _check_module()
+    shipped = "flashinfer-python 0.4.1 has requirement nvidia-cudnn-frontend>=1.13, but you have 1.12."
+    new = "verl 0.9.1 has requirement transformers<5.11, but you have transformers 5.12.0."
+    assert check.unaccepted_conflicts(f"{shipped}\n{new}\n", [], baseline=f"{shipped}\n") == [new]
+    assert check.unaccepted_conflicts(f"{shipped}\n", [], baseline="") == [shipped]
+
+
+def test_an_import_that_needs_the_gpu_driver_is_deferred_at_build_and_fails_with_the_driver_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`docker build` has no libcuda.so (the NVIDIA runtime mounts it into running containers only): such a
+    failure is deferred at build time, and fails the trainer job's start (--require-driver)."""
+    check = _check_module()
+    (tmp_path / "needs_driver.py").write_text(
+        "raise ImportError('libcuda.so.1: cannot open shared object file: No such file or directory')\n"
+    )
+    (tmp_path / "broken.py").write_text("raise ImportError('No module named flashinfer')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    deferred: list[str] = []
+    errors = check.import_errors(["needs_driver", "broken"], deferred)
+    assert errors == ["import broken: ImportError: No module named flashinfer"]
+    assert deferred == ["import needs_driver: ImportError: libcuda.so.1: cannot open shared object file: No such "
+                        "file or directory"]  # fmt: skip
+    assert len(check.import_errors(["needs_driver", "broken"])) == 2  # --require-driver: nothing deferred

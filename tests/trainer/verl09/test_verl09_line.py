@@ -32,6 +32,19 @@ def test_the_installed_verl_is_the_0_9_1_the_line_is_built_for() -> None:
         import verl.interactions.base  # noqa: F401  (removed in 0.8.0: the interaction path is 0.7-only)
 
 
+def test_the_0_9_images_module_list_imports_here_except_the_gpu_image_packages() -> None:
+    """docker/trainer-verl09.Dockerfile's import check (verl 0.9 line) on CPU: every module but sglang's server
+    and TransferQueue (installed only in the image) imports under verl 0.9.1."""
+    repo = Path(__file__).resolve().parents[3]
+    not_here = ["sglang", "sglang.launch_server", "verl.workers.rollout.sglang_rollout.async_sglang_server",
+                "transfer_queue", "verl.trainer.ppo.v1"]  # fmt: skip
+    result = subprocess.run([sys.executable, str(repo / "docker" / "trainer-image-check.py"), "--configs",
+                             str(repo / "configs" / "verl09"), "--skip", *not_here],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "image check (verl 0.9 line): imported 13/13 modules" in result.stdout
+
+
 def test_both_0_9_configs_compose_against_the_stock_config_and_validate() -> None:
     from webshop_trainer.config import TRAINING_CONFIGS, training_config_dir
     from webshop_trainer.preflight import check_training_config

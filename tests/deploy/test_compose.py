@@ -121,6 +121,21 @@ def test_image_builds_take_base_images_and_the_ca_bundle_from_settings(compose: 
     assert config["secrets"]["build_ca"]["file"] == "/etc/hostname"
 
 
+def test_trainer_bases_default_to_the_dockerfiles_pins(compose: Compose) -> None:
+    """Both trainer lines take their base from .env when it is set, else the Dockerfile's ARG default (the one
+    `make pin-digests` rewrites to tag@digest): compose must not hard-code a tag of its own over that default."""
+    default = compose.config(*compose.all_profiles)
+    for name in ("trainer", "trainer-verl09"):
+        assert not default["services"][name]["build"].get("args"), name
+    bases = {
+        "TRAINER_BASE_IMAGE": "mirror.example/sglang:v0.5.9",
+        "TRAINER09_BASE_IMAGE": "mirror.example/verl:0.9",
+    }
+    config = compose.config(*compose.all_profiles, env=bases)
+    for name, arg in (("trainer", "TRAINER_BASE_IMAGE"), ("trainer-verl09", "TRAINER09_BASE_IMAGE")):
+        assert config["services"][name]["build"]["args"] == {arg: bases[arg]}, name
+
+
 def test_networks(rendered: dict) -> None:
     assert rendered["networks"]["envnet"].get("internal") is True
     assert not rendered["networks"]["default"].get("internal")

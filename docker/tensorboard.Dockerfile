@@ -13,8 +13,9 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1
 
 COPY docker/tensorboard-constraints.txt /tmp/tensorboard-constraints.txt
-RUN python -m pip install --constraint /tmp/tensorboard-constraints.txt tensorboard==2.20.0 \
+RUN python -m pip install --constraint /tmp/tensorboard-constraints.txt tensorboard==2.21.0 \
  && python -m pip check \
+ && tensorboard --version \
  && rm /tmp/tensorboard-constraints.txt \
  && groupadd --gid 10001 tensorboard \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin tensorboard

@@ -120,6 +120,11 @@ if ! command -v $(DOCKER) >/dev/null 2>&1; then \
   problems="$$problems\n  - no Docker: the docker CLI is not installed"; \
 elif ! $(DOCKER) info >/dev/null 2>&1; then \
   problems="$$problems\n  - no Docker engine: docker info failed (daemon not running or not reachable)"; \
+elif ! compose_version=$$($(COMPOSE) version --short 2>/dev/null); then \
+  problems="$$problems\n  - no Docker Compose v2: '$(COMPOSE) version' failed (install the compose plugin, or make setup)"; \
+elif ! printf '%s\n' 2.24.4 "$${compose_version#v}" | sort -V -C; then \
+  problems="$$problems\n  - Docker Compose $$compose_version is older than 2.24.4, which the GPU device list needs (!override):"; \
+  problems="$$problems upgrade the compose plugin, or run with COMPOSE=<a newer docker-compose> (make setup brings one)"; \
 fi; \
 if [ -n "$$problems" ]; then \
   printf '%b\n' "make $@: this machine cannot run the GPU job:$$problems" \

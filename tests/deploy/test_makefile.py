@@ -90,6 +90,26 @@ def test_eval_needs_a_model_then_a_gpu(stack_copy: Path) -> None:
     assert no_gpu.returncode != 0 and "make demo" in no_gpu.stderr
 
 
+def test_an_old_compose_is_refused_before_anything_is_built(stack_copy: Path, tmp_path: Path) -> None:
+    """The GPU device list override (`!override`) needs Compose >= 2.24.4: an older plugin is named, with the way
+    out, before the stack or an image is built (GPU and engine stand-ins: only Compose's version is wrong)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stubs = {
+        "nvidia-smi": 'echo "GPU 0: NVIDIA H100 (UUID: GPU-0)"',
+        "docker": 'case "$1 $2" in "compose version") echo 2.20.2 ;; "info "*) exit 0 ;; *) exit 9 ;; esac',
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = subprocess.run(["make", "--no-print-directory", "train-test", "COMPOSE=docker compose"], cwd=stack_copy,
+                            env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "Docker Compose 2.20.2 is older than 2.24.4" in result.stderr
+    assert not (stack_copy / ".env").exists(), "nothing may be prepared before the check"
+
+
 def test_scale_needs_a_count(stack_copy: Path) -> None:
     result = _make("scale", "N=zero", cwd=stack_copy)
     assert result.returncode != 0

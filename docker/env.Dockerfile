@@ -22,12 +22,10 @@
 # bundle for the downloads of the build stage only: a secret mount is never written to an image layer, and the
 # runtime stage installs offline.
 #
-# Base image: Python 3.11 slim (Debian bookworm), pinned by tag. To pin it by digest as well, resolve the tag on
-# a machine with registry access and append it to PYTHON_BASE_IMAGE:
+# Base image: Python 3.11 slim (Debian bookworm), pinned by tag. To pin it by digest as well, run
+# `make pin-digests` on a machine with registry access (it resolves the tag and writes tag@digest into the ARG
+# default below), or append the digest to PYTHON_BASE_IMAGE in .env:
 #   docker buildx imagetools inspect python:3.11.13-slim-bookworm --format '{{json .Manifest.Digest}}'
-# The multi-platform index digest that public Dockerfiles pin for this tag (not verifiable from the machine
-# this file was written on, which cannot reach a registry):
-#   python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
 ARG PYTHON_BASE_IMAGE=python:3.11.13-slim-bookworm
 
 # ---- stage 1: build every wheel the runtime needs (no compilers, no network in the runtime stage) -----------

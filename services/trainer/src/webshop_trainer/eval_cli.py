@@ -111,8 +111,9 @@ def add_commands(subparsers: Any) -> None:
     r = subparsers.add_parser(
         "report",
         help="training curves (PNG + HTML) from a run's verl metric log, or rebuild an eval's report.html",
-        description="--run outputs/<experiment>: plot reward, success, KL, policy loss, response length and "
-        "env steps/s from verl's metric log. --eval DIR: rebuild DIR/report.html from its trajectories.",
+        description="--run outputs/<experiment>: plot reward, success rate, KL, policy loss, response length, "
+        "env steps per episode and invalid-action rate from verl's metric log. --eval DIR: rebuild "
+        "DIR/report.html from its trajectories.",
     )
     target = r.add_mutually_exclusive_group(required=True)
     target.add_argument(

@@ -657,6 +657,8 @@ def run_agent_loop_preflight(options: PreflightOptions) -> dict[str, Any]:
     t = time.monotonic()
     try:
         names = [options.config] if options.config else list(TRAINING_CONFIGS)
+        # the configs name the agent-loop file relative to the repository; found from any working directory
+        os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(config_dir() / AGENT_LOOP_CONFIG))
         reports = [
             check_training_config(TRAINING_CONFIGS[n], options.overrides, directory=directory) for n in names
         ]

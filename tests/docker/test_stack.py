@@ -24,7 +24,9 @@ pytestmark = pytest.mark.timeout(1800)
 
 EXPERT_EPISODES = 60  # goals 0..59 of the synthetic goals (the test split starts at 0)
 CONCURRENT_EPISODES = 32
-THINK_SECONDS = 0.2  # between an episode's steps, so the episodes are in flight when a replica dies
+# Each episode under a disruption is paced to last about this long (think time between its steps, whatever its
+# number of steps: an expert plan can be 3 steps), so every episode is in flight when a replica dies after 1 s.
+EPISODE_SECONDS = 4.0
 ENV_SIDE = ("catalog-init", "webshop", "sessions", "balancer")
 
 
@@ -254,12 +256,12 @@ def test_scale_to_three_and_the_new_replica_serves(stack: Stack, expert: dict) -
 
 # ---- a replica lost under load --------------------------------------------------------------------------------------
 async def _episode(client: httpx.AsyncClient, goal: int, actions: list[str]) -> float:
-    """One episode with think time between the steps; any non-2xx or transport error is raised."""
+    """One episode paced to last about EPISODE_SECONDS; any non-2xx or transport error is raised."""
     answer = await client.post("/v1/reset", json={"goal": goal, "goal_set": "synthetic"})
     answer.raise_for_status()
     state, reward = answer.json()["state"], 0.0
     for action in actions:
-        await asyncio.sleep(THINK_SECONDS)
+        await asyncio.sleep(EPISODE_SECONDS / len(actions))
         answer = await client.post("/v1/step", json={"state": state, "action": action})
         answer.raise_for_status()
         state, reward = answer.json()["state"], float(answer.json()["reward"])
@@ -273,7 +275,11 @@ async def _episodes_while(stack: Stack, expert: dict, disrupt, after_seconds: fl
     async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
         tasks = [asyncio.create_task(_episode(client, goal, expert[goal][0])) for goal in goals]
         await asyncio.sleep(after_seconds)
-        assert not any(task.done() for task in tasks), "the episodes ended before the disruption"
+        early = {goal: task for goal, task in zip(goals, tasks, strict=True) if task.done()}
+        if early:  # a failure before the disruption is the stack's, not the disruption's: say what it was
+            await asyncio.gather(*tasks, return_exceptions=True)
+            outcomes = [f"goal {goal}: {task.exception() or task.result()!r}" for goal, task in early.items()]
+            pytest.fail(f"{len(early)} episodes ended before the disruption:\n" + "\n".join(outcomes))
         await asyncio.to_thread(disrupt)
         results = await asyncio.gather(*tasks, return_exceptions=True)
     errors = [f"goal {goal}: {result!r}" for goal, result in zip(goals, results, strict=True)

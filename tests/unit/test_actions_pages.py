@@ -38,7 +38,7 @@ def test_parse_action(action: str, expected: tuple) -> None:
 @pytest.mark.parametrize(
     ("node", "segment"),
     [("", None), (" ", ""), ("   \t", ""), (" \n ", None), ("\n", None), (" x ", "x"), ("a\nb", "a\nb"),
-     ("\u00a0", "")],
+     ("\u00a0", ""), ("\u00a0\n", ""), ("\x0b\n", ""), ("\f\r\n", None)],
 )  # fmt: skip
 def test_text_node_whitespace_rules(node: str, segment: str | None) -> None:
     assert text_node(node) == segment

@@ -1,5 +1,5 @@
 """compose.yaml: valid against the Compose specification (Docker Compose v2's own `config`, no daemon needed),
-rendered with .env.example, and shaped as the design says; .env.example documents every variable."""
+rendered with .env.example, and shaped as docs/architecture.md describes; .env.example documents every variable."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ down-local: ## stop what up-local started
 status-local: ## show the local cluster
 	$(PY) -m webshop_env.cluster status
 
-preflight: setup nginx redis data ## CPU checks of the verl path (configs, data, env cluster, agent loop) -> outputs/preflight/summary.json
+preflight: setup nginx redis data ## CPU checks of the verl path (configs, data, env cluster, agent loop; VERL_LINE=0.7|0.9) -> outputs/preflight/summary.json
 	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make preflight: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
 	$(TRAIN_VENV)/bin/webshop-train preflight --catalog $(CATALOG_DIR)
 

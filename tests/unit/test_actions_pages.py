@@ -7,6 +7,7 @@ import pytest
 from webshop_env.core.actions import parse_action
 from webshop_env.core.model import ProductRecord
 from webshop_env.core.pages import (
+    SEP,
     item_clickables,
     join_nodes,
     render_done_page,
@@ -109,3 +110,17 @@ def test_repeated_option_values_collapse_to_the_last_group_first_position() -> N
 
 def test_join_nodes_drops_newline_only_nodes() -> None:
     assert join_nodes(["a", "\n", " ", "b"]) == "a [SEP]  [SEP] b"
+
+
+def test_join_nodes_applies_text_node_to_every_node() -> None:
+    """join_nodes inlines text_node (it runs on every step): both must keep giving the same segments."""
+    import random
+
+    rng = random.Random(0)
+    alphabet = " \t\n\r\fab\u00a0\x0b"
+    for _ in range(5000):
+        nodes = [
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 5))) for _ in range(rng.randint(0, 6))
+        ]
+        expected = SEP.join(segment for segment in map(text_node, nodes) if segment is not None)
+        assert join_nodes(nodes) == expected, nodes

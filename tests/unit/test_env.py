@@ -117,3 +117,15 @@ def test_any_action_on_any_page_never_raises(env: WebShopEnv, goal: int, choices
         assert isinstance(step.observation, str)
         if step.done:
             break
+
+
+def test_evolve_is_dataclasses_replace() -> None:
+    import dataclasses
+
+    state = EpisodeState(goal_set="synthetic", goal=3, query="red shoes", options={"size": "9"}, steps=2)
+    changes = {"page_num": 2, "steps": 3, "options": {}}
+    assert state.evolve(**changes) == dataclasses.replace(state, **changes)
+    assert state.evolve() == state and state.evolve() is not state
+    assert state.steps == 2 and state.options == {"size": "9"}  # the original is untouched
+    with pytest.raises(TypeError, match="no field"):
+        state.evolve(stpes=4)

@@ -80,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_ops.router)
     app.include_router(routes_native.router)
     app.include_router(routes_compat.router)
+    app.add_middleware(routes_native.StepFastPath)  # type: ignore[arg-type]  (innermost: limits and metrics apply)
     app.add_middleware(
         BodyLimitMiddleware,  # type: ignore[arg-type]
         max_bytes=settings.max_body_bytes,

@@ -61,7 +61,15 @@ def text_node(value: str) -> str | None:
 
 
 def join_nodes(nodes: Iterable[str]) -> str:
-    segments = [segment for segment in (text_node(node) for node in nodes) if segment is not None]
+    """The observation text of a page's text nodes: ``text_node`` of each, inlined (every step renders a page)."""
+    segments = []
+    for node in nodes:
+        if not node:
+            continue
+        if node.strip(_ASCII_WHITESPACE):
+            segments.append(node.strip())
+        elif "\n" not in node:
+            segments.append("")
     return SEP.join(segments)
 
 

@@ -52,7 +52,7 @@ def test_reset_shape(api: TestClient) -> None:
     assert body["observation"].startswith("WebShop [SEP] Instruction: [SEP] ")
     assert body["instruction"] in body["observation"]
     assert body["available_actions"] == {"has_search_bar": True, "clickables": ["search"]}
-    assert body["state"].startswith("v1.")
+    assert body["state"].startswith("v2.")
     assert body["info"]["steps"] == 0
 
 
@@ -198,7 +198,7 @@ def _reset_state(api: TestClient) -> str:
         pytest.param(
             lambda t: t.split(".")[0] + "." + t.split(".")[1][:-3] + "xyz." + t.split(".")[2], id="payload"
         ),
-        pytest.param(lambda t: "v2" + t[2:], id="version"),
+        pytest.param(lambda t: "v9" + t[2:], id="version"),
         pytest.param(lambda t: t.replace(".", "", 1), id="parts"),
         pytest.param(lambda t: "", id="empty"),
         pytest.param(lambda t: "garbage", id="garbage"),

@@ -30,7 +30,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     seen: list[bool] = []
     answer = routes_native.StepFastPath._answer
 
-    def recording(scope, body):  # noqa: ANN001, ANN202
+    def recording(scope, body):
         result = answer(scope, body)
         seen.append(result is not None)
         return result
@@ -39,7 +39,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return seen
 
 
-def _step(api: TestClient, body: bytes, content_type: str | None = "application/json"):  # noqa: ANN202
+def _step(api: TestClient, body: bytes, content_type: str | None = "application/json"):
     headers = {"content-type": content_type} if content_type else {}
     return api.post("/v1/step", content=body, headers=headers)
 

@@ -113,3 +113,35 @@ def test_sessions_close() -> None:
     with pytest.raises(UnknownSession):
         store.put(env_idx, state(2))
     assert "call /create" in str(UnknownSession(env_idx))
+
+
+def test_small_states_travel_uncompressed_and_long_ones_compressed() -> None:
+    from webshop_env.api.tokens import COMPRESS_ABOVE, _b64decode
+
+    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    small = EpisodeState(goal_set="synthetic", goal=1, query="red shoes", steps=3)
+    long = EpisodeState(goal_set="synthetic", goal=1, query="red shoes " * 200, steps=3)
+    for state, compressed in ((small, False), (long, True)):
+        token = codec.encode(state)
+        version, payload, _ = token.split(".")
+        raw = _b64decode(payload)
+        assert version == "v2" and (raw[:1] != b"{") is compressed
+        assert (
+            len(orjson.dumps({"f": FINGERPRINT[:12], "d": state.to_dict()})) > COMPRESS_ABOVE
+        ) is compressed
+        assert codec.decode(token) == state
+
+
+def test_version_1_tokens_from_before_an_upgrade_still_decode() -> None:
+    """v1 payloads are always zlib: an episode started on a replica of the previous release goes on."""
+    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    state = EpisodeState(goal_set="synthetic", goal=7, query="blue mug", options={"size": "large"}, steps=4)
+    body = orjson.dumps({"f": FINGERPRINT[:12], "d": state.to_dict()})
+    signed = "v1." + base64.urlsafe_b64encode(zlib.compress(body)).rstrip(b"=").decode()
+    mac = base64.urlsafe_b64encode(codec._mac(signed.encode())).rstrip(b"=").decode()
+    assert codec.decode(f"{signed}.{mac}") == state
+    # a v1 token's payload is never read as plain JSON (it must inflate)
+    plain = "v1." + base64.urlsafe_b64encode(body).rstrip(b"=").decode()
+    mac = base64.urlsafe_b64encode(codec._mac(plain.encode())).rstrip(b"=").decode()
+    with pytest.raises(TokenError, match="malformed"):
+        codec.decode(f"{plain}.{mac}")

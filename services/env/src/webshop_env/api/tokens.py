@@ -1,10 +1,16 @@
 """State tokens: the episode state, signed, so that any replica can serve the next step.
 
-Format (version 1)::
+Format (version 2)::
 
-    v1.<payload>.<mac>
-    payload = base64url(zlib(orjson({"f": catalog fingerprint prefix, "d": EpisodeState.to_dict()})))
-    mac     = base64url(HMAC-SHA256(secret, "v1." + payload + "." + full catalog fingerprint))
+    v2.<payload>.<mac>
+    body    = orjson({"f": catalog fingerprint prefix, "d": EpisodeState.to_dict()})
+    payload = base64url(body)            if len(body) <= COMPRESS_ABOVE (the usual state: ~150 bytes)
+              base64url(zlib(body))      otherwise (a long query)
+    mac     = base64url(HMAC-SHA256(secret, "v2." + payload + "." + full catalog fingerprint))
+
+The decoder tells the two payloads apart by their first byte: a JSON object starts with ``{``, a zlib stream
+never does (its first byte's low four bits are 8). Version 1 tokens (``v1.``, always zlib) are still read,
+so episodes in flight survive an upgrade of the replicas.
 
 The full catalog fingerprint is bound into the MAC without travelling in the token, so a token made for
 another catalog never verifies; its short prefix does travel, so the error can say "another catalog" rather
@@ -12,11 +18,12 @@ than just "bad signature". The payload is only decoded after the MAC checks out 
 which decompresses at most a bounded number of bytes), so a forged token cannot feed the decoder.
 Base64url is unpadded, so a token is safe in JSON, URLs and headers.
 
-Cost: a step decodes one token and encodes one, so the codec is on every request's path. zlib's default
-parameters allocate and clear ~300 KB of compressor state per call (tens of µs for a ~200-byte state); a 4 KB
-window with a small hash table (``ZLIB_WBITS``, ``ZLIB_MEM_LEVEL``) compresses these payloads as well at a
-fraction of that. The stream is still a standard zlib stream whose header carries its window size, and the
-decoder reads the window size from that header, so tokens made with other parameters still decode.
+Cost: a step decodes one token and encodes one, so the codec is on every request's path. A typical state
+is ~150 bytes of JSON that zlib shrinks by a fifth at best, while setting up a compressor and an inflater
+was the largest single cost of a replica's step (profiled under load): small states travel uncompressed.
+Long ones (a query near its 2,048-character cap) are compressed with a 4 KB window and a small hash table
+(``ZLIB_WBITS``, ``ZLIB_MEM_LEVEL``); the decoder reads the window size from the stream's header, so tokens
+made with other parameters still decode.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ import orjson
 
 from ..core.env import EpisodeState, InvalidState
 
-VERSION = "v1"
+VERSION = "v2"
+READABLE_VERSIONS = ("v1", "v2")  # v1: the payload is always zlib
+COMPRESS_ABOVE = 256  # bytes of JSON; a state is ~150 without a long query
 FINGERPRINT_PREFIX = 12
 MAX_PAYLOAD_BYTES = 1 << 20  # decompressed; a real state is a few hundred bytes
 ZLIB_LEVEL = 1
@@ -74,7 +83,7 @@ class TokenCodec:
 
     def encode(self, state: EpisodeState) -> str:
         body = orjson.dumps({"f": self._prefix, "d": state.to_dict()})
-        signed = f"{VERSION}.{_b64encode(_compress(body))}"
+        signed = f"{VERSION}.{_b64encode(body if len(body) <= COMPRESS_ABOVE else _compress(body))}"
         return f"{signed}.{_b64encode(self._mac(signed.encode()))}"
 
     def decode(self, token: object) -> EpisodeState:
@@ -89,9 +98,10 @@ class TokenCodec:
                 "malformed state token: expected three dot-separated parts; pass `state` unchanged"
             )
         version, payload, mac_text = parts
-        if version != VERSION:
+        if version not in READABLE_VERSIONS:
             raise TokenError(
-                f"unsupported state token version {version[:16]!r} (this server reads {VERSION}); "
+                f"unsupported state token version {version[:16]!r} (this server reads "
+                f"{', '.join(READABLE_VERSIONS)}); "
                 "reset the episode to get a fresh token"
             )
         try:
@@ -100,24 +110,31 @@ class TokenCodec:
         except (binascii.Error, ValueError, UnicodeEncodeError):
             raise TokenError("malformed state token: not base64url; pass `state` unchanged") from None
         if not hmac.compare_digest(mac, self._mac(signed)):
-            raise TokenError(self._diagnose(payload))
+            raise TokenError(self._diagnose(version, payload))
         try:
-            data = orjson.loads(self._inflate(payload))
+            data = orjson.loads(self._body(version, payload))
             return EpisodeState.from_dict(data["d"])
         except (InvalidState, orjson.JSONDecodeError, KeyError, TypeError, ValueError, zlib.error) as error:
             raise TokenError(f"malformed state token payload: {error}") from None
 
-    def _inflate(self, payload: str) -> bytes:
+    @staticmethod
+    def _body(version: str, payload: str) -> bytes:
+        """The JSON a payload carries: as it is (v2, starts with ``{``) or inflated (a zlib stream)."""
+        raw = _b64decode(payload)
+        if version != "v1" and raw[:1] == b"{":
+            if len(raw) > MAX_PAYLOAD_BYTES:
+                raise ValueError("state payload too large")
+            return raw
         inflater = zlib.decompressobj(0)  # 0: the window size in the stream's header (allocates no more)
-        data = inflater.decompress(_b64decode(payload), MAX_PAYLOAD_BYTES)
+        data = inflater.decompress(raw, MAX_PAYLOAD_BYTES)
         if inflater.unconsumed_tail:
             raise ValueError("state payload too large")
         return data
 
-    def _diagnose(self, payload: str) -> str:
+    def _diagnose(self, version: str, payload: str) -> str:
         """Why the MAC did not match: another catalog (if the payload says so), else tampering/another key."""
         try:
-            prefix = orjson.loads(self._inflate(payload)).get("f")
+            prefix = orjson.loads(self._body(version, payload)).get("f")
         except Exception:  # the payload is attacker-controlled: any failure just means "bad signature"
             prefix = None
         if isinstance(prefix, str) and prefix != self._prefix:

@@ -445,7 +445,11 @@ class BM25Index:
             term = _query_term(token)
             if term is not None:
                 counts[term] = counts.get(term, 0) + 1
-        found = [(term_id, count) for term, count in counts.items() if (term_id := self.vocab.get(term)) is not None]
+        found = [
+            (term_id, count)
+            for term, count in counts.items()
+            if (term_id := self.vocab.get(term)) is not None
+        ]
         if not found:
             return []
         # one vector operation each instead of numpy scalar arithmetic per term (same float32 products)

@@ -160,6 +160,20 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)  # type: ignore[arg-type]
 
 
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """A receive channel that yields an already read request body once, then what the client sends next."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 class BodyLimitMiddleware:
     """Answers 413 to bodies above ``max_bytes``: by ``Content-Length`` up front, else while buffering.
 
@@ -210,17 +224,7 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
     def _too_large(self, length: int | None) -> str:
         size = f"{length} bytes" if length is not None else "the request body"

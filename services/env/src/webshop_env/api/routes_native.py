@@ -13,10 +13,10 @@ import orjson
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.env import EnvError
-from .errors import ApiError, classify, json_bytes
+from .errors import ApiError, classify, json_bytes, replay_body
 from .service import Runtime
 from .tokens import TokenError
 
@@ -234,7 +234,7 @@ class StepFastPath:
         body = b"".join(chunks)
         answer = self._answer(scope, body)
         if answer is None:
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay_body(body, receive), send)
             return
         if self._route is None:
             self._route = next(
@@ -279,17 +279,3 @@ def _is_json(scope: Scope) -> bool:
         if name == b"content-type":
             return value.split(b";", 1)[0].strip().lower() == b"application/json"
     return False
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive channel that yields the already read body once, then what the client sends next."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay

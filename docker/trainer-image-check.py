@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 import traceback
@@ -47,12 +48,10 @@ _COMMON_MODULES = (
     "webshop_trainer.evaluation.model_path",
 )
 GPU_RUN_MODULES = {
-    "0.7": _COMMON_MODULES + (
-        "verl.workers.fsdp_workers", "webshop_trainer.verl_main", "webshop_trainer.interaction",
-        "webshop_trainer.reward",
-    ),
+    "0.7": (*_COMMON_MODULES, "verl.workers.fsdp_workers", "webshop_trainer.verl_main",
+            "webshop_trainer.interaction", "webshop_trainer.reward"),
     # verl 0.9: main_ppo's default v1 trainer (trainer.use_v1) imports TransferQueue; workers are engine workers
-    "0.9": _COMMON_MODULES + ("verl.workers.engine_workers", "verl.trainer.ppo.v1", "transfer_queue"),
+    "0.9": (*_COMMON_MODULES, "verl.workers.engine_workers", "verl.trainer.ppo.v1", "transfer_queue"),
 }  # fmt: skip
 # What `docker build` lacks and a GPU container has: the driver libraries the NVIDIA runtime mounts.
 DRIVER_LIBRARIES = re.compile(r"lib(cuda|nvidia-ml)\.so")
@@ -84,6 +83,18 @@ def installed_verl_line() -> str:
     return "0.9" if (major, minor) >= (0, 8) else "0.7"
 
 
+def _needs_driver(error: BaseException) -> bool:
+    """Whether the import failed for want of a driver library: the error's own message, or that of the error it
+    was raised from (``raise ... from``), names one. Not its source lines, nor an error it merely happened
+    during (``__context__``): a real failure while handling a missing driver must still fail the build."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if DRIVER_LIBRARIES.search(str(cause)):
+            return True
+        cause = cause.__cause__
+    return False
+
+
 def import_errors(modules: tuple[str, ...] | list[str], deferred: list[str] | None = None) -> list[str]:
     """`import NAME: error` for each module that does not import. With ``deferred`` (a list to fill), a failure
     caused only by a missing NVIDIA driver library goes there instead (the build has no driver)."""
@@ -92,9 +103,8 @@ def import_errors(modules: tuple[str, ...] | list[str], deferred: list[str] | No
         try:
             importlib.import_module(name)
         except BaseException as error:
-            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
             last = traceback.format_exception_only(type(error), error)[-1].strip()
-            if deferred is not None and DRIVER_LIBRARIES.search(text):
+            if deferred is not None and _needs_driver(error):
                 deferred.append(f"import {name}: {last}")
             else:
                 errors.append(f"import {name}: {last}")
@@ -137,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verl-line", choices=sorted(GPU_RUN_MODULES), default=None)
     parser.add_argument("--require-driver", action="store_true",
                         help="at run time, in a GPU container: a missing driver library fails too")  # fmt: skip
-    parser.add_argument("--skip", nargs="*", default=[], help="modules not to import (say why)")
+    parser.add_argument("--skip", nargs="*", default=os.environ.get("WEBSHOP_IMAGE_CHECK_SKIP", "").split(),
+                        help="modules not to import (say why); default: $WEBSHOP_IMAGE_CHECK_SKIP, which the images "
+                        "set to their build's IMAGE_CHECK_SKIP so the job's rerun skips the same")  # fmt: skip
     args = parser.parse_args(argv)
     problems: list[str] = []
     line = args.verl_line or installed_verl_line()

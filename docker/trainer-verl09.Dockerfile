@@ -70,6 +70,8 @@ COPY configs/ /opt/webshop/configs/
 #    the agent loop, the merger), and no `pip check` conflict beyond the base image's own (base-pip-check.txt)
 #    and those listed with their reasons. Imports that need the NVIDIA driver are rerun at the job's start.
 ARG IMAGE_CHECK_SKIP=""
+# kept in the image: the job's rerun of the imports (with the GPU driver) skips the same modules
+ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \

@@ -72,6 +72,8 @@ COPY configs/ /opt/webshop/configs/
 #    the NVIDIA driver (not mounted during a build) is deferred: the trainer job reruns the imports with
 #    --require-driver before its preflight. IMAGE_CHECK_SKIP: modules to leave out; empty by default.
 ARG IMAGE_CHECK_SKIP=""
+# kept in the image: the job's rerun of the imports (with the GPU driver) skips the same modules
+ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \

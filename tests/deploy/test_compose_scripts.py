@@ -309,7 +309,10 @@ def test_eval_needs_a_model_and_passes_the_settings(rendered: dict, stubs: dict[
                 "EVAL_EXTRA_ARGS": "--concurrency 64"}  # fmt: skip
     result = _run(entrypoint, script, {**env, **settings}, stubs["path"])
     assert result.returncode == 0, result.stderr
-    ((name, args, _),) = _calls(stubs["log"])
+    (imports, (name, args, _)) = _calls(stubs["log"])
+    # the imports first (sglang's server among them), with the GPU driver required
+    assert imports[:2] == ("python3", ["/opt/webshop/trainer-image-check.py", "--configs", "/opt/webshop/configs",
+                                       "--require-driver"])  # fmt: skip
     assert name == "webshop-train"
     assert args == [
         "eval", "--policy", "checkpoint", "--model-path", "/outputs/checkpoints/run7/hf", "--url",
@@ -324,7 +327,7 @@ def test_eval_needs_a_model_and_passes_the_settings(rendered: dict, stubs: dict[
     stubs["log"].unlink()
     latest = _run(entrypoint, script, {**env, "EVAL_MODEL_PATH": f"{experiment}/"}, stubs["path"])
     assert latest.returncode == 0, latest.stderr
-    ((_, args, _),) = _calls(stubs["log"])
+    (_, (_, args, _)) = _calls(stubs["log"])
     assert args[args.index("--model-path") + 1] == f"{experiment}/global_step_8"
     assert (
         args[args.index("--out") + 1]

@@ -4,6 +4,7 @@ Dockerfile runs them: a missing module or an unlisted dependency conflict fails 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -127,3 +128,38 @@ def test_an_import_that_needs_the_gpu_driver_is_deferred_at_build_and_fails_with
     assert deferred == ["import needs_driver: ImportError: libcuda.so.1: cannot open shared object file: No such "
                         "file or directory"]  # fmt: skip
     assert len(check.import_errors(["needs_driver", "broken"])) == 2  # --require-driver: nothing deferred
+
+
+def test_only_the_errors_own_message_or_its_cause_count_as_a_missing_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import that fails while handling a missing libcuda (its __context__) is a real failure; one raised from
+    it (its __cause__) is the driver's."""
+    check = _check_module()
+    (tmp_path / "wrapped.py").write_text(
+        "try:\n    raise OSError('libcuda.so.1: cannot open shared object file')\n"
+        "except OSError as e:\n    raise ImportError('sgl_kernel could not load its ops') from e\n"
+    )
+    (tmp_path / "during.py").write_text(
+        "try:\n    raise OSError('libcuda.so.1: cannot open shared object file')\n"
+        "except OSError:\n    import no_such_module_here\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    deferred: list[str] = []
+    errors = check.import_errors(["wrapped", "during"], deferred)
+    assert [item.split(":")[0] for item in deferred] == ["import wrapped"]
+    assert [item.split(":")[0] for item in errors] == ["import during"]
+
+
+def test_the_images_skip_list_reaches_the_jobs_rerun(tmp_path: Path) -> None:
+    """IMAGE_CHECK_SKIP is kept in the image as WEBSHOP_IMAGE_CHECK_SKIP, the check's default --skip."""
+    for name in ("trainer.Dockerfile", "trainer-verl09.Dockerfile"):
+        assert "ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}" in (REPO / "docker" / name).read_text(), (
+            name
+        )
+    (tmp_path / "webshop_grpo_test.yaml").write_text("attn_implementation: sdpa\n")
+    env = {**os.environ, "WEBSHOP_IMAGE_CHECK_SKIP": " ".join(_check_module().GPU_RUN_MODULES["0.7"])}
+    result = subprocess.run([sys.executable, str(SCRIPT), "--configs", str(tmp_path), "--verl-line", "0.7",
+                             "--require-driver"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "imported 0/0 modules" in result.stdout

@@ -114,3 +114,59 @@ def test_steps_served_by_the_fast_path_are_counted_under_the_routes_template(api
     state = api.post("/v1/reset", json={"goal": 1}).json()["state"]
     assert _step(api, orjson.dumps({"state": state, "action": "search[red]"})).status_code == 200
     assert count() == before + 1
+
+
+def test_deep_nesting_is_left_to_the_route(api: TestClient, served: list[bool]) -> None:
+    """orjson parses nesting that Python's parser (the route's) refuses: such bodies are the route's to answer."""
+    state = api.post("/v1/reset", json={"goal": 2}).json()["state"]
+    for depth in (10, 1000):
+        body = b'{"state": "%s", "action": "search[red]", "z": %s%s}' % (
+            state.encode(),
+            b"[" * depth,
+            b"]" * depth,
+        )
+        fast, route = _step(api, body), _step(api, body, content_type=None)
+        assert (fast.status_code, fast.content) == (route.status_code, route.content), depth
+    assert served == [
+        True,
+        False,
+        False,
+        False,
+    ]  # depth 10: fast, then the route; depth 1000: the route twice
+
+
+def test_a_client_that_goes_away_mid_body_is_counted_as_the_route_counts_it(api: TestClient) -> None:
+    """A disconnect before the body is complete reaches the route (400, under its template), not a bare 500."""
+    import asyncio
+
+    def count(status: str) -> float:
+        lines = [line for line in api.get("/metrics").text.splitlines()
+                 if line.startswith("webshop_http_requests_total{") and 'route="/v1/step"' in line
+                 and f'status="{status}"' in line]  # fmt: skip
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+    async def go_away() -> list[dict]:
+        messages = [
+            {"type": "http.request", "body": b'{"state": "v2.', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/v1/step", "raw_path": b"/v1/step", "query_string": b"",
+                 "root_path": "", "client": ("127.0.0.1", 1), "server": ("testserver", 80),
+                 "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                             (b"content-length", b"300")]}  # fmt: skip
+        await api.app(scope, receive, send)
+        return sent
+
+    before = count("400")
+    sent = asyncio.run(go_away())
+    assert sent[0]["status"] == 400
+    assert count("400") == before + 1

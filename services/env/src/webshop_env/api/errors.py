@@ -160,18 +160,16 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)  # type: ignore[arg-type]
 
 
-def replay_body(body: bytes, receive: Receive) -> Receive:
-    """A receive channel that yields an already read request body once, then what the client sends next."""
-    sent = False
+def replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive channel that yields messages already read from ``receive``, in order, then what comes next."""
+    pending = list(messages)
 
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
         return await receive()
 
-    return replay
+    return replayed
 
 
 class BodyLimitMiddleware:
@@ -214,7 +212,9 @@ class BodyLimitMiddleware:
         size = 0
         while True:
             message = await receive()
-            if message["type"] == "http.disconnect":
+            if message["type"] != "http.request":  # the client went away: the app answers that as usual
+                read = {"type": "http.request", "body": b"".join(chunks), "more_body": True}
+                await self.app(scope, replay([read, message], receive), send)
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -224,7 +224,8 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        await self.app(scope, replay_body(b"".join(chunks), receive), send)
+        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, replay([body], receive), send)
 
     def _too_large(self, length: int | None) -> str:
         size = f"{length} bytes" if length is not None else "the request body"

@@ -9,15 +9,17 @@
    (attn_implementation flash_attention_2, verl's default, or use_remove_padding, which imports
    flash_attn.bert_padding). A missing or broken module fails the build, not the first GPU hour.
 2. Reads `pip check`'s output and fails on any conflict that is not listed, with its reason, in the accepted
-   conflicts file (one regular expression per line, then ` # ` and the reason). With --baseline FILE (`pip check` of the base image before anything was installed), a conflict the base image
-   already shipped is reported but accepted: only conflicts this build introduces fail it.
+   conflicts file (one regular expression per line, then ` # ` and the reason). With --baseline FILE (the
+   base image's own `pip check`, taken before anything was installed), a conflict the base image already
+   shipped is reported but accepted: only conflicts this build introduces fail it.
 3. `docker build` runs without the NVIDIA driver (the container runtime mounts libcuda.so only into running
    containers). A module whose import fails only for want of the driver library is reported as deferred, and
    the trainer job runs this script again with --require-driver at its start, before the preflight, where any
    import failure fails the job within seconds.
 
 --verl-line picks the module list (0.7: FSDP workers and the interaction; 0.9: the engine workers, TransferQueue
-and the agent loop); default: the installed verl's line. --skip leaves a module out: say why in the build log.
+and the agent loop); default: the installed verl's line. --skip leaves a module out (default: the image's
+WEBSHOP_IMAGE_CHECK_SKIP, set from the build argument IMAGE_CHECK_SKIP): say why in the build log.
 """
 
 from __future__ import annotations
@@ -128,14 +130,24 @@ def conflict_lines(pip_check_output: str) -> list[str]:
     return [line for line in lines if not line.startswith("No broken requirements")]
 
 
+def conflict_verdicts(
+    pip_check_output: str, accepted: list[tuple[re.Pattern[str], str]], baseline: str = ""
+) -> list[tuple[str, str | None]]:
+    """(conflict, why it is accepted) for each line of `pip check` output; why is None for a conflict that no
+    accepted pattern matches and the base image did not already report (``baseline``: its own output)."""
+    shipped = set(conflict_lines(baseline))
+    verdicts: list[tuple[str, str | None]] = []
+    for line in conflict_lines(pip_check_output):
+        reasons = [reason for pattern, reason in accepted if pattern.search(line)]
+        verdicts.append((line, "shipped by the base image" if line in shipped else next(iter(reasons), None)))
+    return verdicts
+
+
 def unaccepted_conflicts(
     pip_check_output: str, accepted: list[tuple[re.Pattern[str], str]], baseline: str = ""
 ) -> list[str]:
-    """Lines of `pip check` output that no accepted pattern matches and the base image did not already report
-    (``baseline``: its own `pip check` output); ``No broken requirements found.`` is none."""
-    shipped = set(conflict_lines(baseline))
-    return [line for line in conflict_lines(pip_check_output)
-            if line not in shipped and not any(pattern.search(line) for pattern, _ in accepted)]  # fmt: skip
+    """The conflicts of `pip check` output that fail the build (``No broken requirements found.`` is none)."""
+    return [line for line, why in conflict_verdicts(pip_check_output, accepted, baseline) if why is None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,18 +184,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.accepted_conflicts is None:
             parser.error("--pip-check-output needs --accepted-conflicts")
         accepted = read_accepted(args.accepted_conflicts)
-        output = args.pip_check_output.read_text()
         baseline = args.baseline.read_text() if args.baseline else ""
-        for conflict in conflict_lines(output):
-            if conflict in set(conflict_lines(baseline)):
-                print(f"image check: conflict shipped by the base image: {conflict}")
-                continue
-            for pattern, reason in accepted:
-                if pattern.search(conflict):
-                    print(f"image check: accepted conflict: {conflict}  ({reason})")
-                    break
-        problems += [f"pip check: {conflict} (not in {args.accepted_conflicts.name}, not shipped by the base image)"
-                     for conflict in unaccepted_conflicts(output, accepted, baseline)]  # fmt: skip
+        for conflict, why in conflict_verdicts(args.pip_check_output.read_text(), accepted, baseline):
+            if why is None:
+                problems.append(
+                    f"pip check: {conflict} (not in {args.accepted_conflicts.name}, not shipped by the base image)"
+                )
+            else:
+                print(f"image check: accepted conflict: {conflict}  ({why})")
     for problem in problems:
         print(f"image check FAILED: {problem}", file=sys.stderr)
     return 1 if problems else 0

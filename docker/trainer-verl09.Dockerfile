@@ -70,14 +70,14 @@ COPY configs/ /opt/webshop/configs/
 #    the agent loop, the merger), and no `pip check` conflict beyond the base image's own (base-pip-check.txt)
 #    and those listed with their reasons. Imports that need the NVIDIA driver are rerun at the job's start.
 ARG IMAGE_CHECK_SKIP=""
-# kept in the image: the job's rerun of the imports (with the GPU driver) skips the same modules
+# the check's --skip, here and in the job's rerun of the imports (with the GPU driver)
 ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \
  && python3 trainer-image-check.py --configs /opt/webshop/configs/verl09 \
         --accepted-conflicts trainer-accepted-conflicts.txt --pip-check-output pip-check.txt \
-        --baseline base-pip-check.txt --verl-line 0.9 ${IMAGE_CHECK_SKIP:+--skip ${IMAGE_CHECK_SKIP}}
+        --baseline base-pip-check.txt --verl-line 0.9
 
 RUN (getent group 10001 || groupadd --gid 10001 verl) \
  && (getent passwd 10001 || useradd --uid 10001 --gid 10001 --create-home --home-dir /home/verl --shell /bin/bash verl) \

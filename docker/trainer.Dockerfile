@@ -72,14 +72,13 @@ COPY configs/ /opt/webshop/configs/
 #    the NVIDIA driver (not mounted during a build) is deferred: the trainer job reruns the imports with
 #    --require-driver before its preflight. IMAGE_CHECK_SKIP: modules to leave out; empty by default.
 ARG IMAGE_CHECK_SKIP=""
-# kept in the image: the job's rerun of the imports (with the GPU driver) skips the same modules
+# the check's --skip, here and in the job's rerun of the imports (with the GPU driver)
 ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \
  && python3 trainer-image-check.py --configs /opt/webshop/configs --accepted-conflicts trainer-accepted-conflicts.txt \
         --pip-check-output pip-check.txt --baseline base-pip-check.txt --verl-line 0.7 \
-        ${IMAGE_CHECK_SKIP:+--skip ${IMAGE_CHECK_SKIP}} \
  && python3 -c "import importlib.metadata as m, numpy, torch, verl; print('torch', torch.__version__, '| sglang', \
 m.version('sglang'), '| verl', verl.__version__, '| numpy', numpy.__version__)"
 

@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         catalog = open_catalog(settings.catalog)
+        catalog.index.warm_up()  # compiled search before the first request (and before /readyz says ready)
         app.state.runtime = runtime = Runtime(settings, catalog, secret, metrics)
         for name, goal_set in (("DEFAULT_GOAL_SET", settings.default_goal_set),
                                ("COMPAT_GOAL_SET", settings.compat_goal_set)):  # fmt: skip

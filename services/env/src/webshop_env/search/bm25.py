@@ -11,8 +11,9 @@ Scoring copies Lucene 8's ``BM25Similarity`` (k1=0.9, b=0.4) operation for opera
 * hits sort by score, then by document id (Anserini breaks ties on the ``id`` field), top 50.
 
 Documents are numbered in ascending id order, so the tie-break is "lower number first". Each posting stores its
-document number and the float32 denominator ``1 + freq * cache[norm]``, so a search is one vectorised
-``weight - weight / denominator`` per query term and a scatter-add.
+document number and the float32 denominator ``1 + freq * cache[norm]``, so a term score is one
+``weight - weight / denominator``. The scoring loops (exhaustive, and exact MaxScore pruning for large queries)
+are compiled: ``kernels``.
 
 Files of an index directory (arrays are memory-mapped on open):
   meta.json            format version, parameters, collection statistics
@@ -39,6 +40,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from . import kernels
 from .analyzer import normalize_token, tokenize
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "bm25_cache",
     "build_index",
     "byte4_to_int",
+    "compile_kernels",
     "int4_to_long",
     "int_to_byte4",
     "long_to_int4",
@@ -62,13 +65,7 @@ DEFAULT_TOP_K = 50
 _CHUNK_DOCS = 8192  # documents per batch while building
 _TOKEN_CACHE_LIMIT = 4_000_000  # raw token -> term id entries kept while building
 _SORT_POSTINGS_MIN_DF = 64  # postings lists at least this long are sorted by document (memory locality)
-_DENSE_RATIO = 8  # a multi-term query sums over all documents once its postings reach 1/8 of them
 _PRUNE_MIN_POSTINGS = 400_000  # fewer postings: exhaustive scoring (a few ms at most) is faster (measured)
-_THRESHOLD_PER_K = 4  # documents scored exactly (per result wanted) to find the entry threshold theta
-_DENSE_LOOKUP_RATIO = 4  # a lookup spreads the postings when they are at most this many per document wanted
-_THRESHOLD_EVERY = 3  # theta is raised after every this many clauses looked up for the lead's documents
-_MAX_PRUNED_CLAUSES = 1 << 16  # the slack below covers float64 rounding of sums of up to this many terms
-_BOUND_SLACK = 1.0 + 2.0**-28  # > (1 + n 2^-53) / (1 - 2n 2^-53) for n <= 2^16, plus the product's rounding
 
 
 # Query tokens repeat across searches (instructions share most words): their analysis (Porter stemming in
@@ -308,39 +305,12 @@ def _write_index(builder: _Builder, out_dir: Path, progress: bool, k1: float, b:
 
 # --- searching ------------------------------------------------------------------------------------------------
 class _Workspace(threading.local):
-    """Per-thread work arrays, reused across searches.
-
-    Fresh arrays of 100k+ elements cost page faults on every search (about 5x the arithmetic), so the hot path
-    writes into these instead. ``sums`` is all zeros between searches.
-    """
+    """Per-thread per-document arrays the kernels need, all False / 0 between searches (the kernels restore
+    them). Allocated once: fresh arrays of 100k+ elements would cost page faults on every search."""
 
     def __init__(self, num_docs: int) -> None:
-        self.num_docs = num_docs
-        self.arrays: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, size: int, dtype: Any) -> np.ndarray:
-        """A view of ``size`` elements of the named array (contents undefined), grown when too small."""
-        array = self.arrays.get(name)
-        if array is None or len(array) < size:
-            array = self.arrays[name] = np.empty(
-                max(size, int(len(array) * 1.5) if array is not None else 0), dtype
-            )
-        return array[:size]
-
-    @property
-    def dense32(self) -> np.ndarray:
-        """A float32 per document, all zeros between uses."""
-        array = self.arrays.get("dense32")
-        if array is None:
-            array = self.arrays["dense32"] = np.zeros(self.num_docs, dtype=np.float32)
-        return array
-
-    @property
-    def sums(self) -> np.ndarray:
-        array = self.arrays.get("sums")
-        if array is None:
-            array = self.arrays["sums"] = np.zeros(self.num_docs, dtype=np.float64)
-        return array
+        self.seen = np.zeros(num_docs, dtype=np.bool_)
+        self.sums = np.zeros(num_docs, dtype=np.float64)
 
 
 class BM25Index:
@@ -369,7 +339,7 @@ class BM25Index:
         self._workspace = _Workspace(self.num_docs)
         # Queries with at least this many postings take the pruned path (tests set 0 to force it everywhere).
         self.prune_min_postings = _PRUNE_MIN_POSTINGS
-        self._max_denoms: dict[int, np.float32] = {}  # postings start -> the term's largest denominator
+        self._max_denoms = np.zeros(len(terms), np.float32)  # per term, its largest denominator (0: unknown)
 
     @classmethod
     def open(cls, directory: Path) -> BM25Index:
@@ -377,7 +347,7 @@ class BM25Index:
 
     def _load(self, name: str) -> np.ndarray:
         # a plain ndarray view of the memory map: slicing an np.memmap costs microseconds per slice (its
-        # __array_finalize__), and a search slices every query term's postings several times
+        # __array_finalize__)
         return np.load(self.directory / name, mmap_mode="r").view(np.ndarray)
 
     def __len__(self) -> int:
@@ -399,348 +369,72 @@ class BM25Index:
     def rank(self, query: str, k: int = DEFAULT_TOP_K) -> tuple[np.ndarray, np.ndarray]:
         """Document numbers and float32 scores of the top ``k`` hits for ``query``.
 
-        Large queries take the pruned path (``_rank_pruned``), which returns exactly what exhaustive scoring
-        (``rank_exhaustive``) returns, only faster.
+        Queries of two or more terms with many postings take the pruned path (``kernels.rank_pruned``), which
+        returns exactly what exhaustive scoring (``rank_exhaustive``) returns, only faster.
         """
-        clauses = self._clauses(query)
-        if not clauses or k <= 0:
-            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
-        if len(clauses) >= 2 and sum(end - start for start, end, _ in clauses) >= self.prune_min_postings:
-            ranked = self._rank_pruned(clauses, k)
-            if ranked is not None:
-                return ranked
-        return self._rank_clauses(clauses, k)
+        docs, scores, _ = self.rank_counting(query, k)
+        return docs, scores
 
     def rank_exhaustive(self, query: str, k: int = DEFAULT_TOP_K) -> tuple[np.ndarray, np.ndarray]:
         """``rank`` scoring every posting of every query term (the reference the pruned path must equal)."""
-        clauses = self._clauses(query)
-        if not clauses or k <= 0:
-            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
-        return self._rank_clauses(clauses, k)
+        docs, scores, _ = self.rank_counting(query, k, prune=False)
+        return docs, scores
 
-    def _rank_clauses(
-        self, clauses: list[tuple[int, int, np.float32]], k: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Exhaustive scoring: every posting of every clause is scored and summed."""
+    def rank_counting(
+        self, query: str, k: int = DEFAULT_TOP_K, *, prune: bool = True
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """``rank``, plus how many documents were scored (all that match, unless pruning ruled some out)."""
+        terms, counts = self._clauses(query)
+        if not len(terms) or k <= 0:
+            return *_NO_HITS, 0
+        prune_min_postings = self.prune_min_postings if prune else _NEVER_PRUNE
         workspace = self._workspace
-        if len(clauses) == 1:
-            start, end, weight = clauses[0]
-            scores = _term_scores(
-                weight, self.denoms[start:end], workspace.get("scores32", end - start, np.float32)
-            )
-            return _top_k(np.asarray(self.docs[start:end]), scores, k)
-        try:
-            every = self._accumulate(clauses, workspace)
-            if len(every) * _DENSE_RATIO >= self.num_docs:
-                return self._dense_top_k(workspace, k)
-            return self._sparse_top_k(every, workspace, k)
-        except BaseException:
-            workspace.sums.fill(0.0)  # leave no partial sums behind for the next search
-            raise
+        docs, scores, scored = kernels.rank(
+            self.docs, self.denoms, self.offsets, self.idf, terms, counts, k, prune_min_postings,
+            _SORT_POSTINGS_MIN_DF, self._max_denoms, workspace.seen, workspace.sums,
+        )  # fmt: skip
+        return docs, scores, int(scored)
 
-    def _clauses(self, query: str) -> list[tuple[int, int, np.float32]]:
-        """(postings start, end, weight) per distinct query term in the index; c occurrences boost it by c."""
-        counts: dict[str, int] = {}
+    def warm_up(self) -> None:
+        """Compile the search kernels for this index's arrays, or load them from numba's cache, before serving.
+
+        Without it the first search of each process pays the compile (~15 s when nothing is cached).
+        """
+        terms = np.arange(min(2, len(self.vocab)), dtype=np.intp)
+        workspace = self._workspace
+        for prune_min_postings in (0, _NEVER_PRUNE):  # the pruned path, then the exhaustive one
+            kernels.rank(
+                self.docs, self.denoms, self.offsets, self.idf, terms, np.ones(len(terms), np.intp), 1,
+                prune_min_postings, _SORT_POSTINGS_MIN_DF, self._max_denoms, workspace.seen, workspace.sums,
+            )  # fmt: skip
+
+    def bound(self, term: str) -> float:
+        """The largest float32 score the single-term query ``term`` gives any document (what pruning uses)."""
+        terms, counts = self._clauses(term)
+        weights = kernels.clause_weights(self.idf, terms, counts)
+        starts, ends = self.offsets[terms], self.offsets[terms + 1]
+        return float(kernels.clause_bounds(self.denoms, starts, ends, weights, terms, self._max_denoms)[0])
+
+    def _clauses(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct query terms in the index (term ids, in order of first occurrence) and their counts.
+
+        A term occurring c times is one clause boosted by c (Anserini's bag-of-words query).
+        """
+        counts: dict[int, int] = {}
+        vocab = self.vocab
         for token in tokenize(query):
             term = _query_term(token)
-            if term is not None:
-                counts[term] = counts.get(term, 0) + 1
-        found = [
-            (term_id, count)
-            for term, count in counts.items()
-            if (term_id := self.vocab.get(term)) is not None
-        ]
-        if not found:
-            return []
-        # one vector operation each instead of numpy scalar arithmetic per term (same float32 products)
-        ids = np.fromiter((term_id for term_id, _ in found), np.intp, len(found))
-        weights = np.fromiter((count for _, count in found), np.float32, len(found)) * self.idf[ids]
-        return list(zip(self.offsets[ids].tolist(), self.offsets[ids + 1].tolist(), weights, strict=True))
-
-    # --- dynamic pruning (MaxScore) ---------------------------------------------------------------------------
-    #
-    # Exactness. A clause's term score w - w/d is computed in float32 and is non-decreasing in the denominator d
-    # (IEEE division and subtraction round monotonically), so the score at the term's largest denominator is the
-    # largest float32 score the clause can give any document: its bound. A document's score is the float64
-    # sum, in clause order, of its clauses' float32 scores, cast to float32. Any other order of that sum, with
-    # bounds standing in for some scores, differs from the exact real sum by a relative 2^-53 per addition;
-    # multiplied by ``_BOUND_SLACK`` it is an upper bound of the document's float64 sum. A document is dropped
-    # only when that bound is <= the float32 just below ``theta``, where theta is the exact score of the k-th
-    # best of some k documents already scored exactly: its float32 score is then < theta, so at least k
-    # documents rank above it. Candidates that survive are scored exactly (every clause, in clause order), and
-    # ties break by document number, as in the exhaustive path.
-
-    def _bound(self, clause: tuple[int, int, np.float32]) -> float:
-        """The largest float32 score ``clause`` gives any document (its term score at the largest denominator)."""
-        start, end, weight = clause
-        largest = self._max_denoms.get(start)
-        if largest is None:
-            largest = self._max_denoms[start] = np.float32(np.max(self.denoms[start:end]))
-        return float(_term_scores(weight, np.array([largest], np.float32), np.empty(1, np.float32))[0])
-
-    def _find(self, clause: tuple[int, int, np.float32], docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For the sorted document numbers ``docs``: which have the clause's term, and their postings' slots."""
-        start, end, _ = clause
-        postings = np.asarray(self.docs[start:end])
-        order = None
-        if end - start < _SORT_POSTINGS_MIN_DF:  # short lists are stored unsorted
-            order = np.argsort(postings, kind="stable")
-            postings = postings[order]
-        # needles of the postings' own dtype: otherwise numpy converts the whole postings list on every call
-        slots = np.searchsorted(postings, docs.astype(postings.dtype, copy=False))
-        np.minimum(slots, len(postings) - 1, out=slots)
-        found = postings[slots] == docs
-        slots = slots[found]
-        if order is not None:
-            slots = order[slots]
-        return found, slots
-
-    def _contains(self, clause: tuple[int, int, np.float32], docs: np.ndarray) -> np.ndarray:
-        """Which of the sorted documents ``docs`` have the clause's term."""
-        return self._find(clause, docs)[0]
-
-    def _clause_scores(self, clause: tuple[int, int, np.float32], docs: np.ndarray) -> np.ndarray:
-        """float32 scores of ``clause`` for the sorted document numbers ``docs`` (0 where the term is absent).
-
-        Few documents against a long postings list: binary searches. Otherwise it is cheaper to spread the
-        term's scores over a dense per-document array, read the documents' entries and clear it again.
-        """
-        start, end, weight = clause
-        if end - start <= _DENSE_LOOKUP_RATIO * len(docs):
-            dense = self._workspace.dense32
-            postings = np.asarray(self.docs[start:end])
-            try:
-                dense[postings] = _term_scores(
-                    weight, self.denoms[start:end], self._workspace.get("scores32", end - start, np.float32)
-                )
-                return dense[docs]
-            finally:
-                dense[postings] = 0.0
-        found, slots = self._find(clause, docs)
-        scores = np.zeros(len(docs), np.float32)
-        if len(slots):
-            denoms = np.asarray(self.denoms[clause[0] : clause[1]])[slots]
-            scores[found] = _term_scores(clause[2], denoms, np.empty(len(slots), np.float32))
-        return scores
-
-    def _exact_scores(self, clauses: list[tuple[int, int, np.float32]], docs: np.ndarray) -> np.ndarray:
-        """float32 scores of the sorted documents ``docs``, summed in float64 in clause order (as exhaustive)."""
-        sums = np.zeros(len(docs), np.float64)
-        for clause in clauses:
-            sums += self._clause_scores(clause, docs)  # adding 0.0 for an absent term changes nothing
-        return sums.astype(np.float32)
-
-    def _threshold(
-        self, clauses: list[tuple[int, int, np.float32]], touched: np.ndarray, partial: np.ndarray, k: int
-    ) -> float:
-        """theta: the k-th best exact score among the documents with the best partial sums (-inf: too few)."""
-        pick = min(len(touched), _THRESHOLD_PER_K * k)
-        if pick < k:
-            return -np.inf
-        best = touched[np.argpartition(partial, len(partial) - pick)[len(partial) - pick :]]
-        docs = np.unique(best)
-        if len(docs) < k:
-            return -np.inf
-        scores = self._exact_scores(clauses, docs)
-        theta = np.partition(scores, len(scores) - k)[len(scores) - k]
-        return float(theta) if theta > 0 else -np.inf
-
-    def _rank_pruned(
-        self, clauses: list[tuple[int, int, np.float32]], k: int
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Score exactly only documents that can still reach the top ``k``; None: no pruning was possible.
-
-        Clauses are taken in decreasing order of their bounds (rare terms first). First the documents of the
-        lead clause: each further clause is looked up for those still in the race (their partial sum plus the
-        bounds of the clauses not yet looked up can reach theta), theta rising as the best of them are scored
-        exactly. When the other clauses' bounds sum to no more than theta, every top-k document contains the
-        lead term (the usual case for an instruction: the k-th best matches nearly every term) and the answer
-        is among them. Otherwise MaxScore over the other clauses finds the documents without the lead term
-        that can still make it (``_rank_without_lead``).
-        """
-        count = len(clauses)
-        if count > _MAX_PRUNED_CLAUSES:
-            return None
-        bounds = np.array([self._bound(clause) for clause in clauses], np.float64)
-        by_bound = np.argsort(-bounds, kind="stable")
-        rest = np.zeros(count + 1, np.float64)  # rest[j]: sum of the bounds of by_bound[j:]
-        for j in range(count - 1, -1, -1):
-            rest[j] = rest[j + 1] + bounds[by_bound[j]]
-
-        lead = clauses[by_bound[0]]
-        candidates, denoms = self._sorted_postings(lead)
-        partial = _term_scores(lead[2], denoms, np.empty(len(denoms), np.float32)).astype(np.float64)
-        theta = -np.inf
-        for covered in range(1, count + 1):
-            if covered % _THRESHOLD_EVERY == 0 or covered == count:
-                theta = max(theta, self._threshold(clauses, candidates, partial, k))
-            keep = (partial + rest[covered]) * _BOUND_SLACK > _below(theta)
-            candidates, partial = candidates[keep], partial[keep]
-            if covered == count or len(candidates) <= _THRESHOLD_PER_K * k:
-                break
-            partial += self._clause_scores(clauses[by_bound[covered]], candidates)
-        scores = self._exact_scores(clauses, candidates)
-        if len(scores) >= k:
-            theta = max(theta, float(np.partition(scores, len(scores) - k)[len(scores) - k]))
-        if theta == -np.inf or theta <= 0:
-            return None  # fewer than k documents with the lead term: nothing can be ruled out cheaply
-        if not _prunes(rest[1], theta):  # a document without the lead term may still make the top k
-            others = self._rank_without_lead(clauses, k, by_bound, rest, theta)
-            candidates = np.concatenate([candidates, others])
-            scores = np.concatenate([scores, self._exact_scores(clauses, others)])
-        return _top_k(candidates, scores, k)
-
-    def _sorted_postings(self, clause: tuple[int, int, np.float32]) -> tuple[np.ndarray, np.ndarray]:
-        """A clause's (documents, denominators), in document order."""
-        start, end, _ = clause
-        docs, denoms = np.asarray(self.docs[start:end]), np.asarray(self.denoms[start:end])
-        if end - start < _SORT_POSTINGS_MIN_DF:  # short lists are stored unsorted
-            order = np.argsort(docs, kind="stable")
-            docs, denoms = docs[order], denoms[order]
-        return docs, denoms
-
-    def _rank_without_lead(
-        self,
-        clauses: list[tuple[int, int, np.float32]],
-        k: int,
-        by_bound: np.ndarray,
-        rest: np.ndarray,
-        theta: float,
-    ) -> np.ndarray:
-        """Sorted documents without the lead term that can still reach theta (MaxScore over the others).
-
-        The next clauses by bound ("essential") are scored over their whole postings until the bounds of
-        the ones after them sum to no more than theta: a document none of them matches cannot reach it.
-        """
-        count = len(clauses)
-        workspace = self._workspace
-        sums = workspace.sums
-        parts: list[np.ndarray] = []
-        essential = 1
-        try:
-            while essential < count and not _prunes(rest[essential], theta):
-                start, end, weight = clauses[by_bound[essential]]
-                docs = np.asarray(self.docs[start:end]).astype(np.intp)
-                scores = _term_scores(
-                    weight, self.denoms[start:end], workspace.get("scores32", end - start, np.float32)
-                )
-                np.add.at(sums, docs, scores.astype(np.float64))
-                parts.append(docs)
-                essential += 1
-            if not parts:
-                return np.zeros(0, np.int32)
-            touched = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            owner = workspace.get("owner", self.num_docs, np.intp)  # one entry per touched document
-            entry = np.arange(len(touched))
-            owner[touched] = entry
-            candidates = np.sort(touched[owner[touched] == entry]).astype(self.docs.dtype)
-            partial = sums[candidates]
-        finally:
-            for docs in parts:
-                sums[docs] = 0.0
-        without = ~self._contains(clauses[by_bound[0]], candidates)
-        candidates, partial = candidates[without], partial[without]
-        below = _below(theta)
-        for j in range(essential, count + 1):
-            keep = (partial + rest[j]) * _BOUND_SLACK > below
-            candidates, partial = candidates[keep], partial[keep]
-            if j == count or len(candidates) <= _THRESHOLD_PER_K * k:
-                break
-            partial += self._clause_scores(clauses[by_bound[j]], candidates)
-        return candidates
-
-    def _accumulate(self, clauses: list[tuple[int, int, np.float32]], workspace: _Workspace) -> np.ndarray:
-        """Add every clause's scores into ``workspace.sums``; returns all postings' documents (as intp).
-
-        Each document's clause scores are added in float64 in clause order, as Lucene's BooleanScorer does.
-        All clauses go in one pass (an instruction-length query has ~15 terms, and numpy's per-call cost
-        outweighed the arithmetic on small catalogs): the postings laid end to end in clause order, each
-        with its clause's weight, scored elementwise by the same float32 operations, then one ``add.at``,
-        which adds in input order, so each document still receives its clause scores in clause order.
-        """
-        sums = workspace.sums
-        lengths = [end - start for start, end, _ in clauses]
-        total = sum(lengths)
-        every = workspace.get("docs", total, np.intp)
-        denoms = workspace.get("denoms", total, np.float32)
-        np.concatenate([self.docs[start:end] for start, end, _ in clauses], out=every, casting="safe")
-        np.concatenate([self.denoms[start:end] for start, end, _ in clauses], out=denoms)
-        weights = np.repeat(np.array([weight for _, _, weight in clauses], np.float32), lengths)
-        scores = _term_scores(weights, denoms, workspace.get("scores32", total, np.float32))
-        wide = workspace.get("scores64", total, np.float64)
-        np.copyto(wide, scores, casting="safe")
-        np.add.at(sums, every, wide)  # fast for intp indices and float64 values only
-        return every
-
-    def _dense_top_k(self, workspace: _Workspace, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top k when the query touched many documents: select over the array of all documents' sums."""
-        sums = workspace.sums
-        scores = workspace.get("sums32", self.num_docs, np.float32)
-        np.copyto(scores, sums, casting="same_kind")
-        sums.fill(0.0)
-        bound = _kth_bound(scores, k)
-        matches = workspace.get("mask", self.num_docs, np.bool_)
-        if bound > 0:
-            np.greater_equal(scores, bound, out=matches)
-        else:  # fewer than k matches: every clause score is > 0, so a document matches when its sum is
-            np.greater(scores, 0, out=matches)
-        hits = np.flatnonzero(matches)
-        return _top_k(hits, scores[hits], k)
-
-    def _sparse_top_k(
-        self, every: np.ndarray, workspace: _Workspace, k: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top k when the query touched few documents: work on the touched ones only."""
-        sums = workspace.sums
-        # One entry per document: whichever entry the scatter left in ``owner`` keeps the document.
-        owner = workspace.get("owner", self.num_docs, np.intp)
-        entry = workspace.get("entry", len(every), np.intp)
-        entry[:] = np.arange(len(every))
-        owner[every] = entry
-        docs = every[owner[every] == entry]
-        scores = sums[docs].astype(np.float32)
-        sums[every] = 0.0
-        return _top_k(docs, scores, k)
+            if term is not None and (term_id := vocab.get(term)) is not None:
+                counts[term_id] = counts.get(term_id, 0) + 1
+        return np.array(list(counts), np.intp), np.array(list(counts.values()), np.intp)
 
 
-def _below(theta: float) -> float:
-    """The float32 just below theta: a float64 sum at most this casts to a float32 below theta."""
-    return float(np.nextafter(np.float32(theta), np.float32(-np.inf)))
+_NO_HITS = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))
+_NEVER_PRUNE = np.iinfo(np.int64).max
 
 
-def _prunes(bound_sum: float, theta: float) -> bool:
-    """Whether documents whose clause scores sum to at most ``bound_sum`` (float64) all score below theta."""
-    return bound_sum * _BOUND_SLACK <= _below(theta)
-
-
-def _term_scores(weight: np.float32, denoms: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Lucene 8's BM25 term score in float32: weight - weight / (1 + freq * cache[norm])."""
-    np.divide(weight, denoms, out=out)
-    return np.subtract(weight, out, out=out)
-
-
-def _kth_bound(scores: np.ndarray, k: int) -> np.float32:
-    """A value that at least ``k`` scores reach and no score among the best ``k`` is below (k-th best or less).
-
-    A full selection over 100k+ scores costs ~1 ms, so first try a value from a strided sample of ~16k scores,
-    picked so that about 2k + 4 strides' worth of scores reach it; counting them proves it is a valid bound.
-    """
-    n = len(scores)
-    if n <= k:
-        return np.float32(-np.inf)
-    if n >= 4096 and n >= 64 * k:
-        sample = scores[:: max(16, n // 16384)]
-        position = len(sample) - (-(-2 * k * len(sample) // n) + 4)
-        bound = np.partition(sample, position)[position]
-        if np.count_nonzero(scores >= bound) >= k:
-            return bound
-    return np.partition(scores, n - k)[n - k]
-
-
-def _top_k(docs: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best (score descending, document number ascending) of the candidates."""
-    if len(docs) > k:
-        keep = scores >= _kth_bound(scores, k)
-        docs, scores = docs[keep], scores[keep]
-    order = np.lexsort((docs, -scores))[:k]
-    return docs[order], scores[order]
+def compile_kernels() -> None:
+    """Compile the search kernels into numba's cache for any index (the env image runs this at build time)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        build_index(["a", "b", "c"], ["red shirt", "red dress", "blue shirt"], Path(scratch))
+        BM25Index.open(Path(scratch)).warm_up()

@@ -29,10 +29,11 @@ Files of an index directory (arrays are memory-mapped on open):
 from __future__ import annotations
 
 import json
+import mmap
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Iterable
-from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -64,13 +65,11 @@ DEFAULT_TOP_K = 50
 
 _CHUNK_DOCS = 8192  # documents per batch while building
 _TOKEN_CACHE_LIMIT = 4_000_000  # raw token -> term id entries kept while building
+_QUERY_TOKEN_CACHE_LIMIT = 1 << 16  # the same at search time: query tokens repeat (instructions share words)
 _SORT_POSTINGS_MIN_DF = 64  # postings lists at least this long are sorted by document (memory locality)
-_PRUNE_MIN_POSTINGS = 400_000  # fewer postings: exhaustive scoring (a few ms at most) is faster (measured)
-
-
-# Query tokens repeat across searches (instructions share most words): their analysis (Porter stemming in
-# Python) is cached. normalize_token is a pure function of the token.
-_query_term = lru_cache(maxsize=1 << 16)(normalize_token)
+_PRUNE_MIN_POSTINGS = (
+    20_000  # fewer postings: exhaustive scoring is as fast (measured: below ~7k it is faster)
+)
 
 
 # --- Lucene's SmallFloat (document length in one byte) --------------------------------------------------------
@@ -137,14 +136,15 @@ def idf_values(doc_freqs: np.ndarray, doc_count: int) -> np.ndarray:
 
 # --- building -------------------------------------------------------------------------------------------------
 class _TermIds(dict):  # type: ignore[type-arg]
-    """Raw token -> term id (-1 for a stop word); a miss runs the analysis chain and extends the vocabulary.
+    """Raw token -> term id (-1: a stop word, or a term not in a fixed vocabulary); a miss runs the analysis.
 
+    While building, ``extend`` adds new terms to the vocabulary; at search time the vocabulary is the index's.
     Being a dict subclass with ``__missing__``, ``map(ids.__getitem__, tokens)`` runs in C for known tokens.
     """
 
-    def __init__(self, vocab: dict[str, int]) -> None:
+    def __init__(self, vocab: dict[str, int], *, extend: bool, limit: int) -> None:
         super().__init__()
-        self.vocab = vocab
+        self.vocab, self.extend, self.limit = vocab, extend, limit
 
     def __missing__(self, token: str) -> int:
         term = normalize_token(token)
@@ -152,9 +152,9 @@ class _TermIds(dict):  # type: ignore[type-arg]
             term_id = -1
         else:
             term_id = self.vocab.get(term, -1)
-            if term_id < 0:
+            if term_id < 0 and self.extend:
                 term_id = self.vocab[term] = len(self.vocab)
-        if len(self) >= _TOKEN_CACHE_LIMIT:
+        if len(self) >= self.limit:
             self.clear()
         self[token] = term_id
         return term_id
@@ -166,7 +166,7 @@ class _Builder:
     def __init__(self, scratch: Path) -> None:
         self.scratch = scratch
         self.vocab: dict[str, int] = {}
-        self.term_ids = _TermIds(self.vocab)
+        self.term_ids = _TermIds(self.vocab, extend=True, limit=_TOKEN_CACHE_LIMIT)
         self.doc_ids: list[str] = []
         self.lengths: list[np.ndarray] = []
         self.doc_freqs = np.zeros(0, dtype=np.int64)
@@ -337,9 +337,11 @@ class BM25Index:
         terms = text.split("\n") if self.meta["num_terms"] else []
         self.vocab: dict[str, int] = dict(zip(terms, range(len(terms)), strict=True))
         self._workspace = _Workspace(self.num_docs)
+        self._query_terms = _TermIds(self.vocab, extend=False, limit=_QUERY_TOKEN_CACHE_LIMIT)
         # Queries with at least this many postings take the pruned path (tests set 0 to force it everywhere).
         self.prune_min_postings = _PRUNE_MIN_POSTINGS
-        self._max_denoms = np.zeros(len(terms), np.float32)  # per term, its largest denominator (0: unknown)
+        _map_every_page(self.docs)  # the first searches must not pay the page faults of a cold mapping
+        self._max_denoms = kernels.term_max_denoms(self.denoms, self.offsets)  # the pruning's bounds
 
     @classmethod
     def open(cls, directory: Path) -> BM25Index:
@@ -412,21 +414,24 @@ class BM25Index:
         """The largest float32 score the single-term query ``term`` gives any document (what pruning uses)."""
         terms, counts = self._clauses(term)
         weights = kernels.clause_weights(self.idf, terms, counts)
-        starts, ends = self.offsets[terms], self.offsets[terms + 1]
-        return float(kernels.clause_bounds(self.denoms, starts, ends, weights, terms, self._max_denoms)[0])
+        return float(kernels.clause_bounds(self._max_denoms, terms, weights)[0])
 
     def _clauses(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """The distinct query terms in the index (term ids, in order of first occurrence) and their counts.
 
         A term occurring c times is one clause boosted by c (Anserini's bag-of-words query).
         """
-        counts: dict[int, int] = {}
-        vocab = self.vocab
-        for token in tokenize(query):
-            term = _query_term(token)
-            if term is not None and (term_id := vocab.get(term)) is not None:
-                counts[term_id] = counts.get(term_id, 0) + 1
+        counts = Counter(map(self._query_terms.__getitem__, tokenize(query)))
+        counts.pop(-1, None)  # stop words and terms no document has
         return np.array(list(counts), np.intp), np.array(list(counts.values()), np.intp)
+
+
+def _map_every_page(array: np.ndarray) -> None:
+    """Read one element per memory page of a memory-mapped array, so that the process maps all of it now.
+
+    Shared with every process mapping the file (the OS page cache); ~0.1 s for the 1.2M catalog's postings.
+    """
+    array[:: max(1, mmap.PAGESIZE // array.itemsize)].sum(dtype=np.float64)
 
 
 _NO_HITS = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))

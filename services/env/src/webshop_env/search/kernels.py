@@ -36,6 +36,7 @@ __all__ = [
     "rank",
     "rank_exhaustive",
     "rank_pruned",
+    "term_max_denoms",
 ]
 
 MAX_CLAUSES = 1 << 16  # the slack below covers float64 rounding of sums of up to this many terms
@@ -77,7 +78,7 @@ def _cache_usable() -> bool:
 
 
 _seed_compiled_cache()
-_jit = numba.njit(cache=_cache_usable(), nogil=True)
+_jit = numba.njit(cache=_cache_usable(), nogil=True, error_model="numpy")  # numpy: no zero-division checks
 
 
 @_jit
@@ -111,19 +112,23 @@ def _gallop(docs, position, end, target):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def clause_bounds(denoms, starts, ends, weights, terms, max_denoms):  # type: ignore[no-untyped-def]
-    """Each clause's largest float32 term score, from its term's largest denominator (cached in max_denoms)."""
-    bounds = np.empty(len(starts), np.float64)
-    for clause in range(len(starts)):
-        largest = max_denoms[terms[clause]]
-        if largest == 0:  # not computed yet (denominators are >= 1)
-            largest = np.float32(1)
-            for position in range(starts[clause], ends[clause]):
-                if denoms[position] > largest:
-                    largest = denoms[position]
-            max_denoms[terms[clause]] = largest
+def term_max_denoms(denoms, offsets):  # type: ignore[no-untyped-def]
+    """Each term's largest denominator: what its bound (largest score) is computed from."""
+    largest = np.ones(len(offsets) - 1, np.float32)  # denominators are >= 1
+    for term in range(len(offsets) - 1):
+        for position in range(offsets[term], offsets[term + 1]):
+            if denoms[position] > largest[term]:
+                largest[term] = denoms[position]
+    return largest
+
+
+@_jit
+def clause_bounds(max_denoms, terms, weights):  # type: ignore[no-untyped-def]
+    """Each clause's largest float32 term score: its term score at the term's largest denominator."""
+    bounds = np.empty(len(terms), np.float64)
+    for clause in range(len(terms)):
         weight = weights[clause]
-        bounds[clause] = np.float64(weight - weight / largest)
+        bounds[clause] = np.float64(weight - weight / max_denoms[terms[clause]])
     return bounds
 
 
@@ -180,7 +185,7 @@ def rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorte
     are stored unsorted. Returns (documents, float32 scores, how many documents were scored exactly).
     """
     clauses = len(starts)
-    bounds = clause_bounds(denoms, starts, ends, weights, terms, max_denoms)
+    bounds = clause_bounds(max_denoms, terms, weights)
     sorted_docs, sorted_denoms, starts, ends, sources = sorted_copies(
         docs, denoms, starts, ends, sorted_below
     )

@@ -147,3 +147,13 @@ def test_slack_covers_float64_rounding() -> None:
     # rounding of the product itself
     n, u = kernels.MAX_CLAUSES, 2.0**-53
     assert (1 + n * u) / (1 - 2 * n * u) * (1 + 2 * u) < kernels.BOUND_SLACK
+
+
+def test_a_huge_k_returns_every_hit_on_both_paths(tmp_path: Path) -> None:
+    build_index(
+        ["a", "b", "c", "d"], ["red shirt", "red dress", "blue shirt", "green hat"], tmp_path / "index"
+    )
+    index = BM25Index.open(tmp_path / "index")
+    index.prune_min_postings = 0
+    assert_identical(index, "red shirt", 2**40)  # sized by the postings, not by k
+    assert index.search("red shirt", 2**40) == ["a", "b", "c"]

@@ -41,7 +41,6 @@ __all__ = [
 
 MAX_CLAUSES = 1 << 16  # the slack below covers float64 rounding of sums of up to this many terms
 BOUND_SLACK = 1.0 + 2.0**-28  # > (1 + n 2^-53) / (1 - 2n 2^-53) for n <= 2^16, plus the product's rounding
-_LOWER_SLACK = 1.0 - 2.0**-27  # a partial sum times this is below the document's float64 sum (same n)
 
 log = logging.getLogger(__name__)
 
@@ -350,6 +349,7 @@ def rank(
     for clause in range(len(terms)):
         starts[clause], ends[clause] = offsets[terms[clause]], offsets[terms[clause] + 1]
         postings += ends[clause] - starts[clause]
+    k = min(k, postings)  # no more hits than postings: what the top-k buffers are sized by
     if 2 <= len(terms) <= MAX_CLAUSES and postings >= prune_min_postings:
         return rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorted_below)
     return rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums)

@@ -389,7 +389,11 @@ class BM25Index:
         terms, counts = self._clauses(query)
         if not len(terms) or k <= 0:
             return *_NO_HITS, 0
-        prune_min_postings = self.prune_min_postings if prune else _NEVER_PRUNE
+        return self._rank_terms(terms, counts, k, self.prune_min_postings if prune else _NEVER_PRUNE)
+
+    def _rank_terms(
+        self, terms: np.ndarray, counts: np.ndarray, k: int, prune_min_postings: int
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         workspace = self._workspace
         docs, scores, scored = kernels.rank(
             self.docs, self.denoms, self.offsets, self.idf, terms, counts, k, prune_min_postings,
@@ -403,12 +407,8 @@ class BM25Index:
         Without it the first search of each process pays the compile (~15 s when nothing is cached).
         """
         terms = np.arange(min(2, len(self.vocab)), dtype=np.intp)
-        workspace = self._workspace
         for prune_min_postings in (0, _NEVER_PRUNE):  # the pruned path, then the exhaustive one
-            kernels.rank(
-                self.docs, self.denoms, self.offsets, self.idf, terms, np.ones(len(terms), np.intp), 1,
-                prune_min_postings, _SORT_POSTINGS_MIN_DF, self._max_denoms, workspace.seen, workspace.sums,
-            )  # fmt: skip
+            self._rank_terms(terms, np.ones(len(terms), np.intp), 1, prune_min_postings)
 
     def bound(self, term: str) -> float:
         """The largest float32 score the single-term query ``term`` gives any document (what pruning uses)."""

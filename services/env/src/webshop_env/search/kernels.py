@@ -87,6 +87,12 @@ def _below(theta: float) -> float:
 
 
 @_jit
+def _term_score(weight, denom):  # type: ignore[no-untyped-def]
+    """Lucene 8's BM25 term score in float32: weight - weight / (1 + freq * cache[norm])."""
+    return weight - weight / denom
+
+
+@_jit
 def _gallop(docs, position, end, target):  # type: ignore[no-untyped-def]
     """The first index in [position, end) of the sorted ``docs`` whose document is >= target (or ``end``)."""
     if position >= end or docs[position] >= target:
@@ -126,8 +132,7 @@ def clause_bounds(max_denoms, terms, weights):  # type: ignore[no-untyped-def]
     """Each clause's largest float32 term score: its term score at the term's largest denominator."""
     bounds = np.empty(len(terms), np.float64)
     for clause in range(len(terms)):
-        weight = weights[clause]
-        bounds[clause] = np.float64(weight - weight / max_denoms[terms[clause]])
+        bounds[clause] = np.float64(_term_score(weights[clause], max_denoms[terms[clause]]))
     return bounds
 
 
@@ -178,8 +183,8 @@ def rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorte
     clauses with the largest bounds, as few as a document must match one of to beat theta, the k-th best
     exact score so far (the others' bounds sum below it). Each visited document then looks up the other
     clauses in decreasing bound order, and is dropped as soon as its partial sum plus the bounds of the
-    clauses left cannot reach theta; one that survives them all is scored
-    exactly (clause order) and may enter the top k, raising theta and shrinking the essential set.
+    clauses left cannot reach theta; one that survives them all is scored exactly (clause order) and may
+    enter the top k, raising theta and shrinking the essential set.
     ``starts``/``ends``: the clauses' postings in ``docs``/``denoms``; lists shorter than ``sorted_below``
     are stored unsorted. Returns (documents, float32 scores, how many documents were scored exactly).
     """
@@ -227,7 +232,7 @@ def rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorte
                 at = docs[p] if source[j] == 0 else sorted_docs[p]
                 if at == doc:
                     denom = denoms[p] if source[j] == 0 else sorted_denoms[p]
-                    term_scores[j] = weight[j] - weight[j] / denom
+                    term_scores[j] = _term_score(weight[j], denom)
                     partial += np.float64(term_scores[j])
                     position[j] = p + 1
         reached = clauses
@@ -245,7 +250,7 @@ def rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorte
                 denom = sorted_denoms[p] if found else np.float32(1)
             position[j] = p
             if found:
-                term_scores[j] = weight[j] - weight[j] / denom
+                term_scores[j] = _term_score(weight[j], denom)
                 partial += np.float64(term_scores[j])
         if reached == clauses:
             scored += 1
@@ -280,7 +285,7 @@ def rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums):  # type
                 seen[doc] = True
                 touched[count] = doc
                 count += 1
-            sums[doc] += np.float64(weight - weight / denoms[position])
+            sums[doc] += np.float64(_term_score(weight, denoms[position]))
     best_scores = np.empty(min(k, count), np.float32)
     best_docs = np.empty(min(k, count), np.int32)
     size = 0

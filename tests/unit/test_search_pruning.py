@@ -15,7 +15,7 @@ import pytest
 from webshop_env.catalog.generate import generate_catalog
 from webshop_env.catalog.raw import index_text, iter_products
 from webshop_env.search import kernels
-from webshop_env.search.bm25 import BM25Index, build_index
+from webshop_env.search.bm25 import BM25Index, build_index, lookup_code_terms
 
 VOCABULARY = [f"w{i}" for i in range(400)]
 
@@ -157,3 +157,61 @@ def test_a_huge_k_returns_every_hit_on_both_paths(tmp_path: Path) -> None:
     index.prune_min_postings = 0
     assert_identical(index, "red shirt", 2**40)  # sized by the postings, not by k
     assert index.search("red shirt", 2**40) == ["a", "b", "c"]
+
+
+def decoded_lookup_codes(index: BM25Index, term: str) -> np.ndarray:
+    """``term``'s lookup code of every document (0: not in it)."""
+    packed = index._lookup_codes[index._lookup_rows[index.vocab[term]]]
+    return np.stack([packed & 15, packed >> 4], axis=1).ravel()[: len(index)]
+
+
+def test_lookup_codes_give_the_stored_denominators(tmp_path: Path) -> None:
+    ids, texts = zipf_corpus(random.Random(4), 3000)  # documents up to 400 words: frequencies above 14 too
+    build_index(ids, texts, tmp_path / "index")
+    index = BM25Index.open(tmp_path / "index")
+    coded = [term for term in VOCABULARY if index._lookup_rows[index.vocab[term]] >= 0]
+    assert "w0" in coded and "w399" not in coded  # the densest terms, not the rare ones
+    escapes = 0
+    for term in coded:
+        codes = decoded_lookup_codes(index, term)
+        start, end = index.offsets[index.vocab[term]], index.offsets[index.vocab[term] + 1]
+        docs, denoms = index.docs[start:end], index.denoms[start:end]
+        assert np.count_nonzero(codes) == end - start  # a code for every document with the term, 0 elsewhere
+        table = index._denominators[:, index.norms[docs]]  # [code, posting]
+        direct = codes[docs] != kernels.LOOKUP_ESCAPE
+        assert (table[codes[docs][direct], np.flatnonzero(direct)] == denoms[direct]).all()
+        # an escape only where no frequency 1..14 gives the stored denominator
+        assert not (table[1:, ~direct] == denoms[~direct]).any()
+        escapes += int(np.count_nonzero(~direct))
+    assert escapes > 0
+
+
+@pytest.mark.parametrize("codes", ["none", "escapes only"])
+def test_pruned_equals_exhaustive_whatever_the_lookup_codes(tmp_path: Path, codes: str) -> None:
+    """Lookups that fall back to the postings (escapes, or terms without codes) rank the same."""
+    rng = random.Random(6)
+    ids, texts = zipf_corpus(rng, 3000)
+    build_index(ids, texts, tmp_path / "index")
+    index = BM25Index.open(tmp_path / "index")
+    index.prune_min_postings = 0
+    if codes == "none":
+        index._lookup_rows[:] = -1
+    else:
+        nonzero = index._lookup_codes != 0  # every code of a present term becomes an escape
+        low, high = (index._lookup_codes & 15) != 0, (index._lookup_codes >> 4) != 0
+        index._lookup_codes[nonzero] = np.where(low, 15, 0)[nonzero] | np.where(high, 0xF0, 0)[nonzero]
+    counter = PruneCounter()
+    weights = [1 / (i + 1) ** 0.6 for i in range(len(VOCABULARY))]
+    for _ in range(300):
+        assert_identical(index, " ".join(rng.choices(VOCABULARY, weights, k=rng.randint(2, 12))), 50, counter)
+    assert counter.pruned > 200
+
+
+def test_lookup_codes_go_to_the_densest_terms_within_the_budget() -> None:
+    doc_freqs = np.array([5, 1000, 40, 900, 32, 31, 0])
+    # 1,000 documents: terms in >= 31.25 of them; rows of 500 bytes, 4 x 2,008 postings' bytes buy 16
+    assert lookup_code_terms(doc_freqs, 1000).tolist() == [1, 2, 3, 4]
+    assert lookup_code_terms(doc_freqs, 10**6).tolist() == []  # no term in 1/32 of a million documents
+    # 16,000 documents: terms in >= 500 of them (0, 1, 2); 4 x 2,200 postings' bytes buy one 8,000-byte row,
+    # the densest term's
+    assert lookup_code_terms(np.array([600, 500, 700, 400]), 16000).tolist() == [2]

@@ -52,9 +52,11 @@ __all__ = [
     "build_index",
     "byte4_to_int",
     "compile_kernels",
+    "frequency_denominators",
     "int4_to_long",
     "int_to_byte4",
     "long_to_int4",
+    "lookup_code_terms",
     "norm_bytes",
 ]
 
@@ -70,6 +72,11 @@ _SORT_POSTINGS_MIN_DF = 64  # postings lists at least this long are sorted by do
 _PRUNE_MIN_POSTINGS = (
     20_000  # fewer postings: exhaustive scoring is as fast (measured: below ~7k it is faster)
 )
+# Terms in at least this share of the documents get lookup codes (``kernels.lookup_codes``, half a byte per
+# document and term), densest first, within a memory budget: half of what the postings take. On the 1.2M
+# generated catalog: 220 terms, 132 MB, and a pruned search 40% faster than galloping through their postings.
+_LOOKUP_MIN_DF_SHARE = 1 / 32
+_LOOKUP_MAX_BYTES_PER_POSTING = 4
 
 
 # --- Lucene's SmallFloat (document length in one byte) --------------------------------------------------------
@@ -126,6 +133,12 @@ def bm25_cache(avgdl: np.float32, k1: float = K1, b: float = B) -> np.ndarray:
     """Lucene 8's per-norm cache, 1 / (k1 * ((1 - b) + b * dl / avgdl)), every operation in float32."""
     k1_, b_, avgdl_ = np.float32(k1), np.float32(b), np.float32(avgdl)
     return np.float32(1) / (k1_ * ((np.float32(1) - b_) + b_ * LENGTH_TABLE / avgdl_))
+
+
+def frequency_denominators(cache: np.ndarray) -> np.ndarray:
+    """float32[LOOKUP_ESCAPE, 256]: row c is the denominator ``1 + c * cache[norm]`` of frequency c, as built."""
+    freqs = np.arange(kernels.LOOKUP_ESCAPE, dtype=np.float32)[:, None]
+    return np.float32(1) + freqs * cache[None, :].astype(np.float32)
 
 
 def idf_values(doc_freqs: np.ndarray, doc_count: int) -> np.ndarray:
@@ -342,6 +355,15 @@ class BM25Index:
         self.prune_min_postings = _PRUNE_MIN_POSTINGS
         _map_every_page(self.docs)  # the first searches must not pay the page faults of a cold mapping
         self._max_denoms = kernels.term_max_denoms(self.denoms, self.offsets)  # the pruning's bounds
+        self._denominators = frequency_denominators(
+            bm25_cache(np.float32(self.meta["avgdl"]), self.meta["k1"], self.meta["b"])
+        )
+        lookup_terms = lookup_code_terms(np.diff(self.offsets), self.num_docs)
+        self._lookup_rows = np.full(len(self.idf), -1, np.int64)  # term -> its row of lookup codes
+        self._lookup_rows[lookup_terms] = np.arange(len(lookup_terms))
+        self._lookup_codes = kernels.lookup_codes(
+            self.docs, self.denoms, self.offsets, lookup_terms, self.norms, self._denominators, self.num_docs
+        )
 
     @classmethod
     def open(cls, directory: Path) -> BM25Index:
@@ -398,6 +420,7 @@ class BM25Index:
         docs, scores, scored = kernels.rank(
             self.docs, self.denoms, self.offsets, self.idf, terms, counts, k, prune_min_postings,
             _SORT_POSTINGS_MIN_DF, self._max_denoms, workspace.seen, workspace.sums,
+            self._lookup_rows, self._lookup_codes, self.norms, self._denominators,
         )  # fmt: skip
         return docs, scores, int(scored)
 
@@ -424,6 +447,17 @@ class BM25Index:
         counts = Counter(map(self._query_terms.__getitem__, tokenize(query)))
         counts.pop(-1, None)  # stop words and terms no document has
         return np.array(list(counts), np.intp), np.array(list(counts.values()), np.intp)
+
+
+def lookup_code_terms(doc_freqs: np.ndarray, num_docs: int) -> np.ndarray:
+    """The terms that get lookup codes: those in at least ``_LOOKUP_MIN_DF_SHARE`` of the documents, densest
+    first, as many as fit in ``_LOOKUP_MAX_BYTES_PER_POSTING`` bytes per posting of the index."""
+    doc_freqs = np.asarray(doc_freqs, dtype=np.int64)
+    dense = np.flatnonzero(doc_freqs >= max(1.0, num_docs * _LOOKUP_MIN_DF_SHARE))
+    dense = dense[np.argsort(-doc_freqs[dense], kind="stable")]
+    row_bytes = max(1, (num_docs + 1) // 2)
+    fitting = int(doc_freqs.sum()) * _LOOKUP_MAX_BYTES_PER_POSTING // row_bytes
+    return np.sort(dense[:fitting]).astype(np.int64)
 
 
 def _map_every_page(array: np.ndarray) -> None:

@@ -9,6 +9,12 @@ A query arrives as clauses: ``starts``/``ends`` index a postings list, in the in
 for a list stored unsorted (shorter than ``bm25``'s sort threshold), in a sorted copy (``source`` 1) that
 ``sorted_copies`` makes; every list the pruned path reads is sorted by document number.
 
+Lookup codes. Finding a document in a long postings list is a search through it; for the index's densest terms
+``lookup_codes`` keeps instead a 4-bit code per document (two per byte): 0 the document lacks the term, c in
+1..14 its denominator is ``denominators[c, norm]`` (what ``1 + freq * cache[norm]`` gives for freq c, checked
+against the stored one when the codes are made), ``LOOKUP_ESCAPE`` anything else (a larger frequency), looked
+up in the postings. A lookup is then one read of a small array, with the very denominator the postings hold.
+
 Exactness of the pruning. A clause's float32 term score is non-decreasing in the denominator (IEEE division
 and subtraction round monotonically), so its score at the term's largest denominator bounds what it gives any
 document. A float64 sum of up to ``MAX_CLAUSES`` non-negative scores, in any order and with bounds standing in
@@ -30,15 +36,18 @@ import numpy as np
 
 __all__ = [
     "BOUND_SLACK",
+    "LOOKUP_ESCAPE",
     "MAX_CLAUSES",
     "clause_bounds",
     "clause_weights",
+    "lookup_codes",
     "rank",
     "rank_exhaustive",
     "rank_pruned",
     "term_max_denoms",
 ]
 
+LOOKUP_ESCAPE = 15  # a lookup code: the term is there, its denominator is in the postings only
 MAX_CLAUSES = 1 << 16  # the slack below covers float64 rounding of sums of up to this many terms
 BOUND_SLACK = 1.0 + 2.0**-28  # > (1 + n 2^-53) / (1 - 2n 2^-53) for n <= 2^16, plus the product's rounding
 
@@ -128,6 +137,28 @@ def term_max_denoms(denoms, offsets):  # type: ignore[no-untyped-def]
 
 
 @_jit
+def lookup_codes(docs, denoms, offsets, terms, norms, denominators, num_docs):  # type: ignore[no-untyped-def]
+    """The 4-bit lookup codes of ``terms``: row r, byte d >> 1, bits 4 * (d & 1) hold ``terms[r]``'s code of d.
+
+    ``denominators[c, norm]``: the denominator of frequency c (1..14) at that norm. A posting gets code c only
+    if that is bit for bit its stored denominator, else ``LOOKUP_ESCAPE``.
+    """
+    codes = np.zeros((len(terms), (num_docs + 1) // 2), np.uint8)
+    for row in range(len(terms)):
+        term = terms[row]
+        for position in range(offsets[term], offsets[term + 1]):
+            doc = docs[position]
+            norm = norms[doc]
+            code = LOOKUP_ESCAPE
+            unit = denominators[1, norm] - np.float32(1)  # ~cache[norm]: the guess is checked below
+            guess = np.rint((denoms[position] - np.float32(1)) / unit) if unit > 0 else 0.0
+            if 1 <= guess < LOOKUP_ESCAPE and denominators[int(guess), norm] == denoms[position]:
+                code = int(guess)
+            codes[row, doc >> 1] |= np.uint8(code << ((doc & 1) * 4))
+    return codes
+
+
+@_jit
 def clause_bounds(max_denoms, terms, weights):  # type: ignore[no-untyped-def]
     """Each clause's largest float32 term score: its term score at the term's largest denominator."""
     bounds = np.empty(len(terms), np.float64)
@@ -176,7 +207,21 @@ def _essential_count(rest, theta):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorted_below):  # type: ignore[no-untyped-def]
+def rank_pruned(  # type: ignore[no-untyped-def]
+    docs,
+    denoms,
+    starts,
+    ends,
+    weights,
+    terms,
+    max_denoms,
+    k,
+    sorted_below,
+    lookup_rows,
+    codes,
+    norms,
+    denominators,
+):
     """The exact top ``k`` of a query, scoring only documents that can still reach it (MaxScore).
 
     Documents are visited in increasing number, as the union of the "essential" clauses' postings: the
@@ -186,7 +231,9 @@ def rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorte
     clauses left cannot reach theta; one that survives them all is scored exactly (clause order) and may
     enter the top k, raising theta and shrinking the essential set.
     ``starts``/``ends``: the clauses' postings in ``docs``/``denoms``; lists shorter than ``sorted_below``
-    are stored unsorted. Returns (documents, float32 scores, how many documents were scored exactly).
+    are stored unsorted. A term with a row in ``codes`` (``lookup_rows[term]`` >= 0) is looked up there
+    (``lookup_codes``), the others by galloping through their postings. Returns (documents, float32 scores,
+    how many documents were scored exactly).
     """
     clauses = len(starts)
     bounds = clause_bounds(max_denoms, terms, weights)
@@ -201,10 +248,12 @@ def rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorte
     end = np.empty(clauses, np.int64)
     source = np.empty(clauses, np.uint8)
     weight = np.empty(clauses, np.float32)
+    lookup_row = np.empty(clauses, np.int64)
     for j in range(clauses):
         clause = by_bound[j]
         position[j], end[j] = starts[clause], ends[clause]
         source[j], weight[j] = sources[clause], weights[clause]
+        lookup_row[j] = lookup_rows[terms[clause]]
     rank_of = np.empty(clauses, np.int64)  # clause -> its place in bound order
     rank_of[by_bound] = np.arange(clauses)
     term_scores = np.zeros(clauses, np.float32)  # of the document at hand, in bound order
@@ -240,6 +289,14 @@ def rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorte
             if (partial + rest[j]) * BOUND_SLACK <= below:
                 reached = j
                 break
+            if lookup_row[j] >= 0:
+                code = (codes[lookup_row[j], doc >> 1] >> ((doc & 1) * 4)) & 15
+                if code == 0:
+                    continue
+                if code != LOOKUP_ESCAPE:
+                    term_scores[j] = _term_score(weight[j], denominators[code, norms[doc]])
+                    partial += np.float64(term_scores[j])
+                    continue
             if source[j] == 0:
                 p = _gallop(docs, position[j], end[j], doc)
                 found = p < end[j] and docs[p] == doc
@@ -338,9 +395,10 @@ def clause_weights(idf, terms, counts):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def rank(
-    docs, denoms, offsets, idf, terms, counts, k, prune_min_postings, sorted_below, max_denoms, seen, sums
-):  # type: ignore[no-untyped-def]
+def rank(  # type: ignore[no-untyped-def]
+    docs, denoms, offsets, idf, terms, counts, k, prune_min_postings, sorted_below, max_denoms, seen, sums,
+    lookup_rows, codes, norms, denominators,
+):  # fmt: skip
     """The top ``k`` of the query whose distinct terms are ``terms`` (each ``counts`` times in it).
 
     Pruned (``rank_pruned``) when it has two or more terms and at least ``prune_min_postings`` postings,
@@ -356,5 +414,8 @@ def rank(
         postings += ends[clause] - starts[clause]
     k = min(k, postings)  # no more hits than postings: what the top-k buffers are sized by
     if 2 <= len(terms) <= MAX_CLAUSES and postings >= prune_min_postings:
-        return rank_pruned(docs, denoms, starts, ends, weights, terms, max_denoms, k, sorted_below)
+        return rank_pruned(
+            docs, denoms, starts, ends, weights, terms, max_denoms, k, sorted_below,
+            lookup_rows, codes, norms, denominators,
+        )  # fmt: skip
     return rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums)

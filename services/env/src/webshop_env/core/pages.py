@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 
 from .model import ProductRecord
 
@@ -49,6 +50,9 @@ class Clickable:
 
     kind: ClickKind
     target: str | int | None = None
+
+
+BUTTON = Clickable(ClickKind.BUTTON)  # frozen: every button shares it
 
 
 def text_node(value: str) -> str | None:
@@ -142,13 +146,19 @@ def render_done_page(asin: str, options: dict[str, str], reward: float) -> str:
 
 
 def results_clickables(page: int, products: Sequence[ProductRecord]) -> dict[str, Clickable]:
-    clickables = {BACK_TO_SEARCH: Clickable(ClickKind.BUTTON)}
+    clickables = {BACK_TO_SEARCH: BUTTON}
     if page > 1:
-        clickables[PREV] = Clickable(ClickKind.BUTTON)
-    clickables[NEXT] = Clickable(ClickKind.BUTTON)
+        clickables[PREV] = BUTTON
+    clickables[NEXT] = BUTTON
     for product in products:
-        clickables[product.asin.lower()] = Clickable(ClickKind.PRODUCT, product.index)
+        clickables[product.asin.lower()] = _product_clickable(product.index)
     return clickables
+
+
+@lru_cache(maxsize=1 << 16)
+def _product_clickable(index: int) -> Clickable:
+    """One shared (frozen) instance per product: a results page is built on every new search."""
+    return Clickable(ClickKind.PRODUCT, index)
 
 
 def item_clickables(product: ProductRecord, show_attrs: bool = False) -> dict[str, Clickable]:
@@ -157,13 +167,13 @@ def item_clickables(product: ProductRecord, show_attrs: bool = False) -> dict[st
     if show_attrs:
         buttons.append("attributes")
     buttons.append(BUY_NOW)
-    clickables = {name: Clickable(ClickKind.BUTTON) for name in buttons}
+    clickables = {name: BUTTON for name in buttons}
     for group, values in product.options.items():
         for value in values:
             clickables[value] = Clickable(ClickKind.OPTION, group)
     return clickables
 
 
-SEARCH_CLICKABLES = {SEARCH: Clickable(ClickKind.BUTTON)}
-SUB_PAGE_CLICKABLES = {BACK_TO_SEARCH: Clickable(ClickKind.BUTTON), PREV: Clickable(ClickKind.BUTTON)}
+SEARCH_CLICKABLES = {SEARCH: BUTTON}
+SUB_PAGE_CLICKABLES = {BACK_TO_SEARCH: BUTTON, PREV: BUTTON}
 DONE_CLICKABLES: dict[str, Clickable] = {}

@@ -338,10 +338,9 @@ def rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums):  # type
         weight = weights[clause]
         for position in range(starts[clause], ends[clause]):
             doc = docs[position]
-            if not seen[doc]:
-                seen[doc] = True
-                touched[count] = doc
-                count += 1
+            touched[count] = doc  # kept (count moves on) only the first time: no branch to mispredict
+            count += not seen[doc]
+            seen[doc] = True
             sums[doc] += np.float64(_term_score(weight, denoms[position]))
     best_scores = np.empty(min(k, count), np.float32)
     best_docs = np.empty(min(k, count), np.int32)

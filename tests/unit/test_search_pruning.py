@@ -197,6 +197,7 @@ def test_pruned_equals_exhaustive_whatever_the_lookup_codes(tmp_path: Path, code
     if codes == "none":
         index._lookup_rows[:] = -1
     else:
+        index._lookup_codes = np.array(index._lookup_codes)  # a writable copy of the index's file
         nonzero = index._lookup_codes != 0  # every code of a present term becomes an escape
         low, high = (index._lookup_codes & 15) != 0, (index._lookup_codes >> 4) != 0
         index._lookup_codes[nonzero] = np.where(low, 15, 0)[nonzero] | np.where(high, 0xF0, 0)[nonzero]
@@ -215,3 +216,17 @@ def test_lookup_codes_go_to_the_densest_terms_within_the_budget() -> None:
     # 16,000 documents: terms in >= 500 of them (0, 1, 2); 4 x 2,200 postings' bytes buy one 8,000-byte row,
     # the densest term's
     assert lookup_code_terms(np.array([600, 500, 700, 400]), 16000).tolist() == [2]
+
+
+def test_an_index_without_lookup_code_files_computes_the_same_codes(tmp_path: Path) -> None:
+    ids, texts = zipf_corpus(random.Random(8), 1500)
+    build_index(ids, texts, tmp_path / "index")
+    written = BM25Index.open(tmp_path / "index")
+    assert len(written._lookup_codes) > 0
+    for name in ("lookup_terms.npy", "lookup_codes.npy"):  # as an index built before they existed
+        (tmp_path / "index" / name).unlink()
+    computed = BM25Index.open(tmp_path / "index")
+    assert (computed._lookup_rows == written._lookup_rows).all()
+    assert np.array_equal(computed._lookup_codes, written._lookup_codes)
+    computed.prune_min_postings = 0
+    assert_identical(computed, "w0 w1 w2 w7 w30", 50)

@@ -24,12 +24,16 @@ Files of an index directory (arrays are memory-mapped on open):
   idf.npy              float32[V]
   norms.npy            uint8[N]: the encoded document lengths
   doc_ids.npy          bytes[N]: document ids (UTF-8) in ascending order
+  lookup_terms.npy     int64[R]: the terms with lookup codes (``lookup_code_terms``), ascending
+  lookup_codes.npy     uint8[R, ceil(N/2)]: their 4-bit codes (``kernels.lookup_codes``); an index written
+                       before these existed gets them computed when it is opened, in that process's memory
 """
 
 from __future__ import annotations
 
 import json
 import mmap
+import os
 import tempfile
 import threading
 from collections import Counter
@@ -241,10 +245,14 @@ def build_index(
         ):
             builder.add(doc_id, text)
         builder.flush()
-        _write_index(builder, out_dir, progress, k1, b)
+        meta = _write_index(builder, out_dir, progress, k1, b)
+        del builder  # its memory back before the lookup codes are made
+    _write_lookup_codes(out_dir, meta, progress)
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
-def _write_index(builder: _Builder, out_dir: Path, progress: bool, k1: float, b: float) -> None:
+def _write_index(builder: _Builder, out_dir: Path, progress: bool, k1: float, b: float) -> dict[str, Any]:
+    """Every file of the index but the lookup codes and meta.json; returns what meta.json will hold."""
     ids = builder.doc_ids
     num_docs = len(ids)
     order = sorted(range(num_docs), key=ids.__getitem__)
@@ -313,7 +321,44 @@ def _write_index(builder: _Builder, out_dir: Path, progress: bool, k1: float, b:
         "num_terms": num_terms,
         "num_postings": num_postings,
     }
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    return meta
+
+
+def _write_lookup_codes(out_dir: Path, meta: dict[str, Any], progress: bool) -> None:
+    """``lookup_terms.npy`` and ``lookup_codes.npy`` of a written index, a term at a time.
+
+    The postings are read, not mapped, and each row written as it is made: mapped pages would count as this
+    process's memory, which stays within ``catalog prepare``'s budget this way.
+    """
+    num_docs = meta["num_docs"]
+    offsets = np.load(out_dir / "term_offsets.npy")
+    norms = np.load(out_dir / "norms.npy")
+    terms = lookup_code_terms(np.diff(offsets), num_docs)
+    denominators = frequency_denominators(bm25_cache(np.float32(meta["avgdl"]), meta["k1"], meta["b"]))
+    np.save(out_dir / "lookup_terms.npy", terms)
+    header = {"descr": "|u1", "fortran_order": False, "shape": (len(terms), (num_docs + 1) // 2)}
+    with open(out_dir / "lookup_codes.npy", "wb") as out:
+        np.lib.format.write_array_header_1_0(out, header)
+        for term in tqdm(terms, desc="lookup codes", unit=" terms", disable=not progress):
+            start, end = int(offsets[term]), int(offsets[term + 1])
+            docs = _read_npy_range(out_dir / "postings_docs.npy", start, end)
+            denoms = _read_npy_range(out_dir / "postings_denoms.npy", start, end)
+            row = kernels.lookup_codes(
+                docs, denoms, np.array([0, end - start]), np.zeros(1, np.int64), norms, denominators, num_docs
+            )
+            out.write(row.tobytes())
+
+
+def _read_npy_range(path: Path, start: int, stop: int) -> np.ndarray:
+    """Elements [start, stop) of a one-dimensional ``.npy`` file, read from disk."""
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        _, _, dtype = read_header(handle)
+        handle.seek(start * dtype.itemsize, os.SEEK_CUR)
+        return np.fromfile(handle, dtype=dtype, count=stop - start)
 
 
 # --- searching ------------------------------------------------------------------------------------------------
@@ -358,12 +403,22 @@ class BM25Index:
         self._denominators = frequency_denominators(
             bm25_cache(np.float32(self.meta["avgdl"]), self.meta["k1"], self.meta["b"])
         )
-        lookup_terms = lookup_code_terms(np.diff(self.offsets), self.num_docs)
+        if (self.directory / "lookup_codes.npy").exists():  # shared by every process that maps the index
+            lookup_terms, self._lookup_codes = self._load("lookup_terms.npy"), self._load("lookup_codes.npy")
+            _map_every_page(self._lookup_codes)
+        else:  # an index written before lookup codes existed
+            lookup_terms = lookup_code_terms(np.diff(self.offsets), self.num_docs)
+            self._lookup_codes = kernels.lookup_codes(
+                self.docs,
+                self.denoms,
+                self.offsets,
+                lookup_terms,
+                self.norms,
+                self._denominators,
+                self.num_docs,
+            )
         self._lookup_rows = np.full(len(self.idf), -1, np.int64)  # term -> its row of lookup codes
         self._lookup_rows[lookup_terms] = np.arange(len(lookup_terms))
-        self._lookup_codes = kernels.lookup_codes(
-            self.docs, self.denoms, self.offsets, lookup_terms, self.norms, self._denominators, self.num_docs
-        )
 
     @classmethod
     def open(cls, directory: Path) -> BM25Index:

@@ -10,10 +10,11 @@ for a list stored unsorted (shorter than ``bm25``'s sort threshold), in a sorted
 ``sorted_copies`` makes; every list the pruned path reads is sorted by document number.
 
 Lookup codes. Finding a document in a long postings list is a search through it; for the index's densest terms
-``lookup_codes`` keeps instead a 4-bit code per document (two per byte): 0 the document lacks the term, c in
-1..14 its denominator is ``denominators[c, norm]`` (what ``1 + freq * cache[norm]`` gives for freq c, checked
-against the stored one when the codes are made), ``LOOKUP_ESCAPE`` anything else (a larger frequency), looked
-up in the postings. A lookup is then one read of a small array, with the very denominator the postings hold.
+the index keeps instead a 4-bit code per document (two per byte; ``bm25.lookup_code_row``): 0 the document
+lacks the term, c in 1..14 its denominator is ``denominators[c, norm]`` (what ``1 + freq * cache[norm]`` gives
+for freq c, checked against the stored one when the codes are made), ``LOOKUP_ESCAPE`` anything else (a larger
+frequency), looked up in the postings. A lookup is then one read of a small array, with the very denominator
+the postings hold.
 
 Exactness of the pruning. A clause's float32 term score is non-decreasing in the denominator (IEEE division
 and subtraction round monotonically), so its score at the term's largest denominator bounds what it gives any
@@ -40,7 +41,6 @@ __all__ = [
     "MAX_CLAUSES",
     "clause_bounds",
     "clause_weights",
-    "lookup_codes",
     "rank",
     "rank_exhaustive",
     "rank_pruned",
@@ -137,28 +137,6 @@ def term_max_denoms(denoms, offsets):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def lookup_codes(docs, denoms, offsets, terms, norms, denominators, num_docs):  # type: ignore[no-untyped-def]
-    """The 4-bit lookup codes of ``terms``: row r, byte d >> 1, bits 4 * (d & 1) hold ``terms[r]``'s code of d.
-
-    ``denominators[c, norm]``: the denominator of frequency c (1..14) at that norm. A posting gets code c only
-    if that is bit for bit its stored denominator, else ``LOOKUP_ESCAPE``.
-    """
-    codes = np.zeros((len(terms), (num_docs + 1) // 2), np.uint8)
-    for row in range(len(terms)):
-        term = terms[row]
-        for position in range(offsets[term], offsets[term + 1]):
-            doc = docs[position]
-            norm = norms[doc]
-            code = LOOKUP_ESCAPE
-            unit = denominators[1, norm] - np.float32(1)  # ~cache[norm]: the guess is checked below
-            guess = np.rint((denoms[position] - np.float32(1)) / unit) if unit > 0 else 0.0
-            if 1 <= guess < LOOKUP_ESCAPE and denominators[int(guess), norm] == denoms[position]:
-                code = int(guess)
-            codes[row, doc >> 1] |= np.uint8(code << ((doc & 1) * 4))
-    return codes
-
-
-@_jit
 def clause_bounds(max_denoms, terms, weights):  # type: ignore[no-untyped-def]
     """Each clause's largest float32 term score: its term score at the term's largest denominator."""
     bounds = np.empty(len(terms), np.float64)
@@ -232,7 +210,7 @@ def rank_pruned(  # type: ignore[no-untyped-def]
     enter the top k, raising theta and shrinking the essential set.
     ``starts``/``ends``: the clauses' postings in ``docs``/``denoms``; lists shorter than ``sorted_below``
     are stored unsorted. A term with a row in ``codes`` (``lookup_rows[term]`` >= 0) is looked up there
-    (``lookup_codes``), the others by galloping through their postings. Returns (documents, float32 scores,
+    (``bm25.lookup_code_row``), the others by galloping through their postings. Returns (documents, float32 scores,
     how many documents were scored exactly).
     """
     clauses = len(starts)

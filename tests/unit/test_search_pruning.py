@@ -14,7 +14,7 @@ import pytest
 
 from webshop_env.catalog.generate import generate_catalog
 from webshop_env.catalog.raw import index_text, iter_products
-from webshop_env.search import kernels
+from webshop_env.search import bm25, kernels
 from webshop_env.search.bm25 import BM25Index, build_index, lookup_code_terms
 
 VOCABULARY = [f"w{i}" for i in range(400)]
@@ -218,8 +218,11 @@ def test_lookup_codes_go_to_the_densest_terms_within_the_budget() -> None:
     assert lookup_code_terms(np.array([600, 500, 700, 400]), 16000).tolist() == [2]
 
 
-def test_an_index_without_lookup_code_files_computes_the_same_codes(tmp_path: Path) -> None:
+def test_an_index_without_lookup_code_files_computes_the_same_codes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ids, texts = zipf_corpus(random.Random(8), 1500)
+    monkeypatch.setattr(bm25, "_LOOKUP_BUILD_CHUNK", 7)  # rows written from many small pieces of postings
     build_index(ids, texts, tmp_path / "index")
     written = BM25Index.open(tmp_path / "index")
     assert len(written._lookup_codes) > 0

@@ -10,7 +10,7 @@ for a list stored unsorted (shorter than ``bm25``'s sort threshold), in a sorted
 ``sorted_copies`` makes; every list the pruned path reads is sorted by document number.
 
 Lookup codes. Finding a document in a long postings list is a search through it; for the index's densest terms
-the index keeps instead a 4-bit code per document (two per byte; ``bm25.lookup_code_row``): 0 the document
+the index keeps instead a 4-bit code per document (two per byte; ``bm25.fill_lookup_codes``): 0 the document
 lacks the term, c in 1..14 its denominator is ``denominators[c, norm]`` (what ``1 + freq * cache[norm]`` gives
 for freq c, checked against the stored one when the codes are made), ``LOOKUP_ESCAPE`` anything else (a larger
 frequency), looked up in the postings. A lookup is then one read of a small array, with the very denominator
@@ -210,7 +210,7 @@ def rank_pruned(  # type: ignore[no-untyped-def]
     enter the top k, raising theta and shrinking the essential set.
     ``starts``/``ends``: the clauses' postings in ``docs``/``denoms``; lists shorter than ``sorted_below``
     are stored unsorted. A term with a row in ``codes`` (``lookup_rows[term]`` >= 0) is looked up there
-    (``bm25.lookup_code_row``), the others by galloping through their postings. Returns (documents, float32 scores,
+    (``bm25.fill_lookup_codes``), the others by galloping through their postings. Returns (documents, float32 scores,
     how many documents were scored exactly).
     """
     clauses = len(starts)

@@ -361,7 +361,7 @@ def fill_lookup_codes(
     ``docs``/``denoms``: postings of the term; ``denominators[c, norm]``: frequency c's denominator at that
     norm (``frequency_denominators``). A posting gets code c only if that is bit for bit its stored
     denominator, else ``LOOKUP_ESCAPE``. (numpy, not a compiled kernel: ``catalog prepare`` calls it, and
-    loading compiled code would add ~50 MB to its peak memory.)
+    loading compiled code would add ~50 MB to that process.)
     """
     norm = norms[docs]
     with np.errstate(divide="ignore", invalid="ignore"):  # a 0 unit, or a NaN, makes an escape below

@@ -37,7 +37,7 @@ import os
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -74,15 +74,14 @@ _CHUNK_DOCS = 8192  # documents per batch while building
 _TOKEN_CACHE_LIMIT = 4_000_000  # raw token -> term id entries kept while building
 _QUERY_TOKEN_CACHE_LIMIT = 1 << 16  # the same at search time: query tokens repeat (instructions share words)
 _SORT_POSTINGS_MIN_DF = 64  # postings lists at least this long are sorted by document (memory locality)
-_PRUNE_MIN_POSTINGS = (
-    20_000  # fewer postings: exhaustive scoring is as fast (measured: below ~7k it is faster)
-)
+# Queries with fewer postings are scored exhaustively: as fast (measured: below ~7k postings, faster).
+_PRUNE_MIN_POSTINGS = 20_000
 # Terms in at least this share of the documents get lookup codes (``fill_lookup_codes``, half a byte per
 # document and term), densest first, within a memory budget: half of what the postings take. On the 1.2M
 # generated catalog: 220 terms, 132 MB, and a pruned search 40% faster than galloping through their postings.
 _LOOKUP_MIN_DF_SHARE = 1 / 32
 _LOOKUP_MAX_BYTES_PER_POSTING = 4
-_LOOKUP_BUILD_CHUNK = 1 << 16  # postings per step while writing the codes (bounds the temporaries' memory)
+_LOOKUP_BUILD_CHUNK = 1 << 16  # postings per step while making the codes (bounds the temporaries' memory)
 
 
 # --- Lucene's SmallFloat (document length in one byte) --------------------------------------------------------
@@ -141,10 +140,12 @@ def bm25_cache(avgdl: np.float32, k1: float = K1, b: float = B) -> np.ndarray:
     return np.float32(1) / (k1_ * ((np.float32(1) - b_) + b_ * LENGTH_TABLE / avgdl_))
 
 
-def frequency_denominators(cache: np.ndarray) -> np.ndarray:
-    """float32[LOOKUP_ESCAPE, 256]: row c is the denominator ``1 + c * cache[norm]`` of frequency c, as built."""
+def frequency_denominators(meta: dict[str, Any]) -> np.ndarray:
+    """float32[LOOKUP_ESCAPE, 256]: row c is the denominator ``1 + c * cache[norm]`` of frequency c, computed
+    as the index described by ``meta`` (its meta.json) computed its postings' denominators."""
+    cache = bm25_cache(np.float32(meta["avgdl"]), meta["k1"], meta["b"])
     freqs = np.arange(kernels.LOOKUP_ESCAPE, dtype=np.float32)[:, None]
-    return np.float32(1) + freqs * cache[None, :].astype(np.float32)
+    return np.float32(1) + freqs * cache[None, :]
 
 
 def idf_values(doc_freqs: np.ndarray, doc_count: int) -> np.ndarray:
@@ -336,20 +337,36 @@ def _write_lookup_codes(out_dir: Path, meta: dict[str, Any], progress: bool) -> 
     offsets = np.load(out_dir / "term_offsets.npy")
     norms = np.load(out_dir / "norms.npy")
     terms = lookup_code_terms(np.diff(offsets), num_docs)
-    denominators = frequency_denominators(bm25_cache(np.float32(meta["avgdl"]), meta["k1"], meta["b"]))
     np.save(out_dir / "lookup_terms.npy", terms)
-    row_bytes = (num_docs + 1) // 2
-    header = {"descr": "|u1", "fortran_order": False, "shape": (len(terms), row_bytes)}
+
+    def read_postings(start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        docs = _read_npy_range(out_dir / "postings_docs.npy", start, end)
+        return docs, _read_npy_range(out_dir / "postings_denoms.npy", start, end)
+
+    rows = _lookup_code_rows(terms, offsets, norms, frequency_denominators(meta), num_docs, read_postings)
+    header = {"descr": "|u1", "fortran_order": False, "shape": (len(terms), (num_docs + 1) // 2)}
     with open(out_dir / "lookup_codes.npy", "wb") as out:
         np.lib.format.write_array_header_1_0(out, header)
-        for term in tqdm(terms, desc="lookup codes", unit=" terms", disable=not progress):
-            row = np.zeros(row_bytes, np.uint8)
-            for start in range(int(offsets[term]), int(offsets[term + 1]), _LOOKUP_BUILD_CHUNK):
-                end = min(start + _LOOKUP_BUILD_CHUNK, int(offsets[term + 1]))
-                docs = _read_npy_range(out_dir / "postings_docs.npy", start, end)
-                denoms = _read_npy_range(out_dir / "postings_denoms.npy", start, end)
-                fill_lookup_codes(row, docs, denoms, norms, denominators)
+        for row in tqdm(rows, total=len(terms), desc="lookup codes", unit=" terms", disable=not progress):
             out.write(row.tobytes())
+
+
+def _lookup_code_rows(
+    terms: np.ndarray,
+    offsets: np.ndarray,
+    norms: np.ndarray,
+    denominators: np.ndarray,
+    num_docs: int,
+    read_postings: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+) -> Iterator[np.ndarray]:
+    """Each term's row of lookup codes, made from its postings [start, end) as ``read_postings`` gives them,
+    ``_LOOKUP_BUILD_CHUNK`` at a time (so that the temporaries stay small)."""
+    for term in terms:
+        row = np.zeros((num_docs + 1) // 2, np.uint8)
+        for start in range(int(offsets[term]), int(offsets[term + 1]), _LOOKUP_BUILD_CHUNK):
+            docs, denoms = read_postings(start, min(start + _LOOKUP_BUILD_CHUNK, int(offsets[term + 1])))
+            fill_lookup_codes(row, docs, denoms, norms, denominators)
+        yield row
 
 
 def fill_lookup_codes(
@@ -426,21 +443,19 @@ class BM25Index:
         self.prune_min_postings = _PRUNE_MIN_POSTINGS
         _map_every_page(self.docs)  # the first searches must not pay the page faults of a cold mapping
         self._max_denoms = kernels.term_max_denoms(self.denoms, self.offsets)  # the pruning's bounds
-        self._denominators = frequency_denominators(
-            bm25_cache(np.float32(self.meta["avgdl"]), self.meta["k1"], self.meta["b"])
-        )
+        self._denominators = frequency_denominators(self.meta)
         if (self.directory / "lookup_codes.npy").exists():  # shared by every process that maps the index
             lookup_terms, self._lookup_codes = self._load("lookup_terms.npy"), self._load("lookup_codes.npy")
             _map_every_page(self._lookup_codes)
         else:  # an index written before lookup codes existed
             lookup_terms = lookup_code_terms(np.diff(self.offsets), self.num_docs)
             self._lookup_codes = np.zeros((len(lookup_terms), (self.num_docs + 1) // 2), np.uint8)
-            for row, term in enumerate(lookup_terms):
-                start, end = self.offsets[term], self.offsets[term + 1]
-                fill_lookup_codes(
-                    self._lookup_codes[row], self.docs[start:end], self.denoms[start:end], self.norms,
-                    self._denominators,
-                )  # fmt: skip
+            rows = _lookup_code_rows(
+                lookup_terms, self.offsets, self.norms, self._denominators, self.num_docs,
+                lambda start, end: (self.docs[start:end], self.denoms[start:end]),
+            )  # fmt: skip
+            for number, row in enumerate(rows):
+                self._lookup_codes[number] = row
         self._lookup_rows = np.full(len(self.idf), -1, np.int64)  # term -> its row of lookup codes
         self._lookup_rows[lookup_terms] = np.arange(len(lookup_terms))
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+import re
+
 import pytest
 
 from webshop_env.core.actions import parse_action
@@ -34,6 +38,24 @@ from webshop_env.core.pages import (
 )
 def test_parse_action(action: str, expected: tuple) -> None:
     assert tuple(parse_action(action)) == expected
+
+
+def test_parse_action_agrees_with_the_original_regex_on_every_short_string() -> None:
+    """Every string of up to 7 characters over the grammar's significant characters, and longer random ones."""
+    original = re.compile(r"(.+)\[(.+)\]")
+
+    def expected(action: str) -> tuple[str, str | None]:
+        match = original.match(action)
+        return (action, None) if match is None else (match.group(1), match.group(2).lower())
+
+    alphabet = "a[]\nB"
+    cases = ["".join(chars) for n in range(8) for chars in itertools.product(alphabet, repeat=n)]
+    rng = random.Random(0)
+    cases += [
+        "".join(rng.choice(alphabet + " \r") for _ in range(rng.randrange(8, 40))) for _ in range(20_000)
+    ]
+    for action in cases:
+        assert tuple(parse_action(action)) == expected(action), repr(action)
 
 
 @pytest.mark.parametrize(

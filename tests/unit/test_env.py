@@ -76,6 +76,25 @@ def test_paging_past_the_end_keeps_next(env: WebShopEnv) -> None:
     assert step.available_actions["clickables"] == ["back to search", "< prev", "next >"]
 
 
+@pytest.mark.parametrize(
+    ("query", "matches"),
+    [("women shoes size 8", 50), ("gift set red", 50), ("for women and men", 42), ("shirt", 8)],
+)
+def test_every_results_page_shows_its_slice_of_the_top_50(env: WebShopEnv, query: str, matches: int) -> None:
+    """Pages ask the search only for the hits up to their last one: each must be its slice of the top 50."""
+    top50 = [env.product(i).asin for i in env.catalog.index.search_positions(query, 50)]
+    assert len(top50) == matches  # 50: at least 50 products match (the total the original shows)
+    step = env.step(env.reset(0).state, f"search[{query}]")
+    for page in range(1, 7):
+        shown = top50[(page - 1) * 10 : page * 10]
+        assert f"Page {page} (Total results: {len(top50)})" in step.observation
+        products = [
+            c for c in step.available_actions["clickables"] if c not in ("back to search", "< prev", "next >")
+        ]
+        assert products == [asin.lower() for asin in shown], page
+        step = env.step(step.state, "click[next >]")
+
+
 def test_back_to_search_starts_over(env: WebShopEnv) -> None:
     step, _ = item_page(env)
     back = env.step(step.state, "click[back to search]")

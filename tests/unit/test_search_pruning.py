@@ -233,3 +233,30 @@ def test_an_index_without_lookup_code_files_computes_the_same_codes(
     assert np.array_equal(computed._lookup_codes, written._lookup_codes)
     computed.prune_min_postings = 0
     assert_identical(computed, "w0 w1 w2 w7 w30", 50)
+
+
+@pytest.mark.parametrize("prune_min_postings", [0, bm25._PRUNE_MIN_POSTINGS])
+def test_top_positions_is_a_prefix_of_the_top_50_with_its_match_count(
+    tmp_path: Path, prune_min_postings: int
+) -> None:
+    """What a results page asks for: the hits up to its last one, and the matches counted up to 50."""
+    rng = random.Random(13)
+    ids, texts = zipf_corpus(rng, 2000)
+    build_index(ids, texts, tmp_path / "index")
+    index = BM25Index.open(tmp_path / "index")
+    index.prune_min_postings = prune_min_postings
+    weights = [1 / (i + 1) ** 0.6 for i in range(len(VOCABULARY))]
+    # common words (pruned and countable), rare ones (few matches), and many rare ones together: pruning is
+    # allowed there but cannot count to 50, so the exhaustive path must answer
+    queries = [" ".join(rng.choices(VOCABULARY, weights, k=rng.randint(1, 12))) for _ in range(300)]
+    queries += ["w390", "w391 w392", " ".join(VOCABULARY[300:])]
+    for query in queries:
+        top50 = index.search_positions(query, 50)
+        _, _, matching = index.rank_counting(query, 10**6, prune=False)
+        for k in (1, 10, 20, 50):
+            top, matches = index.top_positions(query, k, 50)
+            assert top == top50[:k], (query, k)
+            assert matches == min(matching, 50) == len(top50), (query, k)
+        # counted further than the longest postings list goes: only exhaustive scoring can count that far
+        assert index.top_positions(query, 10, 10**6) == (top50[:10], matching)
+    assert index.top_positions("", 10, 50) == ([], 0)

@@ -138,13 +138,15 @@ class ObservabilityMiddleware:
                 self._log(method, scope.get("path", ""), status, elapsed)
 
     def _log(self, method: str, path: str, status: int, elapsed: float) -> None:
-        fields: dict[str, Any] = {
-            "method": method, "path": path, "status": status, "duration_ms": round(elapsed * 1000.0, 3),
-        }  # fmt: skip
-        if status < 400 and elapsed < self.log_slow_s and self.log_every > 1:
+        sampled = status < 400 and elapsed < self.log_slow_s and self.log_every > 1
+        if sampled:
             self._unlogged += 1
             if self._unlogged < self.log_every:
                 return
             self._unlogged = 0
+        fields: dict[str, Any] = {
+            "method": method, "path": path, "status": status, "duration_ms": round(elapsed * 1000.0, 3),
+        }  # fmt: skip
+        if sampled:
             fields["sampled"] = self.log_every
         access_log.info("request", extra={"fields": fields})

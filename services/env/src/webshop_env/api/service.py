@@ -23,6 +23,8 @@ from .metrics import Metrics
 from .settings import Settings
 from .tokens import TokenCodec
 
+APIS = ("native", "compat")  # the ``api`` label of the step metrics
+
 
 class Runtime:
     """One worker's service state; built once at startup over the opened catalog."""
@@ -36,6 +38,7 @@ class Runtime:
         self.sessions = session_store(settings, self.codec, metrics)
         self._random = random.Random()
         self.expert = lru_cache(maxsize=4096)(self._expert)
+        self._steps_served = {api: metrics.steps.labels(api) for api in APIS}  # labels() locks on every call
 
     # ---- episodes --------------------------------------------------------------------------------------
     def reset(self, goal: int, goal_set: str | None = None, split: str | None = None) -> Step:
@@ -62,7 +65,7 @@ class Runtime:
                 "reset to start a new one"
             )
         step = self.env.step(state, action)
-        self.metrics.steps.labels(api).inc()
+        self._steps_served[api].inc()
         truncated = bool(limit) and not step.done and step.state.steps >= limit
         if step.done:
             self.metrics.finished.labels(api, "purchase").inc()

@@ -4,8 +4,8 @@ Format (version 2)::
 
     v2.<payload>.<mac>
     body    = orjson({"f": catalog fingerprint prefix, "d": EpisodeState.to_dict()})
-    payload = base64url(body)            if len(body) <= COMPRESS_ABOVE (the usual state: ~150 bytes)
-              base64url(zlib(body))      otherwise (a long query)
+    payload = base64url(body)            if len(body) <= COMPRESS_ABOVE (1 KB: every usual state)
+              base64url(zlib(body))      otherwise (a query of several hundred characters)
     mac     = base64url(HMAC-SHA256(secret, "v2." + payload + "." + full catalog fingerprint))
 
 The decoder tells the two payloads apart by their first byte: a JSON object starts with ``{``, a zlib stream
@@ -18,17 +18,19 @@ than just "bad signature". The payload is only decoded after the MAC checks out 
 which decompresses at most a bounded number of bytes), so a forged token cannot feed the decoder.
 Base64url is unpadded, so a token is safe in JSON, URLs and headers.
 
-Cost: a step decodes one token and encodes one, so the codec is on every request's path. A typical state
-is ~150 bytes of JSON that zlib shrinks by a fifth at best, while setting up a compressor and an inflater
-was the largest single cost of a replica's step (profiled under load): small states travel uncompressed.
-Long ones (a query near its 2,048-character cap) are compressed with a 4 KB window and a small hash table
-(``ZLIB_WBITS``, ``ZLIB_MEM_LEVEL``); the decoder reads the window size from the stream's header, so tokens
-made with other parameters still decode.
+Cost: a step decodes one token and encodes one, so the codec is on every request's path. A state is ~150
+bytes of JSON, ~400 with an instruction-length query, that zlib shrinks by a fifth to a third, while setting up
+a compressor and an inflater was the largest single cost of a replica's step (profiled under load): states up
+to 1 KB travel uncompressed (a token some 200 bytes longer, next to a ~2 KB response). Longer ones (a query
+near its 2,048-character cap) are compressed with a 4 KB window and a small hash table (``ZLIB_WBITS``,
+``ZLIB_MEM_LEVEL``); the decoder reads the window size from the stream's header, so tokens made with other
+parameters still decode. The HMAC's keyed state is set up once and copied per token.
 """
 
 from __future__ import annotations
 
 import binascii
+import hashlib
 import hmac
 import zlib
 
@@ -38,7 +40,7 @@ from ..core.env import EpisodeState, InvalidState
 
 VERSION = "v2"
 READABLE_VERSIONS = ("v1", "v2")  # v1: the payload is always zlib
-COMPRESS_ABOVE = 256  # bytes of JSON; a state is ~150 without a long query
+COMPRESS_ABOVE = 1024  # bytes of JSON; a state is ~150, ~400 with an instruction-length query
 FINGERPRINT_PREFIX = 12
 MAX_PAYLOAD_BYTES = 1 << 20  # decompressed; a real state is a few hundred bytes
 ZLIB_LEVEL = 1
@@ -73,13 +75,15 @@ class TokenCodec:
     def __init__(self, secret: bytes, fingerprint: str) -> None:
         if not secret:
             raise ValueError("the state secret must not be empty")
-        self._secret = secret
         self.fingerprint = fingerprint
         self._prefix = fingerprint[:FINGERPRINT_PREFIX]
         self._suffix = ("." + fingerprint).encode()
+        self._keyed = hmac.new(secret, digestmod=hashlib.sha256)  # copied per token: no key setup per MAC
 
     def _mac(self, signed: bytes) -> bytes:
-        return hmac.digest(self._secret, signed + self._suffix, "sha256")
+        mac = self._keyed.copy()
+        mac.update(signed + self._suffix)
+        return mac.digest()
 
     def encode(self, state: EpisodeState) -> str:
         body = orjson.dumps({"f": self._prefix, "d": state.to_dict()})

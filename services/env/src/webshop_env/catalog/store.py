@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..core.model import GoalRecord, ProductRecord
+from ..core.model import GoalRecord, ProductRecord, Ranking
 from ..search.bm25 import BM25Index
 
 FORMAT_VERSION = 1
@@ -125,11 +125,11 @@ class PreparedCatalog:
             return position
         return None
 
-    def search(self, query: str) -> list[int]:
-        return self._search_cached(query)
+    def search(self, query: str, k: int, count_up_to: int) -> Ranking:
+        return self._search_cached(query, k, count_up_to)
 
-    def _search(self, query: str) -> list[int]:
-        return list(self.index.search_positions(query))
+    def _search(self, query: str, k: int, count_up_to: int) -> Ranking:
+        return Ranking(*self.index.top_positions(query, k, count_up_to))
 
     def goal(self, goal_set: str, index: int) -> GoalRecord:
         return self._goal_cached(goal_set, index)

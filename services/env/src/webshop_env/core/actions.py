@@ -7,10 +7,7 @@ does not cross a newline, names are case-sensitive, and the argument is lower-ca
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
-
-_ACTION = re.compile(r"(.+)\[(.+)\]")
 
 
 class ParsedAction(NamedTuple):
@@ -19,7 +16,14 @@ class ParsedAction(NamedTuple):
 
 
 def parse_action(action: str) -> ParsedAction:
-    match = _ACTION.match(action)
-    if match is None:
+    """What the original's regex gives, found with string searches (the regex backtracks over a long query).
+
+    The match lies on the first line. Greedy, the name runs to the last ``[`` that still leaves a non-empty
+    argument before a ``]``, and the argument to the line's last ``]``.
+    """
+    line = action.split("\n", 1)[0]
+    close = line.rfind("]")
+    open_ = line.rfind("[", 1, close - 1) if close >= 3 else -1
+    if open_ < 1:
         return ParsedAction(action, None)
-    return ParsedAction(match.group(1), match.group(2).lower())
+    return ParsedAction(line[:open_], line[open_ + 1 : close].lower())

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import pages
 from .actions import parse_action
@@ -88,24 +88,36 @@ class EpisodeState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EpisodeState:
+        """The state ``to_dict`` made (every request decodes one: built like ``evolve``, not by ``__init__``)."""
         try:
-            return cls(
-                goal_set=str(data["s"]),
-                goal=int(data["g"]),
-                page=PageKind(data["p"]),
-                query=str(data["q"]),
-                page_num=int(data["n"]),
-                product=None if data["i"] is None else int(data["i"]),
-                options={str(k): str(v) for k, v in data["o"]},
-                sub_page=None if data["u"] is None else str(data["u"]),
-                steps=int(data["t"]),
-                reward=None if data["r"] is None else float(data["r"]),
-            )
+            values = {
+                "goal_set": str(data["s"]),
+                "goal": int(data["g"]),
+                "page": _PAGE_KINDS[data["p"]],
+                "query": str(data["q"]),
+                "page_num": int(data["n"]),
+                "product": None if data["i"] is None else int(data["i"]),
+                "options": {str(k): str(v) for k, v in data["o"]},
+                "sub_page": None if data["u"] is None else str(data["u"]),
+                "steps": int(data["t"]),
+                "reward": None if data["r"] is None else float(data["r"]),
+            }
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidState(f"malformed episode state: {error}") from None
+        state = object.__new__(cls)
+        state.__dict__.update(values)
+        return state
 
 
 _STATE_FIELDS = frozenset(f.name for f in fields(EpisodeState))
+_PAGE_KINDS = {kind.value: kind for kind in PageKind}
+
+
+class ResultsView(NamedTuple):
+    """What a results page shows for a (query, page): its clickables and its text below the header."""
+
+    clickables: dict[str, Clickable]
+    listing: str
 
 
 @dataclass(frozen=True)
@@ -132,10 +144,11 @@ class WebShopEnv:
     def __init__(self, catalog: Catalog, show_attrs: bool = False) -> None:
         self.catalog = catalog
         self.show_attrs = show_attrs
-        # A step builds the clickables of the page it acts on and of the page it shows; both are pure functions
-        # of (query, page) or of the product, so they are built once per worker (read-only dicts, as
-        # pages.SEARCH_CLICKABLES already is). Bounded: a cache miss only costs the rebuild.
-        self._results_clickables = lru_cache(maxsize=4096)(self._build_results_clickables)
+        # A step builds the clickables of the page it acts on and of the page it shows; they and a results page's
+        # listing are pure functions of (query, page) or of the product, so they are built once per worker
+        # (read-only, as pages.SEARCH_CLICKABLES already is). Bounded: a cache miss only costs the rebuild.
+        self._results_view = lru_cache(maxsize=4096)(self._build_results_view)
+        self._result_entry = lru_cache(maxsize=8192)(self._build_result_entry)  # new queries reuse products
         self._item_clickables = lru_cache(maxsize=4096)(self._build_item_clickables)
 
     # ---- public contract -------------------------------------------------------------------------------
@@ -231,30 +244,32 @@ class WebShopEnv:
         except IndexError:
             raise InvalidState(f"product {index} is not in this catalog") from None
 
-    def results(self, state: EpisodeState) -> tuple[int, list[ProductRecord]]:
-        """(total results, the products shown on the state's page)."""
-        return self._results_page(state.query, state.page_num)
-
-    def _results_page(self, query: str, page_num: int) -> tuple[int, list[ProductRecord]]:
-        ranked = self.catalog.search(query)[: pages.SEARCH_TOP_N]
+    def _build_results_view(self, query: str, page_num: int) -> ResultsView:
+        # The original ranks the top SEARCH_TOP_N and pages through them; a page needs only the hits up to its
+        # last one (the first page: ten), and the total is the number of matches up to SEARCH_TOP_N.
         start = (page_num - 1) * pages.RESULTS_PER_PAGE
+        depth = min(pages.SEARCH_TOP_N, max(start + pages.RESULTS_PER_PAGE, 1))
+        ranked, total = self.catalog.search(query, depth, pages.SEARCH_TOP_N)
         shown = ranked[start : start + pages.RESULTS_PER_PAGE] if start >= 0 else []
-        return len(ranked), [self.product(index) for index in shown]
+        entries = [self._result_entry(index) for index in shown]
+        return ResultsView(
+            pages.results_clickables(page_num, entries),
+            pages.render_results_listing(page_num, total, entries),
+        )
+
+    def _build_result_entry(self, index: int) -> pages.ResultEntry:
+        return pages.result_entry(self.product(index))
 
     def clickables(self, state: EpisodeState) -> dict[str, Clickable]:
         if state.page is PageKind.SEARCH:
             return pages.SEARCH_CLICKABLES
         if state.page is PageKind.RESULTS:
-            return self._results_clickables(state.query, state.page_num)
+            return self._results_view(state.query, state.page_num).clickables
         if state.page is PageKind.ITEM:
             return self._item_clickables(state.product)  # type: ignore[arg-type]
         if state.page is PageKind.SUB:
             return pages.SUB_PAGE_CLICKABLES
         return pages.DONE_CLICKABLES
-
-    def _build_results_clickables(self, query: str, page_num: int) -> dict[str, Clickable]:
-        _, shown = self._results_page(query, page_num)
-        return pages.results_clickables(page_num, shown)
 
     def _build_item_clickables(self, product: int) -> dict[str, Clickable]:
         return pages.item_clickables(self.product(product), self.show_attrs)
@@ -263,8 +278,7 @@ class WebShopEnv:
         if state.page is PageKind.SEARCH:
             return pages.render_search_page(instruction)
         if state.page is PageKind.RESULTS:
-            total, shown = self.results(state)
-            return pages.render_results_page(instruction, state.page_num, total, shown)
+            return pages.with_header(instruction, self._results_view(state.query, state.page_num).listing)
         if state.page is PageKind.DONE:
             product = self.product(state.product)  # type: ignore[arg-type]
             return pages.render_done_page(product.asin, dict(state.options), state.reward or 0.0)

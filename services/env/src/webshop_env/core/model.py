@@ -7,7 +7,7 @@ products, goals and search results. Tests can hand it any object with these meth
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .reward import RewardGoal, RewardProduct
 
@@ -107,6 +107,13 @@ class GoalRecord:
         )
 
 
+class Ranking(NamedTuple):
+    """A search's answer: product indices, best first, and how many products match (up to a cap)."""
+
+    top: list[int]
+    matches: int
+
+
 class Catalog(Protocol):
     """What the simulator needs from a prepared catalog."""
 
@@ -116,7 +123,9 @@ class Catalog(Protocol):
 
     def product_index(self, asin: str) -> int | None: ...
 
-    def search(self, query: str) -> list[int]: ...
+    def search(self, query: str, k: int, count_up_to: int) -> Ranking:
+        """The ``k`` best products for ``query`` and how many match, counted up to ``count_up_to``."""
+        ...
 
     def goal(self, goal_set: str, index: int) -> GoalRecord: ...
 

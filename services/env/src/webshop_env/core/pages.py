@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
+from typing import NamedTuple
 
 from .model import ProductRecord
 
@@ -85,14 +85,44 @@ def render_search_page(instruction: str) -> str:
     return join_nodes(["WebShop", "Instruction:", instruction, "Search"])
 
 
+class ResultEntry(NamedTuple):
+    """A product as a results page lists it: its clickable label and target, and its text segments."""
+
+    label: str  # the ASIN, lower-cased
+    clickable: Clickable
+    segments: tuple[str, ...]  # of its ASIN, title and price nodes
+
+
+def result_entry(product: ProductRecord) -> ResultEntry:
+    nodes = (text_node(value) for value in (product.asin, product.title, product.price_text))
+    return ResultEntry(
+        product.asin.lower(),
+        Clickable(ClickKind.PRODUCT, product.index),
+        tuple(segment for segment in nodes if segment is not None),
+    )
+
+
 def render_results_page(instruction: str, page: int, total: int, products: Sequence[ProductRecord]) -> str:
-    nodes = [*_header(instruction), f"Page {page} (Total results: {total})"]
+    return with_header(instruction, render_results_listing(page, total, [result_entry(p) for p in products]))
+
+
+def render_results_listing(page: int, total: int, entries: Sequence[ResultEntry]) -> str:
+    """A results page below its header: the same for every episode that shows this query's page."""
+    segments = [f"Page {page} (Total results: {total})"]
     if page > 1:
-        nodes.append("< Prev")
-    nodes.append("Next >")
-    for product in products:
-        nodes += [product.asin, product.title, product.price_text]
-    return join_nodes(nodes)
+        segments.append("< Prev")
+    segments.append("Next >")
+    for entry in entries:
+        segments += entry.segments
+    return SEP.join(segments)
+
+
+def with_header(instruction: str, body: str) -> str:
+    """The page text of ``body`` (a non-empty ``join_nodes`` result) under the instruction header.
+
+    Both parts always hold a segment ("Instruction:", the page line), so this equals joining all the nodes.
+    """
+    return join_nodes(_header(instruction)) + SEP + body
 
 
 def render_item_page(instruction: str, product: ProductRecord, show_attrs: bool = False) -> str:
@@ -145,20 +175,14 @@ def render_done_page(asin: str, options: dict[str, str], reward: float) -> str:
     return join_nodes(nodes)
 
 
-def results_clickables(page: int, products: Sequence[ProductRecord]) -> dict[str, Clickable]:
+def results_clickables(page: int, entries: Sequence[ResultEntry]) -> dict[str, Clickable]:
     clickables = {BACK_TO_SEARCH: BUTTON}
     if page > 1:
         clickables[PREV] = BUTTON
     clickables[NEXT] = BUTTON
-    for product in products:
-        clickables[product.asin.lower()] = _product_clickable(product.index)
+    for entry in entries:
+        clickables[entry.label] = entry.clickable
     return clickables
-
-
-@lru_cache(maxsize=1 << 16)
-def _product_clickable(index: int) -> Clickable:
-    """One shared (frozen) instance per product: a results page is built on every new search."""
-    return Clickable(ClickKind.PRODUCT, index)
 
 
 def item_clickables(product: ProductRecord, show_attrs: bool = False) -> dict[str, Clickable]:

@@ -36,7 +36,6 @@ import mmap
 import os
 import tempfile
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from itertools import pairwise
 from pathlib import Path
@@ -438,7 +437,7 @@ class BM25Index:
         terms = text.split("\n") if self.meta["num_terms"] else []
         self.vocab: dict[str, int] = dict(zip(terms, range(len(terms)), strict=True))
         self._workspace = _Workspace(self.num_docs)
-        self._query_terms = _TermIds(self.vocab, extend=False, limit=_QUERY_TOKEN_CACHE_LIMIT)
+        self._term_ids = _TermIds(self.vocab, extend=False, limit=_QUERY_TOKEN_CACHE_LIMIT)
         # Queries with at least this many postings take the pruned path (tests set 0 to force it everywhere).
         self.prune_min_postings = _PRUNE_MIN_POSTINGS
         _map_every_page(self.docs)  # the first searches must not pay the page faults of a cold mapping
@@ -502,21 +501,32 @@ class BM25Index:
         self, query: str, k: int = DEFAULT_TOP_K, *, prune: bool = True
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """``rank``, plus how many documents were scored (all that match, unless pruning ruled some out)."""
-        terms, counts = self._clauses(query)
-        if not len(terms) or k <= 0:
-            return *_NO_HITS, 0
-        return self._rank_terms(terms, counts, k, self.prune_min_postings if prune else _NEVER_PRUNE)
+        docs, scores, scored, _ = self._rank_terms(
+            self._query_terms(query), k, 0, self.prune_min_postings if prune else _NEVER_PRUNE
+        )
+        return docs, scores, scored
+
+    def top_positions(self, query: str, k: int, count_up_to: int) -> tuple[list[int], int]:
+        """The top ``k`` document numbers, and how many documents match counted up to ``count_up_to``.
+
+        Why both: a results page shows ten hits and the total of the top 50; asking for only the hits a page
+        shows makes the search cheaper (the first page's top 10 costs about two thirds of a top 50).
+        """
+        docs, _, _, matches = self._rank_terms(
+            self._query_terms(query), k, count_up_to, self.prune_min_postings
+        )
+        return docs.tolist(), matches
 
     def _rank_terms(
-        self, terms: np.ndarray, counts: np.ndarray, k: int, prune_min_postings: int
-    ) -> tuple[np.ndarray, np.ndarray, int]:
+        self, query_terms: np.ndarray, k: int, count_up_to: int, prune_min_postings: int
+    ) -> tuple[np.ndarray, np.ndarray, int, int]:
         workspace = self._workspace
-        docs, scores, scored = kernels.rank(
-            self.docs, self.denoms, self.offsets, self.idf, terms, counts, k, prune_min_postings,
+        docs, scores, scored, matches = kernels.rank(
+            self.docs, self.denoms, self.offsets, self.idf, query_terms, k, count_up_to, prune_min_postings,
             _SORT_POSTINGS_MIN_DF, self._max_denoms, workspace.seen, workspace.sums,
             self._lookup_rows, self._lookup_codes, self.norms, self._denominators,
         )  # fmt: skip
-        return docs, scores, int(scored)
+        return docs, scores, int(scored), int(matches)
 
     def warm_up(self) -> None:
         """Compile the search kernels for this index's arrays, or load them from numba's cache, before serving.
@@ -525,22 +535,18 @@ class BM25Index:
         """
         terms = np.arange(min(2, len(self.vocab)), dtype=np.intp)
         for prune_min_postings in (0, _NEVER_PRUNE):  # the pruned path, then the exhaustive one
-            self._rank_terms(terms, np.ones(len(terms), np.intp), 1, prune_min_postings)
+            self._rank_terms(terms, 1, 1, prune_min_postings)
 
     def bound(self, term: str) -> float:
         """The largest float32 score the single-term query ``term`` gives any document (what pruning uses)."""
-        terms, counts = self._clauses(term)
+        terms, counts = kernels.distinct_terms(self._query_terms(term))
         weights = kernels.clause_weights(self.idf, terms, counts)
         return float(kernels.clause_bounds(self._max_denoms, terms, weights)[0])
 
-    def _clauses(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """The distinct query terms in the index (term ids, in order of first occurrence) and their counts.
-
-        A term occurring c times is one clause boosted by c (Anserini's bag-of-words query).
-        """
-        counts = Counter(map(self._query_terms.__getitem__, tokenize(query)))
-        counts.pop(-1, None)  # stop words and terms no document has
-        return np.array(list(counts), np.intp), np.array(list(counts.values()), np.intp)
+    def _query_terms(self, query: str) -> np.ndarray:
+        """The query's tokens as term ids, -1 for a stop word or a term no document has (C loops for known
+        tokens: ``_TermIds``); ``kernels.distinct_terms`` makes the clauses from them."""
+        return np.fromiter(map(self._term_ids.__getitem__, tokenize(query)), np.intp)
 
 
 def lookup_code_terms(doc_freqs: np.ndarray, num_docs: int) -> np.ndarray:
@@ -562,7 +568,6 @@ def _map_every_page(array: np.ndarray) -> None:
     array[:: max(1, mmap.PAGESIZE // array.itemsize)].sum(dtype=np.float64)
 
 
-_NO_HITS = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))
 _NEVER_PRUNE = np.iinfo(np.int64).max
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "MAX_CLAUSES",
     "clause_bounds",
     "clause_weights",
+    "distinct_terms",
     "rank",
     "rank_exhaustive",
     "rank_pruned",
@@ -372,27 +373,68 @@ def clause_weights(idf, terms, counts):  # type: ignore[no-untyped-def]
 
 
 @_jit
+def distinct_terms(query_terms):  # type: ignore[no-untyped-def]
+    """A query's clauses: its distinct terms (ids >= 0) in order of first occurrence, and each one's count.
+
+    ``query_terms`` is the query's token sequence as term ids, -1 for a stop word or a term no document has.
+    A term occurring c times is one clause boosted by c (Anserini's bag-of-words query).
+    """
+    n = len(query_terms)
+    order = np.argsort(query_terms, kind="mergesort")  # stable: a term's first occurrence leads its run
+    firsts = np.empty(n, np.int64)
+    runs = np.empty(n, np.int64)
+    groups = 0
+    i = 0
+    while i < n:
+        term = query_terms[order[i]]
+        j = i + 1
+        while j < n and query_terms[order[j]] == term:
+            j += 1
+        if term >= 0:
+            firsts[groups], runs[groups] = order[i], j - i
+            groups += 1
+        i = j
+    by_first = np.argsort(firsts[:groups])
+    terms = np.empty(groups, np.int64)
+    counts = np.empty(groups, np.int64)
+    for g in range(groups):
+        terms[g], counts[g] = query_terms[firsts[by_first[g]]], runs[by_first[g]]
+    return terms, counts
+
+
+@_jit
 def rank(  # type: ignore[no-untyped-def]
-    docs, denoms, offsets, idf, terms, counts, k, prune_min_postings, sorted_below, max_denoms, seen, sums,
-    lookup_rows, codes, norms, denominators,
+    docs, denoms, offsets, idf, query_terms, k, count_up_to, prune_min_postings, sorted_below, max_denoms,
+    seen, sums, lookup_rows, codes, norms, denominators,
 ):  # fmt: skip
-    """The top ``k`` of the query whose distinct terms are ``terms`` (each ``counts`` times in it).
+    """The top ``k`` of the query whose tokens are ``query_terms`` (term ids, -1 for none: ``distinct_terms``).
 
     Pruned (``rank_pruned``) when it has two or more terms and at least ``prune_min_postings`` postings,
     exhaustive (``rank_exhaustive``) otherwise: the same documents and scores either way. Returns
-    (documents, float32 scores, how many documents were scored: what pruning saved, for tests and benches).
+    (documents, float32 scores, how many documents were scored: what pruning saved, for tests and benches,
+    how many documents match counted up to ``count_up_to``: a results page's total). Pruning scores only some
+    of the matches, but a query's matches are at least its longest postings list: a query that pruning could
+    not count that far takes the exhaustive path. The query's analysis up to term ids happens in Python, the
+    rest here: one call per search. ``k`` <= 0 gives no hits (and a count of 0).
     """
+    terms, counts = distinct_terms(query_terms)
+    if len(terms) == 0 or k <= 0:
+        return np.zeros(0, np.int32), np.zeros(0, np.float32), 0, 0
     weights = clause_weights(idf, terms, counts)
     starts = np.empty(len(terms), np.int64)
     ends = np.empty(len(terms), np.int64)
     postings = 0
+    longest = 0
     for clause in range(len(terms)):
         starts[clause], ends[clause] = offsets[terms[clause]], offsets[terms[clause] + 1]
         postings += ends[clause] - starts[clause]
+        longest = max(longest, ends[clause] - starts[clause])
     k = min(k, postings)  # no more hits than postings: what the top-k buffers are sized by
-    if 2 <= len(terms) <= MAX_CLAUSES and postings >= prune_min_postings:
-        return rank_pruned(
+    if 2 <= len(terms) <= MAX_CLAUSES and postings >= prune_min_postings and longest >= count_up_to:
+        best_docs, best_scores, scored = rank_pruned(
             docs, denoms, starts, ends, weights, terms, max_denoms, k, sorted_below,
             lookup_rows, codes, norms, denominators,
         )  # fmt: skip
-    return rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums)
+        return best_docs, best_scores, scored, count_up_to
+    best_docs, best_scores, matches = rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums)
+    return best_docs, best_scores, matches, min(matches, count_up_to)

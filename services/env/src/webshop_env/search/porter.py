@@ -16,6 +16,7 @@ from functools import lru_cache
 __all__ = ["stem"]
 
 _VOWELS = frozenset("aeiou")
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")
 
 
 class _Stemmer:
@@ -215,7 +216,9 @@ _STEP5_SUFFIXES: dict[str, tuple[str, ...]] = {
 
 
 def _stem_units(word: str) -> str:
-    if len(word) <= 2:
+    if len(word) <= 2 or word[-1] not in _LETTERS:
+        # Every rule needs the word to end in a lower-case ASCII letter (a suffix or the 's', 'y', 'e', 'l' that
+        # steps 1, 2 and 6 test), and no rule fires otherwise: numbers like "1080" come out unchanged.
         return word
     stemmer = _Stemmer(word)
     stemmer.step1()

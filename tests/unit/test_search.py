@@ -244,6 +244,40 @@ def test_porter_short_and_odd_words() -> None:
     assert stem("\U0001d41ats") == "\U0001d41at"
 
 
+def test_porter_leaves_words_not_ending_in_a_letter_alone() -> None:
+    """Why ``stem`` may skip them: the full algorithm, run step by step, never changes such a word."""
+    from webshop_env.search.porter import _Stemmer
+
+    def all_steps(word: str) -> str:
+        stemmer = _Stemmer(word)
+        for step in (
+            stemmer.step1,
+            stemmer.step2,
+            stemmer.step3,
+            stemmer.step4,
+            stemmer.step5,
+            stemmer.step6,
+        ):
+            step()
+        return stemmer.result()
+
+    rng = random.Random(4)
+    letters, endings = "aeiouysbcdlnt", "0123456789.-'_AZé²"
+    for _ in range(20_000):
+        word = "".join(rng.choices(letters + endings, k=rng.randint(2, 12))) + rng.choice(endings)
+        assert all_steps(word) == word == stem(word), word
+    for number in (
+        "2024",
+        "10",
+        "007",
+        "\u0663\u0664\u0665",
+        "\U0001d7cf\U0001d7d0\U0001d7d1",
+    ):  # ASCII, Arabic, math
+        assert (
+            number.isdigit() and normalize_token(number) == number
+        )  # what the query path's shortcut assumes
+
+
 # --- BM25 ranking ---------------------------------------------------------------------------------------------
 
 WORDS = ["red", "blue", "shirt", "soft", "cotton", "long", "dress", "shoe", "lamp", "desk", "wood", "metal"]
@@ -373,6 +407,21 @@ def test_only_documents_with_a_query_term_match(tmp_path: Path) -> None:
     assert len(index.search("red", k=50)) == 30
     assert set(index.search("red lamp", k=50)) == {d for d, t in corpus.items() if "red" in t}
     assert len(index.search("blue red", k=1000)) == 90
+
+
+def test_query_terms_word_by_word_equal_the_token_by_token_analysis(tmp_path: Path) -> None:
+    """The search path looks up whole words of ASCII queries (cached); it must give the tokens' term ids."""
+    corpus = {"A": "red shirt men's team 40.00 l'eau d'issey a_b 3,5 x" + "y" * 300, "B": "blue Shirts 10pcs"}
+    index = make_index(tmp_path, corpus)
+    fragments = ["red", "Red's", "shirts", "40.00", "40.", "l'eau", "d'issey", "a_b", "_", "__x", "3,5", "3;",
+                 ",", ".", "'", ":", "-", "$", "10pcs", "the", "unknown", "2024", "x" + "y" * 300, "e\u0301"]  # fmt: skip
+    separators = [" ", "  ", "\t", "\n", "\x1c", ""]
+    rng = random.Random(2)
+    for _ in range(3000):
+        query = "".join(rng.choice(fragments) + rng.choice(separators) for _ in range(rng.randint(0, 12)))
+        expected = [index._term_ids[token] for token in tokenize(query)]
+        assert index._query_terms(query).tolist() == expected, repr(query)
+        assert index._query_terms(query).tolist() == expected, repr(query)  # again, from the caches
 
 
 def test_index_files_and_statistics(tmp_path: Path) -> None:

@@ -260,3 +260,31 @@ def test_top_positions_is_a_prefix_of_the_top_50_with_its_match_count(
         # counted further than the longest postings list goes: only exhaustive scoring can count that far
         assert index.top_positions(query, 10, 10**6) == (top50[:10], matching)
     assert index.top_positions("", 10, 50) == ([], 0)
+
+
+def test_exhaustive_scoring_tells_seen_documents_by_their_sums_only_when_scores_are_positive(
+    tmp_path: Path,
+) -> None:
+    """The shortcut (a document's sum is 0 until scored) is taken only when the index's smallest denominator
+    makes every term score positive, and gives what the ``seen`` flags give."""
+    rng = random.Random(17)
+    ids, texts = zipf_corpus(rng, 1500)
+    build_index(ids, texts, tmp_path / "index")
+    index = BM25Index.open(tmp_path / "index")
+    smallest = float(np.min(index.denoms))
+    assert index._scores_positive is (smallest >= kernels.SCORES_POSITIVE_ABOVE) is True
+    weights = [1 / (i + 1) ** 0.6 for i in range(len(VOCABULARY))]
+    queries = [" ".join(rng.choices(VOCABULARY, weights, k=rng.randint(1, 12))) for _ in range(300)]
+    with_sums = [index.rank_counting(q, 50, prune=False) for q in queries]
+    index._scores_positive = False
+    with_flags = [index.rank_counting(q, 50, prune=False) for q in queries]
+    for (docs, scores, count), (flag_docs, flag_scores, flag_count) in zip(
+        with_sums, with_flags, strict=True
+    ):
+        assert docs.tolist() == flag_docs.tolist() and scores.tobytes() == flag_scores.tobytes()
+        assert count == flag_count
+    assert not index._workspace.seen.any() and not index._workspace.sums.any()  # left clean both ways
+    # a term score of 0 (1 + freq * cache[norm] rounded to 1 for an enormous document) is what the guard is for
+    weight = np.float32(3.0)
+    assert weight - weight / np.float32(1.0 + 2.0**-25) == 0
+    assert weight - weight / np.float32(kernels.SCORES_POSITIVE_ABOVE) > 0

@@ -228,15 +228,19 @@ class StepFastPath:
         if scope["type"] != "http" or scope["path"] != "/v1/step" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        messages = []
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
+        messages = [await receive()]
+        while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
+            messages.append(await receive())
         answer = None
-        if message["type"] == "http.request":  # else the client went away: the route answers that as before
-            answer = self._answer(scope, b"".join(m.get("body", b"") for m in messages))
+        if (
+            messages[-1]["type"] == "http.request"
+        ):  # else the client went away: the route answers that as before
+            body = (
+                messages[0].get("body", b"")
+                if len(messages) == 1
+                else b"".join(m.get("body", b"") for m in messages)
+            )
+            answer = self._answer(scope, body)
         if answer is None:
             await self.app(scope, replay(messages, receive), send)
             return
@@ -246,7 +250,7 @@ class StepFastPath:
             )
         scope["route"] = self._route  # the metrics' route template, as routing would have set it
         await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-length", str(len(answer)).encode("ascii")), (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(answer)), (b"content-type", b"application/json"),
         ]})  # fmt: skip
         await send({"type": "http.response.body", "body": answer})
 

@@ -47,6 +47,7 @@ ZLIB_LEVEL = 1
 ZLIB_WBITS = 12  # 4 KB window: a state is at most a few KB (the query is capped at 2,048 characters)
 ZLIB_MEM_LEVEL = 2
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_SIGNED_PREFIX = f"{VERSION}.".encode()
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
@@ -54,8 +55,9 @@ class TokenError(ValueError):
     """A state token that this service must not accept; the message says why and what to do."""
 
 
-def _b64encode(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+def _b64(data: bytes) -> bytes:
+    """Unpadded base64url."""
+    return binascii.b2a_base64(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=")
 
 
 def _b64decode(text: str) -> bytes:
@@ -78,7 +80,10 @@ class TokenCodec:
         self.fingerprint = fingerprint
         self._prefix = fingerprint[:FINGERPRINT_PREFIX]
         self._suffix = ("." + fingerprint).encode()
-        self._keyed = hmac.new(secret, digestmod=hashlib.sha256)  # copied per token: no key setup per MAC
+        keyed = hmac.new(secret, digestmod=hashlib.sha256)  # copied per token: no key setup per MAC
+        self._keyed = getattr(
+            keyed, "_hmac", keyed
+        )  # OpenSSL's object itself where it backs hmac (no wrapper)
 
     def _mac(self, signed: bytes) -> bytes:
         mac = self._keyed.copy()
@@ -87,8 +92,8 @@ class TokenCodec:
 
     def encode(self, state: EpisodeState) -> str:
         body = orjson.dumps({"f": self._prefix, "d": state.to_dict()})
-        signed = f"{VERSION}.{_b64encode(body if len(body) <= COMPRESS_ABOVE else _compress(body))}"
-        return f"{signed}.{_b64encode(self._mac(signed.encode()))}"
+        signed = _SIGNED_PREFIX + _b64(body if len(body) <= COMPRESS_ABOVE else _compress(body))
+        return (signed + b"." + _b64(self._mac(signed))).decode("ascii")
 
     def decode(self, token: object) -> EpisodeState:
         """The state in ``token``; raises ``TokenError`` for anything not signed by us for this catalog."""

@@ -86,7 +86,7 @@ class RecordWriter:
 class PreparedCatalog:
     """Opens a prepared catalog directory (see the module docstring). Implements ``core.model.Catalog``."""
 
-    def __init__(self, root: Path, product_cache: int = 8192, search_cache: int = 4096) -> None:
+    def __init__(self, root: Path, product_cache: int = 8192) -> None:
         self.root = Path(root)
         manifest_path = self.root / MANIFEST
         if not manifest_path.exists():
@@ -109,7 +109,6 @@ class PreparedCatalog:
         self.index = BM25Index.open(self.root / "index")
         self.product = lru_cache(maxsize=product_cache)(self._load_product)  # type: ignore[method-assign]
         self._goal_cached = lru_cache(maxsize=product_cache)(self._load_goal)
-        self._search_cached = lru_cache(maxsize=search_cache)(self._search)
 
     # --- Catalog protocol -----------------------------------------------------------------------------------
     def product(self, index: int) -> ProductRecord:  # replaced by a cached bound function in __init__
@@ -126,9 +125,7 @@ class PreparedCatalog:
         return None
 
     def search(self, query: str, k: int, count_up_to: int) -> Ranking:
-        return self._search_cached(query, k, count_up_to)
-
-    def _search(self, query: str, k: int, count_up_to: int) -> Ranking:
+        """Not cached here: the simulator caches the pages it builds from a search (``WebShopEnv``)."""
         return Ranking(*self.index.top_positions(query, k, count_up_to))
 
     def goal(self, goal_set: str, index: int) -> GoalRecord:

@@ -150,6 +150,7 @@ class WebShopEnv:
         self._results_view = lru_cache(maxsize=4096)(self._build_results_view)
         self._result_entry = lru_cache(maxsize=8192)(self._build_result_entry)  # new queries reuse products
         self._item_clickables = lru_cache(maxsize=4096)(self._build_item_clickables)
+        self._item_body = lru_cache(maxsize=4096)(self._build_item_body)
 
     # ---- public contract -------------------------------------------------------------------------------
     def reset(self, goal: int, goal_set: str = "synthetic") -> Step:
@@ -251,7 +252,7 @@ class WebShopEnv:
         depth = min(pages.SEARCH_TOP_N, max(start + pages.RESULTS_PER_PAGE, 1))
         ranked, total = self.catalog.search(query, depth, pages.SEARCH_TOP_N)
         shown = ranked[start : start + pages.RESULTS_PER_PAGE] if start >= 0 else []
-        entries = [self._result_entry(index) for index in shown]
+        entries = list(map(self._result_entry, shown))
         return ResultsView(
             pages.results_clickables(page_num, entries),
             pages.render_results_listing(page_num, total, entries),
@@ -271,6 +272,9 @@ class WebShopEnv:
             return pages.SUB_PAGE_CLICKABLES
         return pages.DONE_CLICKABLES
 
+    def _build_item_body(self, product: int) -> str:
+        return pages.render_item_body(self.product(product), self.show_attrs)
+
     def _build_item_clickables(self, product: int) -> dict[str, Clickable]:
         return pages.item_clickables(self.product(product), self.show_attrs)
 
@@ -282,9 +286,9 @@ class WebShopEnv:
         if state.page is PageKind.DONE:
             product = self.product(state.product)  # type: ignore[arg-type]
             return pages.render_done_page(product.asin, dict(state.options), state.reward or 0.0)
-        product = self.product(state.product)  # type: ignore[arg-type]
         if state.page is PageKind.ITEM:
-            return pages.render_item_page(instruction, product, self.show_attrs)
+            return pages.with_header(instruction, self._item_body(state.product))
+        product = self.product(state.product)  # type: ignore[arg-type]
         return pages.render_sub_page(instruction, product, state.sub_page or "")
 
     def _observe(self, state: EpisodeState, goal: GoalRecord, reward: float, info: dict[str, Any]) -> Step:

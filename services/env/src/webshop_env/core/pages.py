@@ -13,6 +13,9 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
+from itertools import chain
+from operator import itemgetter
 from typing import NamedTuple
 
 from .model import ProductRecord
@@ -93,6 +96,10 @@ class ResultEntry(NamedTuple):
     segments: tuple[str, ...]  # of its ASIN, title and price nodes
 
 
+_LABEL_AND_CLICKABLE = itemgetter(0, 1)  # of a ResultEntry (C-level loops: a new search builds a page)
+_SEGMENTS = itemgetter(2)
+
+
 def result_entry(product: ProductRecord) -> ResultEntry:
     nodes = (text_node(value) for value in (product.asin, product.title, product.price_text))
     return ResultEntry(
@@ -112,21 +119,32 @@ def render_results_listing(page: int, total: int, entries: Sequence[ResultEntry]
     if page > 1:
         segments.append("< Prev")
     segments.append("Next >")
-    for entry in entries:
-        segments += entry.segments
+    segments.extend(chain.from_iterable(map(_SEGMENTS, entries)))
     return SEP.join(segments)
 
 
 def with_header(instruction: str, body: str) -> str:
     """The page text of ``body`` (a non-empty ``join_nodes`` result) under the instruction header.
 
-    Both parts always hold a segment ("Instruction:", the page line), so this equals joining all the nodes.
+    Both parts always hold a segment ("Instruction:", then the page line or "< Prev"), so this equals joining
+    all the nodes.
     """
-    return join_nodes(_header(instruction)) + SEP + body
+    return _header_text(instruction) + SEP + body
+
+
+@lru_cache(maxsize=4096)
+def _header_text(instruction: str) -> str:
+    """An episode's pages share its header: built once per instruction, not on every step."""
+    return join_nodes(_header(instruction))
 
 
 def render_item_page(instruction: str, product: ProductRecord, show_attrs: bool = False) -> str:
-    nodes = [*_header(instruction), "< Prev"]
+    return with_header(instruction, render_item_body(product, show_attrs))
+
+
+def render_item_body(product: ProductRecord, show_attrs: bool = False) -> str:
+    """An item page below its header: the same for every episode that shows this product."""
+    nodes = ["< Prev"]
     for name, values in product.options.items():
         nodes.append(name)
         nodes += values
@@ -145,14 +163,14 @@ def render_item_page(instruction: str, product: ProductRecord, show_attrs: bool 
 
 
 def render_sub_page(instruction: str, product: ProductRecord, sub_page: str) -> str:
-    nodes = [*_header(instruction), "< Prev"]
+    nodes = ["< Prev"]
     if sub_page == "description":
         nodes.append(product.description)
     elif sub_page == "features":
         nodes += [" " + bullet for bullet in product.bullet_points]
     elif sub_page == "attributes":
         nodes += [*product.attributes, product.category, product.query, product.product_category]
-    return join_nodes(nodes)
+    return with_header(instruction, join_nodes(nodes))
 
 
 def tojson(value: object) -> str:
@@ -180,8 +198,7 @@ def results_clickables(page: int, entries: Sequence[ResultEntry]) -> dict[str, C
     if page > 1:
         clickables[PREV] = BUTTON
     clickables[NEXT] = BUTTON
-    for entry in entries:
-        clickables[entry.label] = entry.clickable
+    clickables.update(map(_LABEL_AND_CLICKABLE, entries))
     return clickables
 
 

@@ -141,7 +141,7 @@ def tokenize(text: str) -> list[str]:
             tokens += pattern.findall(text, start, end)
             position = end
         tokens += _ASCII_PATTERN.findall(text, position)
-    if tokens and len(max(tokens, key=len)) > MAX_TOKEN_LENGTH:
+    if len(text) > MAX_TOKEN_LENGTH and tokens and len(max(tokens, key=len)) > MAX_TOKEN_LENGTH:
         tokens = _chop_long_tokens(tokens, pattern)
     return tokens
 

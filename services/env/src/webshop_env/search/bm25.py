@@ -37,7 +37,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from itertools import pairwise
+from itertools import chain, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +166,8 @@ class _TermIds(dict):  # type: ignore[type-arg]
         self.vocab, self.extend, self.limit = vocab, extend, limit
 
     def __missing__(self, token: str) -> int:
-        term = normalize_token(token)
+        # a number is its own term (no possessive, case, stop word or suffix applies): the usual new query token
+        term = token if token.isdigit() else normalize_token(token)
         if term is None:
             term_id = -1
         else:
@@ -177,6 +178,26 @@ class _TermIds(dict):  # type: ignore[type-arg]
             self.clear()
         self[token] = term_id
         return term_id
+
+
+class _WordTermIds(dict):  # type: ignore[type-arg]
+    """A whitespace-separated word of ASCII text -> the term ids of its tokens; a miss tokenizes the word.
+
+    Tokens never hold whitespace, so an ASCII query's tokens are its words' tokens in order (what
+    ``tokenize`` itself relies on). Looking up whole words keeps a query's analysis in C loops: queries
+    repeat their words far more often than whole queries repeat.
+    """
+
+    def __init__(self, term_ids: _TermIds, limit: int) -> None:
+        super().__init__()
+        self.term_ids, self.limit = term_ids, limit
+
+    def __missing__(self, word: str) -> tuple[int, ...]:
+        ids = tuple(map(self.term_ids.__getitem__, tokenize(word)))
+        if len(self) >= self.limit:
+            self.clear()
+        self[word] = ids
+        return ids
 
 
 class _Builder:
@@ -438,10 +459,14 @@ class BM25Index:
         self.vocab: dict[str, int] = dict(zip(terms, range(len(terms)), strict=True))
         self._workspace = _Workspace(self.num_docs)
         self._term_ids = _TermIds(self.vocab, extend=False, limit=_QUERY_TOKEN_CACHE_LIMIT)
+        self._word_ids = _WordTermIds(self._term_ids, limit=_QUERY_TOKEN_CACHE_LIMIT)
         # Queries with at least this many postings take the pruned path (tests set 0 to force it everywhere).
         self.prune_min_postings = _PRUNE_MIN_POSTINGS
         _map_every_page(self.docs)  # the first searches must not pay the page faults of a cold mapping
-        self._max_denoms = kernels.term_max_denoms(self.denoms, self.offsets)  # the pruning's bounds
+        self._max_denoms, smallest = kernels.term_max_denoms(
+            self.denoms, self.offsets
+        )  # the pruning's bounds
+        self._scores_positive = bool(smallest >= kernels.SCORES_POSITIVE_ABOVE)
         self._denominators = frequency_denominators(self.meta)
         if (self.directory / "lookup_codes.npy").exists():  # shared by every process that maps the index
             lookup_terms, self._lookup_codes = self._load("lookup_terms.npy"), self._load("lookup_codes.npy")
@@ -523,7 +548,7 @@ class BM25Index:
         workspace = self._workspace
         docs, scores, scored, matches = kernels.rank(
             self.docs, self.denoms, self.offsets, self.idf, query_terms, k, count_up_to, prune_min_postings,
-            _SORT_POSTINGS_MIN_DF, self._max_denoms, workspace.seen, workspace.sums,
+            _SORT_POSTINGS_MIN_DF, self._max_denoms, workspace.seen, workspace.sums, self._scores_positive,
             self._lookup_rows, self._lookup_codes, self.norms, self._denominators,
         )  # fmt: skip
         return docs, scores, int(scored), int(matches)
@@ -545,8 +570,11 @@ class BM25Index:
 
     def _query_terms(self, query: str) -> np.ndarray:
         """The query's tokens as term ids, -1 for a stop word or a term no document has (C loops for known
-        tokens: ``_TermIds``); ``kernels.distinct_terms`` makes the clauses from them."""
-        return np.fromiter(map(self._term_ids.__getitem__, tokenize(query)), np.intp)
+        words and tokens: ``_WordTermIds``, ``_TermIds``); ``kernels.distinct_terms`` makes the clauses."""
+        if query.isascii():
+            return np.fromiter(chain.from_iterable(map(self._word_ids.__getitem__, query.split())), np.intp)
+        tokens = tokenize(query)
+        return np.fromiter(map(self._term_ids.__getitem__, tokens), np.intp, len(tokens))
 
 
 def lookup_code_terms(doc_freqs: np.ndarray, num_docs: int) -> np.ndarray:

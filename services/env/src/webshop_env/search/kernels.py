@@ -39,6 +39,7 @@ __all__ = [
     "BOUND_SLACK",
     "LOOKUP_ESCAPE",
     "MAX_CLAUSES",
+    "SCORES_POSITIVE_ABOVE",
     "clause_bounds",
     "clause_weights",
     "distinct_terms",
@@ -49,6 +50,9 @@ __all__ = [
 ]
 
 LOOKUP_ESCAPE = 15  # a lookup code: the term is there, its denominator is in the postings only
+# Every term score w - w / d is above 0 when every denominator d is at least this: w / d is then below w by more
+# than float32 division's rounding (half a unit in the last place, 2^-24 relative). Weights are positive (idf > 0).
+SCORES_POSITIVE_ABOVE = 1.0 + 2.0**-22
 MAX_CLAUSES = 1 << 16  # the slack below covers float64 rounding of sums of up to this many terms
 BOUND_SLACK = 1.0 + 2.0**-28  # > (1 + n 2^-53) / (1 - 2n 2^-53) for n <= 2^16, plus the product's rounding
 
@@ -128,13 +132,17 @@ def _gallop(docs, position, end, target):  # type: ignore[no-untyped-def]
 
 @_jit
 def term_max_denoms(denoms, offsets):  # type: ignore[no-untyped-def]
-    """Each term's largest denominator: what its bound (largest score) is computed from."""
+    """Each term's largest denominator (what its bound, its largest score, is computed from), and the
+    smallest denominator of the index (whether every term score is positive: ``SCORES_POSITIVE_ABOVE``)."""
     largest = np.ones(len(offsets) - 1, np.float32)  # denominators are >= 1
+    smallest = np.inf
     for term in range(len(offsets) - 1):
         for position in range(offsets[term], offsets[term + 1]):
             if denoms[position] > largest[term]:
                 largest[term] = denoms[position]
-    return largest
+            if denoms[position] < smallest:
+                smallest = denoms[position]
+    return largest, smallest
 
 
 @_jit
@@ -303,10 +311,12 @@ def rank_pruned(  # type: ignore[no-untyped-def]
 
 
 @_jit
-def rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums):  # type: ignore[no-untyped-def]
+def rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums, positive):  # type: ignore[no-untyped-def]
     """The top ``k`` scoring every posting of every clause: (documents, float32 scores, documents scored).
 
     ``seen`` (bool) and ``sums`` (float64), one per document, are all False / 0 on entry and on return.
+    ``positive``: every term score of the index is above 0, so a document's sum is 0 until a clause has
+    scored it, and the sums alone tell the documents seen (one array less to touch per posting).
     """
     total = 0
     for clause in range(len(starts)):
@@ -318,8 +328,11 @@ def rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums):  # type
         for position in range(starts[clause], ends[clause]):
             doc = docs[position]
             touched[count] = doc  # kept (count moves on) only the first time: no branch to mispredict
-            count += not seen[doc]
-            seen[doc] = True
+            if positive:
+                count += sums[doc] == 0.0
+            else:
+                count += not seen[doc]
+                seen[doc] = True
             sums[doc] += np.float64(_term_score(weight, denoms[position]))
     best_scores = np.empty(min(k, count), np.float32)
     best_docs = np.empty(min(k, count), np.int32)
@@ -328,7 +341,8 @@ def rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums):  # type
         doc = touched[i]
         size = _insert(best_scores, best_docs, size, np.float32(sums[doc]), doc)
         sums[doc] = 0.0
-        seen[doc] = False
+        if not positive:
+            seen[doc] = False
     return best_docs, best_scores, count
 
 
@@ -405,7 +419,7 @@ def distinct_terms(query_terms):  # type: ignore[no-untyped-def]
 @_jit
 def rank(  # type: ignore[no-untyped-def]
     docs, denoms, offsets, idf, query_terms, k, count_up_to, prune_min_postings, sorted_below, max_denoms,
-    seen, sums, lookup_rows, codes, norms, denominators,
+    seen, sums, scores_positive, lookup_rows, codes, norms, denominators,
 ):  # fmt: skip
     """The top ``k`` of the query whose tokens are ``query_terms`` (term ids, -1 for none: ``distinct_terms``).
 
@@ -436,5 +450,7 @@ def rank(  # type: ignore[no-untyped-def]
             lookup_rows, codes, norms, denominators,
         )  # fmt: skip
         return best_docs, best_scores, scored, count_up_to
-    best_docs, best_scores, matches = rank_exhaustive(docs, denoms, starts, ends, weights, k, seen, sums)
+    best_docs, best_scores, matches = rank_exhaustive(
+        docs, denoms, starts, ends, weights, k, seen, sums, scores_positive
+    )
     return best_docs, best_scores, matches, min(matches, count_up_to)

@@ -170,3 +170,21 @@ def test_a_client_that_goes_away_mid_body_is_counted_as_the_route_counts_it(api:
     sent = asyncio.run(go_away())
     assert sent[0]["status"] == 400
     assert count("400") == before + 1
+
+
+def test_bodies_without_a_length_or_over_the_limit_are_the_stacks(
+    api: TestClient, served: list[bool], expert_plans: dict[int, list[str]]
+) -> None:
+    """The fast path reads only Content-Length bodies within the limit: a chunked step is still answered (by
+    the route), an oversized one gets the body limit's 413, and neither reaches the fast path's parser."""
+    state = api.post("/v1/reset", json={"goal": 3}).json()["state"]
+    body = orjson.dumps({"state": state, "action": "search[red shoes]"})
+    fast = _step(api, body)
+    chunked = api.post(
+        "/v1/step", content=iter([body[:10], body[10:]]), headers={"content-type": "application/json"}
+    )
+    assert chunked.status_code == 200 and chunked.content == fast.content
+    big = orjson.dumps({"state": state, "action": "search[red]", "pad": "x" * 70_000})
+    too_large = _step(api, big)
+    assert too_large.status_code == 413 and too_large.json()["error"] == "body_too_large"
+    assert served == [True]  # only the first request was the fast path's to parse

@@ -15,12 +15,13 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from ..catalog.store import open_catalog
 from . import routes_compat, routes_native, routes_ops
 from .errors import BodyLimitMiddleware, install_error_handlers
 from .logs import configure_logging
-from .metrics import Metrics, ObservabilityMiddleware
+from .metrics import Metrics, ObservabilityMiddleware, RequestRecorder
 from .service import Runtime, package_version
 from .settings import Settings
 
@@ -32,6 +33,19 @@ WebShop text environment. The **native** protocol (`/v1/...`) is stateless: `res
 safe. The **AgentGym** endpoints (`/create`, `/reset`, `/step`, ...) are a drop-in for `WebshopEnvClient`;
 their sessions live in a shared store (Redis), so any replica serves them. Errors are JSON `{"error": kind, "detail": message}`.
 """
+
+
+class WebShopApp(FastAPI):
+    """FastAPI, with the step's fast path (``routes_native.StepFastPath``) in front of its middleware stack."""
+
+    step_fast_path: routes_native.StepFastPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fast_path = self.step_fast_path
+        if fast_path is not None and fast_path.handles(scope):
+            await fast_path.serve(self, scope, receive, send, super().__call__)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -70,7 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await runtime.sessions.aclose()
             metrics.process_exit()
 
-    app = FastAPI(
+    app = WebShopApp(
         title="WebShop environment",
         version=package_version(),
         description=DESCRIPTION,
@@ -83,19 +97,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_ops.router)
     app.include_router(routes_native.router)
     app.include_router(routes_compat.router)
-    app.add_middleware(routes_native.StepFastPath)  # type: ignore[arg-type]  (innermost: limits and metrics apply)
+    recorder = RequestRecorder(
+        metrics,
+        log_requests=settings.access_log,
+        log_every=settings.access_log_every,
+        log_slow_s=settings.access_log_slow_ms / 1000.0,
+    )
     app.add_middleware(
         BodyLimitMiddleware,  # type: ignore[arg-type]
         max_bytes=settings.max_body_bytes,
         on_reject=lambda kind: metrics.errors.labels(kind).inc(),
     )
-    app.add_middleware(
-        ObservabilityMiddleware,  # type: ignore[arg-type]
-        metrics=metrics,
-        log_requests=settings.access_log,
-        log_every=settings.access_log_every,
-        log_slow_s=settings.access_log_slow_ms / 1000.0,
-    )
+    app.add_middleware(ObservabilityMiddleware, recorder=recorder)  # type: ignore[arg-type]
+    app.step_fast_path = routes_native.StepFastPath(recorder, settings.max_body_bytes)
     _hot_routes_first(app, ("/v1/step", "/v1/step_batch", "/step"))
     return app
 

@@ -81,20 +81,19 @@ class Metrics:
             prom_multiprocess.mark_process_dead(os.getpid())
 
 
-class ObservabilityMiddleware:
-    """Times every HTTP request, counts it by route template and status, and writes the access log.
+class RequestRecorder:
+    """Counts and times a finished request by route template and status, and writes its access-log line.
 
     Access log sampling: every error (status >= 400) and every request slower than ``log_slow_s`` gets a
     line; of the other requests one in ``log_every`` does (``WEBSHOP_ACCESS_LOG_EVERY``, 1: all), with
     ``sampled: N`` on the line so counts can be scaled back. Why: a log line per step cost about a quarter of
-    a step's server CPU; the metrics still count every request exactly.
+    a step's server CPU; the metrics still count every request exactly. Shared by the middleware below and
+    the step's fast path (``routes_native.StepFastPath``), which answers in front of it.
     """
 
     def __init__(
-        self, app: ASGIApp, metrics: Metrics, log_requests: bool = True, log_every: int = 1,
-        log_slow_s: float = 0.0,
-    ) -> None:  # fmt: skip
-        self.app = app
+        self, metrics: Metrics, log_requests: bool = True, log_every: int = 1, log_slow_s: float = 0.0
+    ) -> None:
         self.metrics = metrics
         self.log_requests = log_requests
         self.log_every = max(1, log_every)
@@ -103,6 +102,42 @@ class ObservabilityMiddleware:
         # labelled children by label values: ``labels()`` builds and locks on every call
         self._request_counters: dict[tuple[str, str, int], Any] = {}
         self._latency_histograms: dict[str, Any] = {}
+
+    def record(self, method: str, template: str, status: int, elapsed: float, path: str) -> None:
+        counter = self._request_counters.get((method, template, status))
+        if counter is None:
+            counter = self.metrics.requests.labels(method, template, str(status))
+            if len(self._request_counters) < 4096:  # bounded: unmatched paths share one template
+                self._request_counters[(method, template, status)] = counter
+        counter.inc()
+        histogram = self._latency_histograms.get(template)
+        if histogram is None:
+            histogram = self._latency_histograms[template] = self.metrics.latency.labels(template)
+        histogram.observe(elapsed)
+        if self.log_requests:
+            self._log(method, path, status, elapsed)
+
+    def _log(self, method: str, path: str, status: int, elapsed: float) -> None:
+        sampled = status < 400 and elapsed < self.log_slow_s and self.log_every > 1
+        if sampled:
+            self._unlogged += 1
+            if self._unlogged < self.log_every:
+                return
+            self._unlogged = 0
+        fields: dict[str, Any] = {
+            "method": method, "path": path, "status": status, "duration_ms": round(elapsed * 1000.0, 3),
+        }  # fmt: skip
+        if sampled:
+            fields["sampled"] = self.log_every
+        access_log.info("request", extra={"fields": fields})
+
+
+class ObservabilityMiddleware:
+    """Times every HTTP request through the app's middleware stack and records it (``RequestRecorder``)."""
+
+    def __init__(self, app: ASGIApp, recorder: RequestRecorder) -> None:
+        self.app = app
+        self.recorder = recorder
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -120,33 +155,8 @@ class ObservabilityMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            elapsed = time.perf_counter() - started
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            method = scope.get("method", "")
-            counter = self._request_counters.get((method, template, status))
-            if counter is None:
-                counter = self.metrics.requests.labels(method, template, str(status))
-                if len(self._request_counters) < 4096:  # bounded: unmatched paths share one template
-                    self._request_counters[(method, template, status)] = counter
-            counter.inc()
-            histogram = self._latency_histograms.get(template)
-            if histogram is None:
-                histogram = self._latency_histograms[template] = self.metrics.latency.labels(template)
-            histogram.observe(elapsed)
-            if self.log_requests:
-                self._log(method, scope.get("path", ""), status, elapsed)
-
-    def _log(self, method: str, path: str, status: int, elapsed: float) -> None:
-        sampled = status < 400 and elapsed < self.log_slow_s and self.log_every > 1
-        if sampled:
-            self._unlogged += 1
-            if self._unlogged < self.log_every:
-                return
-            self._unlogged = 0
-        fields: dict[str, Any] = {
-            "method": method, "path": path, "status": status, "duration_ms": round(elapsed * 1000.0, 3),
-        }  # fmt: skip
-        if sampled:
-            fields["sampled"] = self.log_every
-        access_log.info("request", extra={"fields": fields})
+            self.recorder.record(
+                scope.get("method", ""), getattr(route, "path", None) or "unmatched", status,
+                time.perf_counter() - started, scope.get("path", ""),
+            )  # fmt: skip

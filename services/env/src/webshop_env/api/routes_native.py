@@ -7,6 +7,7 @@ CPU, less than a thread-pool hop, and a worker process is single-threaded under 
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -17,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.env import EnvError
 from .errors import ApiError, classify, json_bytes, replay
+from .metrics import RequestRecorder
 from .service import Runtime
 from .tokens import TokenError
 
@@ -208,25 +210,35 @@ MAX_FAST_BRACKETS = 64
 
 
 class StepFastPath:
-    """``POST /v1/step`` without the framework's per-request machinery, for the requests it would accept.
+    """``POST /v1/step`` in front of the framework, for the requests its route would accept and answer 200.
 
-    Why: a step is ~50 µs of simulator and token work, and FastAPI's request handling (dependency solving,
-    pydantic validation of the body, the response class) cost about as much again on every step. This
-    ASGI layer sits inside the observability and body-limit middlewares (so metrics, access log and size
-    limits apply unchanged) and answers a request only when it is a well-formed step that succeeds: a JSON
+    Why: a step is tens of µs of simulator and token work, and the framework around it (FastAPI's request
+    handling: dependency solving, pydantic validation of the body, the response class; then Starlette's
+    error middleware and this app's body-limit and metrics middlewares, each wrapping ``send``) cost as much
+    again on every step. ``WebShopApp`` calls this before its middleware stack. It answers a request only when
+    it is a well-formed step that succeeds: a ``Content-Length`` body within ``WEBSHOP_MAX_BODY_BYTES``, a JSON
     object whose ``state`` and ``action`` are strings the route's own model accepts. Everything else, and any
-    error the step raises, goes to the FastAPI route with the body replayed, so every error answer (and the
-    OpenAPI schema) stays the route's. The answer is byte for byte the route's: the same payload, the same
-    serialisation and headers.
+    error the step raises, goes to the full stack with the body replayed, so every error answer (the 413 of
+    the body limit included) and the OpenAPI schema stay the route's. What it answers is recorded as the
+    middleware records a request (``RequestRecorder``: the same metrics under the route's template, the same
+    sampled access log), and the answer is byte for byte the route's: the same payload, serialisation and
+    headers.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self._route: Any = None
+    def __init__(self, recorder: RequestRecorder, max_body_bytes: int) -> None:
+        self.recorder = recorder
+        self.max_body_bytes = max_body_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/step" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
+    @staticmethod
+    def handles(scope: Scope) -> bool:
+        return scope["type"] == "http" and scope["path"] == "/v1/step" and scope["method"] == "POST"
+
+    async def serve(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, stack: ASGIApp) -> None:
+        """Answer the step, or hand it to ``stack`` (the app's middleware stack) untouched."""
+        started = time.perf_counter()
+        length = _content_length(scope)
+        if length is None or length > self.max_body_bytes:
+            await stack(scope, receive, send)
             return
         messages = [await receive()]
         while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
@@ -234,25 +246,24 @@ class StepFastPath:
         answer = None
         if (
             messages[-1]["type"] == "http.request"
-        ):  # else the client went away: the route answers that as before
+        ):  # else the client went away: the stack answers that as before
             body = (
                 messages[0].get("body", b"")
                 if len(messages) == 1
                 else b"".join(m.get("body", b"") for m in messages)
             )
+            scope["app"] = app  # as the framework sets it: the runtime lives on the app's state
             answer = self._answer(scope, body)
         if answer is None:
-            await self.app(scope, replay(messages, receive), send)
+            await stack(scope, replay(messages, receive), send)
             return
-        if self._route is None:
-            self._route = next(
-                r for r in scope["app"].router.routes if getattr(r, "path", None) == "/v1/step"
-            )
-        scope["route"] = self._route  # the metrics' route template, as routing would have set it
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-length", b"%d" % len(answer)), (b"content-type", b"application/json"),
-        ]})  # fmt: skip
-        await send({"type": "http.response.body", "body": answer})
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-length", b"%d" % len(answer)), (b"content-type", b"application/json"),
+            ]})  # fmt: skip
+            await send({"type": "http.response.body", "body": answer})
+        finally:
+            self.recorder.record("POST", "/v1/step", 200, time.perf_counter() - started, "/v1/step")
 
     @staticmethod
     def _answer(scope: Scope, body: bytes) -> bytes | None:
@@ -281,6 +292,14 @@ class StepFastPath:
             return json_bytes(runtime.step_payload(result, truncated))
         except Exception:  # the route runs the step again and answers the error as every route does
             return None
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The request's ``Content-Length``, or None when it has none or one that is not a number."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def _is_json(scope: Scope) -> bool:

@@ -244,16 +244,9 @@ class StepFastPath:
         while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
             messages.append(await receive())
         answer = None
-        if (
-            messages[-1]["type"] == "http.request"
-        ):  # else the client went away: the stack answers that as before
-            body = (
-                messages[0].get("body", b"")
-                if len(messages) == 1
-                else b"".join(m.get("body", b"") for m in messages)
-            )
+        if messages[-1]["type"] == "http.request":  # else the client went away: the stack answers that
             scope["app"] = app  # as the framework sets it: the runtime lives on the app's state
-            answer = self._answer(scope, body)
+            answer = self._answer(scope, b"".join([m.get("body", b"") for m in messages]))
         if answer is None:
             await stack(scope, replay(messages, receive), send)
             return
@@ -294,17 +287,21 @@ class StepFastPath:
             return None
 
 
+def _header(scope: Scope, wanted: bytes) -> bytes | None:
+    """The first value of a request header (names arrive lower-cased), or None."""
+    for name, value in scope["headers"]:
+        if name == wanted:
+            return value
+    return None
+
+
 def _content_length(scope: Scope) -> int | None:
     """The request's ``Content-Length``, or None when it has none or one that is not a number."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
+    value = _header(scope, b"content-length")
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def _is_json(scope: Scope) -> bool:
     """Content type application/json (as FastAPI parses a body as JSON); other types go to the route."""
-    for name, value in scope["headers"]:
-        if name == b"content-type":
-            return value.split(b";", 1)[0].strip().lower() == b"application/json"
-    return False
+    value = _header(scope, b"content-type")
+    return value is not None and value.split(b";", 1)[0].strip().lower() == b"application/json"

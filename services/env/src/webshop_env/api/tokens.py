@@ -46,8 +46,8 @@ MAX_PAYLOAD_BYTES = 1 << 20  # decompressed; a real state is a few hundred bytes
 ZLIB_LEVEL = 1
 ZLIB_WBITS = 12  # 4 KB window: a state is at most a few KB (the query is capped at 2,048 characters)
 ZLIB_MEM_LEVEL = 2
-_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _SIGNED_PREFIX = f"{VERSION}.".encode()
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
@@ -80,10 +80,9 @@ class TokenCodec:
         self.fingerprint = fingerprint
         self._prefix = fingerprint[:FINGERPRINT_PREFIX]
         self._suffix = ("." + fingerprint).encode()
-        keyed = hmac.new(secret, digestmod=hashlib.sha256)  # copied per token: no key setup per MAC
-        self._keyed = getattr(
-            keyed, "_hmac", keyed
-        )  # OpenSSL's object itself where it backs hmac (no wrapper)
+        # Keyed once, copied per token (no key setup per MAC); OpenSSL's object itself where it backs hmac.
+        keyed = hmac.new(secret, digestmod=hashlib.sha256)
+        self._keyed = getattr(keyed, "_hmac", keyed)
 
     def _mac(self, signed: bytes) -> bytes:
         mac = self._keyed.copy()

@@ -66,11 +66,7 @@ class EpisodeState:
         cost: every step makes one or two, and ``replace`` re-runs the frozen ``__init__`` over all ten fields."""
         if not _STATE_FIELDS.issuperset(changes):
             raise TypeError(f"EpisodeState has no field {sorted(set(changes) - _STATE_FIELDS)}")
-        state = object.__new__(EpisodeState)
-        values = state.__dict__
-        values.update(self.__dict__)
-        values.update(changes)
-        return state
+        return _assemble(self.__dict__, changes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,12 +100,21 @@ class EpisodeState:
             }
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidState(f"malformed episode state: {error}") from None
-        state = object.__new__(cls)
-        state.__dict__.update(values)
-        return state
+        return _assemble(values)
 
 
 _STATE_FIELDS = frozenset(f.name for f in fields(EpisodeState))
+
+
+def _assemble(*parts: Mapping[str, Any]) -> EpisodeState:
+    """A state from its field values (later parts win), without the frozen ``__init__`` (which sets each of the
+    ten fields through ``object.__setattr__``): callers pass complete, checked values."""
+    state = object.__new__(EpisodeState)
+    for part in parts:
+        state.__dict__.update(part)
+    return state
+
+
 _PAGE_KINDS = {kind.value: kind for kind in PageKind}
 
 

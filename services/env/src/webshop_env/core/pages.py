@@ -80,10 +80,6 @@ def join_nodes(nodes: Iterable[str]) -> str:
     return SEP.join(segments)
 
 
-def _header(instruction: str) -> list[str]:
-    return ["Instruction:", instruction, "Back to Search"]
-
-
 def render_search_page(instruction: str) -> str:
     return join_nodes(["WebShop", "Instruction:", instruction, "Search"])
 
@@ -135,7 +131,7 @@ def with_header(instruction: str, body: str) -> str:
 @lru_cache(maxsize=4096)
 def _header_text(instruction: str) -> str:
     """An episode's pages share its header: built once per instruction, not on every step."""
-    return join_nodes(_header(instruction))
+    return join_nodes(["Instruction:", instruction, "Back to Search"])
 
 
 def render_item_page(instruction: str, product: ProductRecord, show_attrs: bool = False) -> str:

@@ -154,33 +154,50 @@ def idf_values(doc_freqs: np.ndarray, doc_count: int) -> np.ndarray:
 
 
 # --- building -------------------------------------------------------------------------------------------------
-class _TermIds(dict):  # type: ignore[type-arg]
+class _Memo(dict):  # type: ignore[type-arg]
+    """A dict that computes a missing key's value (``_compute``) and keeps at most ``limit`` entries.
+
+    Being a dict subclass with ``__missing__``, ``map(memo.__getitem__, keys)`` runs in C for known keys.
+    Full, it starts over (a miss only costs the computation again).
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __missing__(self, key: str) -> Any:
+        value = self._compute(key)
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = value
+        return value
+
+    def _compute(self, key: str) -> Any:
+        raise NotImplementedError
+
+
+class _TermIds(_Memo):
     """Raw token -> term id (-1: a stop word, or a term not in a fixed vocabulary); a miss runs the analysis.
 
     While building, ``extend`` adds new terms to the vocabulary; at search time the vocabulary is the index's.
-    Being a dict subclass with ``__missing__``, ``map(ids.__getitem__, tokens)`` runs in C for known tokens.
     """
 
     def __init__(self, vocab: dict[str, int], *, extend: bool, limit: int) -> None:
-        super().__init__()
-        self.vocab, self.extend, self.limit = vocab, extend, limit
+        super().__init__(limit)
+        self.vocab, self.extend = vocab, extend
 
-    def __missing__(self, token: str) -> int:
+    def _compute(self, token: str) -> int:
         # a number is its own term (no possessive, case, stop word or suffix applies): the usual new query token
         term = token if token.isdigit() else normalize_token(token)
         if term is None:
-            term_id = -1
-        else:
-            term_id = self.vocab.get(term, -1)
-            if term_id < 0 and self.extend:
-                term_id = self.vocab[term] = len(self.vocab)
-        if len(self) >= self.limit:
-            self.clear()
-        self[token] = term_id
+            return -1
+        term_id = self.vocab.get(term, -1)
+        if term_id < 0 and self.extend:
+            term_id = self.vocab[term] = len(self.vocab)
         return term_id
 
 
-class _WordTermIds(dict):  # type: ignore[type-arg]
+class _WordTermIds(_Memo):
     """A whitespace-separated word of ASCII text -> the term ids of its tokens; a miss tokenizes the word.
 
     Tokens never hold whitespace, so an ASCII query's tokens are its words' tokens in order (what
@@ -189,15 +206,11 @@ class _WordTermIds(dict):  # type: ignore[type-arg]
     """
 
     def __init__(self, term_ids: _TermIds, limit: int) -> None:
-        super().__init__()
-        self.term_ids, self.limit = term_ids, limit
+        super().__init__(limit)
+        self.term_ids = term_ids
 
-    def __missing__(self, word: str) -> tuple[int, ...]:
-        ids = tuple(map(self.term_ids.__getitem__, tokenize(word)))
-        if len(self) >= self.limit:
-            self.clear()
-        self[word] = ids
-        return ids
+    def _compute(self, word: str) -> tuple[int, ...]:
+        return tuple(map(self.term_ids.__getitem__, tokenize(word)))
 
 
 class _Builder:
@@ -463,9 +476,8 @@ class BM25Index:
         # Queries with at least this many postings take the pruned path (tests set 0 to force it everywhere).
         self.prune_min_postings = _PRUNE_MIN_POSTINGS
         _map_every_page(self.docs)  # the first searches must not pay the page faults of a cold mapping
-        self._max_denoms, smallest = kernels.term_max_denoms(
-            self.denoms, self.offsets
-        )  # the pruning's bounds
+        # the pruning's bounds, and whether every term score is positive (what exhaustive scoring may use)
+        self._max_denoms, smallest = kernels.term_max_denoms(self.denoms, self.offsets)
         self._scores_positive = bool(smallest >= kernels.SCORES_POSITIVE_ABOVE)
         self._denominators = frequency_denominators(self.meta)
         if (self.directory / "lookup_codes.npy").exists():  # shared by every process that maps the index

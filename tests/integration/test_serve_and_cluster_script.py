@@ -52,6 +52,16 @@ def test_serve_refuses_to_start_without_a_secret(conformance_catalog_dir: Path) 
     )
 
 
+def test_serve_reports_a_missing_secret_and_a_missing_catalog_at_once(tmp_path: Path) -> None:
+    result = run(
+        ["serve", "--catalog", str(tmp_path / "nonexistent"), "--port", "1"], env=env_without_secret()
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 2, result.stderr
+    assert "WEBSHOP_STATE_SECRET is not set" in errors[0] and "not a prepared catalog" in errors[1]
+
+
 def test_serve_refuses_a_directory_that_is_no_catalog(tmp_path: Path) -> None:
     result = run(
         ["serve", "--catalog", str(tmp_path), "--port", "1"],

@@ -49,6 +49,16 @@ def test_errors_are_one_clear_line(conformance_catalog_dir: Path, args: list[str
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("products", ["-5", "0"])
+def test_generate_refuses_fewer_than_one_product(tmp_path: Path, products: str) -> None:
+    result = run_cli("catalog", "generate", "--products", products, "--out", str(tmp_path / "raw"), "--quiet")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"webshop-env catalog generate: error: --products must be at least 1 (got {products})"
+    )
+    assert not (tmp_path / "raw").exists()  # nothing written that `catalog prepare` would then reject
+
+
 def test_help_explains_every_command() -> None:
     result = run_cli("--help")
     assert result.returncode == 0

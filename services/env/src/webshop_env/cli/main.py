@@ -51,6 +51,12 @@ def _open_env(args: argparse.Namespace):
 def cmd_generate(args: argparse.Namespace) -> int:
     from ..catalog.generate import generate_catalog
 
+    if args.products < 1:  # 0 would write empty files that `catalog prepare` then rejects
+        print(
+            f"webshop-env catalog generate: error: --products must be at least 1 (got {args.products})",
+            file=sys.stderr,
+        )
+        return 2
     summary = generate_catalog(args.out, products=args.products, seed=args.seed, progress=not args.quiet)
     _print_json(summary)
     return 0

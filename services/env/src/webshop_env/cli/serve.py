@@ -121,7 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from ..api.logs import configure_logging
     from ..api.settings import Settings, SettingsError
-    from ..catalog.store import open_catalog
+    from ..catalog.store import CatalogError, open_catalog
 
     if args.catalog is not None:
         os.environ["WEBSHOP_CATALOG"] = str(Path(args.catalog).resolve())
@@ -146,16 +146,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"webshop-env serve: error: invalid WEBSHOP_* setting:\n{error}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
-    if settings.state_secret is None and settings.allow_ephemeral_secret:
-        settings.secret_bytes()  # logs the warning once, in the parent
-        os.environ["WEBSHOP_STATE_SECRET"] = secrets.token_urlsafe(32)  # one secret for all workers
-    else:
+    # Both checks before either is reported: a newcomer with no secret and no catalog fixes both in one go.
+    problems: list[str] = []
+    if settings.state_secret is not None or not settings.allow_ephemeral_secret:
         try:
             settings.secret_bytes()
         except SettingsError as error:
-            print(f"webshop-env serve: error: {error}", file=sys.stderr)
-            return 2
-    open_catalog(settings.catalog)  # raises CatalogError with instructions; the workers open their own
+            problems.append(str(error))
+    try:
+        open_catalog(settings.catalog)  # the workers open their own
+    except CatalogError as error:
+        problems.append(str(error))
+    if problems:
+        print("\n".join(f"webshop-env serve: error: {problem}" for problem in problems), file=sys.stderr)
+        return 2
+    if settings.state_secret is None and settings.allow_ephemeral_secret:
+        settings.secret_bytes()  # logs the warning once, in the parent
+        os.environ["WEBSHOP_STATE_SECRET"] = secrets.token_urlsafe(32)  # one secret for all workers
     if args.workers > 1:
         _multiprocess_metrics_dir()
         if not settings.redis_url:

@@ -44,6 +44,14 @@ def ensure_catalog(catalog: Path, raw: Path, products: int, seed: int) -> None:
     prepare_catalog(raw, catalog, progress=True)
 
 
+def reward_definition(results: dict[str, Any]) -> str:
+    """The catalog's reward definition (title nouns, prices, ceilings), the same for every policy here."""
+    from webshop_env.catalog.fidelity import describe_fidelity
+
+    catalog = next(iter(results.values())).metrics["catalog"]
+    return f"catalog {catalog['fingerprint']}: {describe_fidelity(catalog['fidelity'])}"
+
+
 def index_page(results: dict[str, Any], split: str) -> str:
     """A one-table page comparing the policies, linking to their reports."""
     rows = []
@@ -62,6 +70,7 @@ def index_page(results: dict[str, Any], split: str) -> str:
         "<h1>WebShop demo: the scale</h1>"
         f"<p>Policies evaluated on the {html.escape(split)} split of the bundled catalog through the local "
         "cluster (replicas behind nginx). A trained model lands between the two.</p>"
+        f"<p>Reward definition: {html.escape(reward_definition(results))}</p>"
         "<table><tr><th>policy</th>"
         "<th>score (95% CI)</th><th>success</th><th>episodes</th><th>mean steps</th><th>invalid actions</th>"
         f"</tr>{''.join(rows)}</table></body></html>\n"
@@ -136,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, r in results.items()
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"\nWebShop demo ({args.split} split, {time.monotonic() - started:.0f} s):")
+    print(
+        f"\nWebShop demo ({args.split} split, {time.monotonic() - started:.0f} s; {reward_definition(results)}):"
+    )
     for name, result in results.items():
         m = result.metrics
         print(

@@ -53,6 +53,8 @@ def test_demo_runs_end_to_end(
         }
     index = (out / "index.html").read_text()
     assert "expert/report.html" in index and "random/report.html" in index
+    nouns = json.loads((generated_catalog_dir / "manifest.json").read_text())["noun_extractor"]
+    assert f"title nouns {nouns}" in index and f"title nouns {nouns}" in printed  # the reward definition
 
 
 def test_demo_prepares_a_missing_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

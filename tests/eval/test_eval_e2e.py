@@ -3,6 +3,7 @@ the turn limit, and the CLI."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,20 @@ def test_expert_solves_the_bundled_catalog(expert_run: Any) -> None:
     on_disk = json.loads(expert_run.metrics_path.read_text())
     assert on_disk["score"] == pytest.approx(m["score"])
     assert expert_run.report_path.exists()
+
+
+def test_metrics_and_report_record_the_catalogs_reward_definition(expert_run: Any, generated_catalog) -> None:
+    """Scores under different reward definitions (heuristic vs spaCy nouns, seeded vs pinned prices) must show it."""
+    from webshop_env.catalog.fidelity import describe_fidelity, fidelity_limits
+
+    fidelity = expert_run.metrics["catalog"]["fidelity"]
+    assert fidelity == fidelity_limits(generated_catalog.manifest)
+    assert fidelity["noun_extractor"] == generated_catalog.manifest["noun_extractor"]
+    assert fidelity["prices"] == generated_catalog.manifest["prices"] and fidelity["exact"] is False
+    assert json.loads(expert_run.metrics_path.read_text())["catalog"]["fidelity"] == fidelity
+    report = expert_run.report_path.read_text()
+    assert "Reward definition" in report and html.escape(describe_fidelity(fidelity)) in report
+    assert generated_catalog.manifest["noun_extractor"] in describe_fidelity(fidelity)
 
 
 def test_trajectories_hold_every_step(expert_run: Any) -> None:

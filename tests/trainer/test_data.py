@@ -44,6 +44,28 @@ def test_rows_have_everything_verl_and_the_interaction_read(
         assert "Available actions: search[<keywords>]" in user["content"]
 
 
+def test_dataset_carries_the_catalogs_reward_definition_into_the_training_log(
+    generated_catalog, generated_catalog_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Rewards on heuristic vs spaCy nouns (or seeded vs pinned prices) differ: the training log says which."""
+    out = tmp_path / "train.parquet"
+    summary = build_dataset(generated_catalog_dir, "train", out, limit=2, progress=False)
+    manifest = generated_catalog.manifest
+    assert summary["fidelity"]["noun_extractor"] == manifest["noun_extractor"]
+    assert summary["fidelity"]["prices"] == manifest["prices"]
+    assert summary["fidelity"]["price_ceilings"] == manifest["price_ceilings"]
+    code = main(["train", "--config", "test", "--dry-run", "--output-dir", str(tmp_path / "runs"),
+                 f"data.train_files={out}"])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().err
+    line = next(line for line in printed.splitlines() if "catalog " in line and "title nouns" in line)
+    assert summary["fingerprint"] in line and manifest["noun_extractor"] in line
+    assert manifest["prices"] in line and "not pinned" in line
+    main(["train", "--config", "test", "--dry-run", "--output-dir", str(tmp_path / "runs"),
+          f"data.train_files={tmp_path / 'missing.parquet'}"])  # fmt: skip
+    assert "missing.parquet: unknown" in capsys.readouterr().err
+
+
 def test_eval_and_test_splits_use_their_index_ranges(generated_catalog_dir: Path, tmp_path: Path) -> None:
     build_dataset(generated_catalog_dir, "test", tmp_path / "t.parquet", limit=2, progress=False)
     build_dataset(generated_catalog_dir, "eval", tmp_path / "e.parquet", limit=2, progress=False)

@@ -73,6 +73,8 @@ def test_training_starts_as_a_uid_that_cannot_write_the_working_directory(foreig
         assert "Unknown keyword argument(s): webshop_stop_here" in output, output[-3000:]
         hydra_runs = list((runs / "webshop_grpo_test" / "logs" / "hydra").glob("*/.hydra/config.yaml"))
         assert len(hydra_runs) == 1
+        train_log = (runs / "webshop_grpo_test" / "logs" / "train.log").read_text()
+        assert train_log.startswith("webshop-train: catalog of ")  # the data's reward definition (none here)
         assert not (foreign_home / "outputs").exists()
     finally:
         shutil.rmtree(runs, ignore_errors=True)

@@ -116,6 +116,19 @@ def train_environment(output_root: Path, experiment: str, directory: Path) -> di
     }
 
 
+def _training_catalog_line(env: dict[str, str], overrides: Sequence[str]) -> str:
+    """The training data's catalog and reward definition (from the parquet's metadata), for train.log: rewards
+    from heuristic and spaCy title nouns, or seeded and pinned prices, are different numbers."""
+    from .data import dataset_catalog_line
+
+    train_file = next((o.split("=", 1)[1] for o in overrides if o.startswith("data.train_files=")), None)
+    train_file = train_file or env.get("WEBSHOP_TRAIN_FILE") or "data/verl/webshop_train.parquet"
+    return (
+        dataset_catalog_line(train_file)
+        or f"catalog of {train_file}: unknown (not built by webshop-train data)"
+    )
+
+
 def _train(args: argparse.Namespace) -> int:
     directory = (args.config_dir or training_config_dir()).resolve()
     experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or TRAINING_CONFIGS[args.config]
@@ -129,11 +142,15 @@ def _train(args: argparse.Namespace) -> int:
     log_path = run_dir / "logs" / "train.log"
     print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
     print(f"  logs: {log_path}   metrics: {env['VERL_FILE_LOGGER_PATH']}", file=sys.stderr)
+    catalog_line = _training_catalog_line(env, overrides)
+    print(f"  {catalog_line}", file=sys.stderr)
     if args.dry_run:
         return 0
     # cwd: the run directory (writable by whoever runs this), never the image's home or the caller's directory.
     with open(log_path, "ab") as log, subprocess.Popen(command, env=env, cwd=run_dir, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT) as process:  # fmt: skip
+        log.write(f"webshop-train: {catalog_line}\n".encode())
+
         # Pass SIGTERM/SIGINT on to main_ppo (which shuts Ray down) instead of dying and leaving it on the GPUs.
         def forward(signum: int, _frame: object) -> None:
             process.send_signal(signum)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from webshop_env.catalog.fidelity import describe_fidelity, fidelity_limits
 from webshop_env.catalog.store import PreparedCatalog, open_catalog
 from webshop_env.core.env import WebShopEnv
 from webshop_env.core.goals import SPLITS, split_range
@@ -174,10 +175,19 @@ def build_rows(
     return [build_row(env, goal, goal_set, split, index, agent_name) for index, goal in enumerate(iterator)]
 
 
-def write_parquet(rows: Sequence[dict[str, Any]], out: Path | str) -> Path:
+# Parquet key-value metadata: the catalog the rows were built from (fingerprint and reward fidelity), which
+# `webshop-train train` writes at the top of train.log.
+CATALOG_METADATA_KEY = b"webshop.catalog"
+
+
+def write_parquet(
+    rows: Sequence[dict[str, Any]], out: Path | str, catalog: dict[str, Any] | None = None
+) -> Path:
+    """Write the rows atomically; ``catalog`` (fingerprint, fidelity) goes into the file's metadata."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist(list(rows), schema=SCHEMA)
+    schema = SCHEMA.with_metadata({CATALOG_METADATA_KEY: json.dumps(catalog)}) if catalog else SCHEMA
+    table = pa.Table.from_pylist(list(rows), schema=schema)
     tmp = out.with_name(out.name + ".tmp")
     pq.write_table(table, tmp)
     tmp.replace(out)
@@ -217,7 +227,8 @@ def build_dataset(
     if agent_name not in AGENT_NAMES:
         raise DataError(f"unknown agent loop {agent_name!r}; expected one of {', '.join(AGENT_NAMES)}")
     rows = build_rows(catalog, ids, goal_set, row_split, progress=progress, agent_name=agent_name)
-    path = write_parquet(rows, out)
+    fidelity = fidelity_limits(catalog.manifest)
+    path = write_parquet(rows, out, {"fingerprint": catalog.fingerprint, "fidelity": fidelity})
     return {
         "out": str(path),
         "rows": len(rows),
@@ -225,4 +236,17 @@ def build_dataset(
         "split": split,
         "catalog": str(Path(catalog_dir).resolve()),
         "fingerprint": catalog.fingerprint,
+        "fidelity": fidelity,
     }
+
+
+def dataset_catalog_line(path: Path | str) -> str | None:
+    """ "catalog FINGERPRINT: <reward definition>" from a parquet's metadata; None without it (or no file)."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowInvalid):
+        return None
+    if CATALOG_METADATA_KEY not in metadata:
+        return None
+    catalog = json.loads(metadata[CATALOG_METADATA_KEY])
+    return f"catalog {catalog['fingerprint']} of {path}: {describe_fidelity(catalog['fidelity'])}"

@@ -2,7 +2,9 @@
 
 Scores equal the original's step for step only when the numbers the original draws at random (range prices,
 goal price ceilings) and the title nouns (spaCy) come from a reference run of the original (``pinned``).
-``catalog info`` prints this next to the manifest; ``webshop-env conformance check`` measures it.
+``catalog info`` prints this next to the manifest; ``webshop-env conformance check`` measures it. Eval
+outputs and training logs record it next to the catalog's fingerprint (``describe_fidelity``), so that two
+scores computed under different reward definitions never look comparable.
 """
 
 from __future__ import annotations
@@ -46,3 +48,16 @@ def fidelity_limits(manifest: dict[str, Any]) -> dict[str, Any]:
         "exact": prices.startswith("pinned") and not seeded and nouns == "pinned",
         "limits": limits,
     }
+
+
+def describe_fidelity(fidelity: dict[str, Any]) -> str:
+    """One line for reports and logs: noun extractor, prices, price ceilings, and whether rewards are exact."""
+    ceilings = fidelity.get("price_ceilings") or {}
+    ceiling_text = ", ".join(f"{name} {value}" for name, value in sorted(ceilings.items())) or "?"
+    exact = (
+        "exact: the original's rewards" if fidelity.get("exact") else "not pinned to a run of the original"
+    )
+    return (
+        f"title nouns {fidelity.get('noun_extractor', '?')}; prices {fidelity.get('prices', '?')}; "
+        f"price ceilings {ceiling_text} ({exact})"
+    )

@@ -16,6 +16,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from webshop_env.catalog.fidelity import describe_fidelity
+
 from .svg import PALETTE, bar_chart, hbar_chart
 
 
@@ -51,6 +53,8 @@ def summary_rows(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
     catalog = metrics.get("catalog") or {}
     if catalog.get("fingerprint"):
         rows.append(("Catalog", f"{catalog['fingerprint']} ({catalog.get('products')} products)"))
+    if catalog.get("fidelity"):
+        rows.append(("Reward definition", describe_fidelity(catalog["fidelity"])))
     if not metrics.get("complete", True):
         rows.append(("Status", "INCOMPLETE: see the failures below"))
     return rows

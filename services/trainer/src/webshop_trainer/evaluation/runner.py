@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from webshop_env.catalog.fidelity import fidelity_limits
 from webshop_env.client import WebShopClient, WebShopError, WebShopRequestError, WebShopUnavailable
 
 from ..actions import step_was_valid
@@ -244,6 +245,8 @@ async def evaluate_async(config: EvalConfig, spec: PolicySpec) -> EvalResult:
             "products": info.get("products"),
             "version": info.get("version"),
             "categories_from": _category_source(ordered, catalog is not None),
+            # the reward's definition on this catalog (noun extractor, seeded or pinned prices and ceilings)
+            "fidelity": fidelity_limits(info.get("catalog") or {}),
         },
         wall_s=round(time.monotonic() - started, 3),
         created_unix=int(time.time()),

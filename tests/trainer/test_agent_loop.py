@@ -258,3 +258,43 @@ def test_a_row_without_the_system_prompt_is_refused_and_leaves_nothing(
     with pytest.raises(ValueError, match="no system message"):
         asyncio.run(main())
     assert len(EPISODES) == 0 and not server.turns
+
+
+class VersionedPlanServer(PlanServer):
+    """A PlanServer whose weights move from version 3 to 4 after the first turn, reported as verl 0.9.1's
+    ``LLMServerClient`` reports them (``extra_fields``: global_steps, min/max_global_steps)."""
+
+    async def generate(self, request_id: str, **kwargs: Any) -> Any:
+        output = await super().generate(request_id, **kwargs)
+        version = 3 if self.turns[request_id] == 1 else 4
+        output.extra_fields = {
+            "global_steps": version,
+            "min_global_steps": version,
+            "max_global_steps": version,
+        }
+        return output
+
+
+def test_the_generation_fields_travel_with_the_trajectory(
+    in_process_env, rollout_config, tiny_model_dir, expert_plans_generated
+) -> None:
+    """verl 0.9.1's TransferQueue worker tags each trajectory with min/max_global_steps from ``extra_fields``
+    and its trainer turns them into integers every step: the loop keeps them as ToolAgentLoop does."""
+    goal, plan = next((g, p) for g, p in expert_plans_generated.items() if len(p) >= 2)
+    server = VersionedPlanServer(hf_tokenizer(str(tiny_model_dir)), plan)
+    output, _ = play(lambda: make_loop(rollout_config, server, tiny_model_dir), goal)
+
+    assert output.reward_score == 1.0
+    fields = output.extra_fields
+    assert (fields["global_steps"], fields["min_global_steps"], fields["max_global_steps"]) == (3, 3, 4)
+    assert fields["reward_extra_info"]["success"] == 1.0
+
+
+def test_generation_fields_merge_like_tool_agent_loop() -> None:
+    from webshop_trainer.agent_loop import generation_fields
+
+    first = generation_fields({}, {"global_steps": 1, "min_global_steps": 1, "max_global_steps": 1})
+    assert first == {"global_steps": 1, "min_global_steps": 1, "max_global_steps": 1}
+    later = generation_fields(first, {"global_steps": 2, "min_global_steps": 2, "max_global_steps": 2})
+    assert later == {"global_steps": 1, "min_global_steps": 1, "max_global_steps": 2}
+    assert generation_fields(later, {}) == later and generation_fields({}, None) == {}

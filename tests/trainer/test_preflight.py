@@ -31,14 +31,19 @@ def test_preflight_passes(generated_catalog_dir: Path, tmp_path: Path) -> None:
          "--out", str(out), "--fresh-cluster", "--goals", "8"],
         capture_output=True, text=True, env=env, timeout=540,
     )  # fmt: skip
-    summary_path = out / "summary.json"
+    summary_path = out / "verl0.7" / "summary.json"  # per line; out/summary.json is the last run's copy
     assert summary_path.exists(), result.stderr[-4000:]
     summary = json.loads(summary_path.read_text())
     assert result.returncode == 0, json.dumps(
         {k: summary.get(k) for k in ("errors", "checks", "traceback")}, indent=1
     )
+    assert json.loads((out / "summary.json").read_text()) == summary
     assert summary["ok"] and summary["config_valid"]
     assert set(summary["configs"]) == {"test", "full"}
+    # verl 0.7.1's default worker, and its trainer's per-step bookkeeping (advantages, metrics) accepted
+    # the trajectories of both paths
+    assert summary["agent_loop_worker"] == "AgentLoopWorker" and summary["step_metrics_ok"] is True
+    assert summary["agent_loop_rollouts"]["step_metrics_ok"] is True
     assert summary["rollouts"] == 16 and summary["oracle_rollouts"] == 16
     # verl's 8 assistant turns allow 7 env steps; the goals spread over plan lengths up to that limit
     assert summary["env_step_limit"] == 7 and max(summary["oracle_plan_lengths"]) <= 7
@@ -53,7 +58,7 @@ def test_preflight_passes(generated_catalog_dir: Path, tmp_path: Path) -> None:
     assert summary["cluster"]["reused"] is False
     assert all(summary["checks"].values())
     assert isinstance(summary["seconds"], float)
-    assert not (out / "cluster" / "pids.json").exists()  # the cluster it started is stopped again
+    assert not (out / "verl0.7" / "cluster" / "pids.json").exists()  # the cluster it started is stopped again
 
 
 def test_a_running_service_with_the_same_catalog_is_reused(tmp_path: Path) -> None:

@@ -34,15 +34,14 @@ def test_the_installed_verl_is_the_0_9_1_the_line_is_built_for() -> None:
 
 def test_the_0_9_images_module_list_imports_here_except_the_gpu_image_packages() -> None:
     """docker/trainer-verl09.Dockerfile's import check (verl 0.9 line) on CPU: every module but sglang's server
-    and TransferQueue (installed only in the image) imports under verl 0.9.1."""
+    (installed only in the image) imports under verl 0.9.1, TransferQueue and the v1 trainer included."""
     repo = Path(__file__).resolve().parents[3]
-    not_here = ["sglang", "sglang.launch_server", "verl.workers.rollout.sglang_rollout.async_sglang_server",
-                "transfer_queue", "verl.trainer.ppo.v1"]  # fmt: skip
+    not_here = ["sglang", "sglang.launch_server", "verl.workers.rollout.sglang_rollout.async_sglang_server"]
     result = subprocess.run([sys.executable, str(repo / "docker" / "trainer-image-check.py"), "--configs",
                              str(repo / "configs" / "verl09"), "--skip", *not_here],
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "image check (verl 0.9 line): imported 13/13 modules" in result.stdout
+    assert "image check (verl 0.9 line): imported 15/15 modules" in result.stdout
 
 
 def test_both_0_9_configs_compose_against_the_stock_config_and_validate() -> None:
@@ -89,13 +88,17 @@ def test_preflight_passes_on_verl_0_9_1(generated_catalog_dir: Path, tmp_path: P
          "--out", str(out), "--fresh-cluster"],
         capture_output=True, text=True, env=env, timeout=540,
     )  # fmt: skip
-    summary_path = out / "summary.json"
+    summary_path = out / "verl0.9" / "summary.json"
     assert summary_path.exists(), result.stderr[-4000:]
     summary = json.loads(summary_path.read_text())
     assert result.returncode == 0, json.dumps(
         {k: summary.get(k) for k in ("errors", "checks", "traceback")}, indent=1
     )
+    assert json.loads((out / "summary.json").read_text()) == summary  # the last run's copy
     assert summary["verl_version"] == "0.9.1" and summary["agent_loop"] == "webshop_agent"
+    # verl 0.9.1's default worker, and the v1 trainer's metric step accepted the trajectories
+    assert summary["agent_loop_worker"] == "AgentLoopWorkerTQ" and summary["step_metrics_ok"] is True
+    assert summary["step_metrics"]["training/off_policy/trajectory_spans/max"] == 1.0
     assert summary["ok"] and summary["config_valid"] and set(summary["configs"]) == {"test", "full"}
     assert summary["rollouts"] == 8 and summary["oracle_rollouts"] == 8
     assert summary["oracle_mean_reward"] == 1.0 and summary["oracle"]["success_rate"] == 1.0
@@ -104,7 +107,7 @@ def test_preflight_passes_on_verl_0_9_1(generated_catalog_dir: Path, tmp_path: P
     assert summary["token_stream"]["compared_with_render"] >= 8
     assert summary["tokenization"] == ["continuous-token (0.9.1: ct_merge_context_msg)"]
     assert all(summary["checks"].values())
-    assert not (out / "cluster" / "pids.json").exists()
+    assert not (out / "verl0.9" / "cluster" / "pids.json").exists()
 
 
 def test_the_launcher_runs_verls_own_main_ppo_with_the_0_9_configs(tmp_path: Path) -> None:

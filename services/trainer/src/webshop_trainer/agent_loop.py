@@ -15,7 +15,11 @@ and awaits ``run()``, which here:
    then ends on the model's last turn, where verl puts the reward;
 4. returns the episode's reward as ``reward_score`` (verl then skips its reward function) and the episode's
    metrics in ``extra_fields["reward_extra_info"]``, computed by ``reward.episode_summary`` from the same
-   ``TurnScore`` values the 0.7.1 interaction produces, so both paths report identical metrics.
+   ``TurnScore`` values the 0.7.1 interaction produces, so both paths report identical metrics;
+5. carries the generation's own ``extra_fields`` as verl's ``ToolAgentLoop`` does (``generation_fields``):
+   the first turn's, with ``max_global_steps`` from the last turn. verl 0.9.1's TransferQueue worker tags
+   every trajectory with ``min_global_steps``/``max_global_steps`` from them, and its trainer turns those tags
+   into integers every step: without them a 0.9.1 run crashes at the end of its first step.
 
 The env is stateless (signed state tokens), so an episode cut short leaves nothing on the server; the
 process-wide ``EPISODES`` registry (shared with the interaction, used to detect leaks) drops the entry in a
@@ -163,6 +167,7 @@ class WebShopAgentLoop(AgentLoopBase):
         state = first["state"]
         turn_scores: list[TurnScore] = []
         generated: list[list[int]] = []
+        fields: dict[str, Any] = {}
         user_turns, env_error, stop = 1, 0.0, "budget"
         while len(tokens.mask) < self.response_length:
             params = {
@@ -174,6 +179,7 @@ class WebShopAgentLoop(AgentLoopBase):
                     session, prompt_ids=tokens.ids, sampling_params=params
                 )
             await tokens.add_assistant(list(output.token_ids), output.log_probs)
+            fields = generation_fields(fields, getattr(output, "extra_fields", None))
             generated.append(list(output.token_ids))
             reply = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
             messages.append({"role": "assistant", "content": reply})
@@ -236,8 +242,23 @@ class WebShopAgentLoop(AgentLoopBase):
             reward_score=float(summary["score"]),
             num_turns=user_turns + len(generated),
             metrics=metrics,
-            extra_fields={"reward_extra_info": info},
+            extra_fields={**fields, "reward_extra_info": info},
         )
+
+
+def generation_fields(kept: Mapping[str, Any], turn: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The trajectory's generation ``extra_fields`` after one more model turn, merged as ``ToolAgentLoop`` does.
+
+    The first turn's fields are kept whole (``global_steps``, ``min_global_steps``: the weights version the
+    trajectory started on); a later turn only moves ``max_global_steps`` forward (the version it ended on).
+    """
+    if not kept:
+        return dict(turn or {})
+    merged = dict(kept)
+    latest = (turn or {}).get("max_global_steps")
+    if latest is not None:
+        merged["max_global_steps"] = latest
+    return merged
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

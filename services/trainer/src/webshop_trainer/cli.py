@@ -56,7 +56,8 @@ def _preflight(args: argparse.Namespace) -> int:
         goal_set=args.goal_set, fresh_cluster=args.fresh_cluster, overrides=list(args.overrides),
     )  # fmt: skip
     summary = run_preflight(options)
-    brief = {k: summary.get(k) for k in ("ok", "config_valid", "rollouts", "mean_reward", "oracle_mean_reward",
+    brief = {k: summary.get(k) for k in ("ok", "config_valid", "agent_loop_worker", "step_metrics_ok", "rollouts",
+                                         "mean_reward", "oracle_mean_reward",
                                          "leaked_states", "seconds", "checks", "errors", "summary_path")}  # fmt: skip
     print(json.dumps(brief, indent=2))
     if not summary["ok"]:

@@ -1,12 +1,22 @@
-"""verl's real agent-loop path on CPU, without Ray or an inference server.
+"""verl's real agent-loop path on CPU, without GPU workers or an inference server.
 
-``LocalAgentLoopWorker`` is verl 0.7.1's own ``AgentLoopWorker`` with two seams filled in-process:
+Each verl line's own default worker runs in this process:
+
+- verl 0.7.1: ``LocalAgentLoopWorker`` (its ``AgentLoopWorker``, returning a ``DataProto``);
+- verl 0.9.1: ``run_tq_rollouts``: its ``AgentLoopWorkerTQ`` (the class behind the Ray actor that
+  ``AgentLoopManagerTQ`` starts for ``trainer.use_v1: true``, the default) with verl's own ``LLMServerClient``,
+  writing every trajectory into a real TransferQueue on a local Ray, then the v1 trainer's replay buffer, GRPO
+  advantage and per-step metric computation over those trajectories, as ``PPOTrainer.fit`` runs them each step.
+
+The seams filled in-process:
 
 - the LLM server manager: anything with ``async generate(request_id, *, prompt_ids, sampling_params,
   image_data=None, video_data=None) -> TokenOutput``; here ``TinyModelServer`` (a tiny HF model, torch on
   CPU) or ``ScriptedServer`` (replies with a fixed plan of actions per goal, e.g. the oracle's);
 - the reward-loop worker handle: verl's own ``RewardLoopWorker`` behind a shim whose ``.remote()`` is a
-  coroutine. The data goes through a pickle round trip first, as it would through Ray.
+  coroutine. The data goes through a pickle round trip first, as it would through Ray;
+- 0.9.1's load balancer actor (``LocalLoadBalancer``), which hands ``LLMServerClient`` the one server; the
+  servers report the weights version (``global_steps``) in ``extra_fields`` as verl's sglang server does.
 
 Everything else is verl's code: ``generate_sequences`` picks the agent loop by the row's ``agent_name``,
 instantiates ``ToolAgentLoop`` per trajectory (which builds our interaction from the interaction config),
@@ -16,12 +26,16 @@ pads, scores through the configured reward function and assembles the output ``D
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import inspect
 import pickle
 import re
 import threading
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -51,7 +65,12 @@ class TinyModelServer:
         self.max_new_tokens = max_new_tokens
         self.generator = torch.Generator().manual_seed(seed)
         self.calls = 0
+        self.global_steps: int | None = None
         self._lock = threading.Lock()
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        """The weights version (verl 0.9.1's rollout servers are told it at every weight sync)."""
+        self.global_steps = global_steps
 
     async def generate(
         self,
@@ -69,7 +88,10 @@ class TinyModelServer:
         )
         wanted = bool(sampling_params.get("logprobs"))  # verl 0.9.1 asks by default (calculate_log_probs)
         return TokenOutput(
-            token_ids=token_ids, log_probs=log_probs if wanted else None, stop_reason="completed"
+            token_ids=token_ids,
+            log_probs=log_probs if wanted else None,
+            stop_reason="completed",
+            extra_fields=_version_fields(self.global_steps),
         )
 
     def _generate(
@@ -114,6 +136,10 @@ class ScriptedServer:
         self.tokenizer = tokenizer
         self.plans = {k: list(v) for k, v in plans.items()}
         self.calls = 0
+        self.global_steps: int | None = None
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
 
     async def generate(
         self,
@@ -136,15 +162,42 @@ class ScriptedServer:
         reply = f"I will do this next.\nAction: {action}"
         token_ids = [*self.tokenizer.encode(reply, add_special_tokens=False), self.tokenizer.eos_token_id]
         log_probs = [0.0] * len(token_ids) if sampling_params.get("logprobs") else None
-        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed")
+        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed",
+                           extra_fields=_version_fields(self.global_steps))  # fmt: skip
+
+
+def _version_fields(global_steps: int | None) -> dict[str, Any]:
+    """What verl 0.9.1's sglang server puts into every ``TokenOutput.extra_fields`` once it knows the weights
+    version (``{"global_steps": N}``); nothing before (verl 0.7.1's server reports none)."""
+    return {} if global_steps is None else {"global_steps": global_steps}
 
 
 class _Remote:
+    """``handle.method.remote(...)`` in-process: the coroutine of an async method, else a finished future
+    (awaitable, and harmless when the caller fires and forgets, as ``LLMServerClient`` does on release)."""
+
     def __init__(self, function: Any) -> None:
         self._function = function
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self._function(*args, **kwargs)
+        result = self._function(*args, **kwargs)
+        if inspect.isawaitable(result):
+            return result
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(result)
+        return future
+
+
+class LocalLoadBalancer:
+    """Stands in for verl 0.9.1's ``GlobalRequestLoadBalancer`` actor handle, which ``LLMServerClient`` asks
+    for a server per request: every request goes to ``server`` (one in-process rollout server)."""
+
+    def __init__(self, server: Any) -> None:
+        handle = SimpleNamespace(generate=_Remote(server.generate))
+        self.require_acquire_fields = _Remote(lambda: [])
+        self.require_release_fields = _Remote(lambda: [])
+        self.acquire_server = _Remote(lambda request_id, **fields: ("local", handle))
+        self.release_server = _Remote(lambda server_id, **fields: None)
 
 
 class LocalRewardHandle:
@@ -186,6 +239,42 @@ def generation_batch(samples: Sequence[dict[str, Any]], n: int) -> DataProto:
     return gen_batch.repeat(repeat_times=n, interleave=True)
 
 
+def step_metrics_v07(
+    config: DictConfig, gen_batch: DataProto, output: DataProto, seconds: float
+) -> dict[str, Any]:
+    """verl 0.7.1's per-step bookkeeping of ``RayPPOTrainer.fit`` over one rollout's output, with its own
+    functions in its order: the batch joined with the generation, the reward extracted (``extract_reward``),
+    GRPO advantages (``compute_advantage``), then the step's metrics (``ray_trainer.compute_data_metrics``,
+    which ``verl_main.install_step_metrics`` extends with the WebShop keys, the timing, throughput and
+    variance metrics). Raises what the trainer would raise."""
+    from verl.trainer.ppo import ray_trainer
+    from verl.trainer.ppo.reward import extract_reward
+
+    from .verl_main import install_step_metrics
+
+    install_step_metrics()
+    batch = output
+    if "uid" not in batch.non_tensor_batch:  # the trainer's batch carries it (same rows: repeated, interleaved)
+        batch.non_tensor_batch["uid"] = gen_batch.non_tensor_batch["uid"]
+    batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+    reward_tensor, extra = extract_reward(batch)
+    batch.batch["token_level_scores"] = reward_tensor
+    batch.non_tensor_batch.update({k: np.array(v) for k, v in extra.items()})
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    algorithm = config.algorithm
+    batch = ray_trainer.compute_advantage(batch, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma,
+                                          lam=algorithm.lam, num_repeat=config.actor_rollout_ref.rollout.n,
+                                          norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
+                                          config=algorithm)  # fmt: skip
+    timing = {"step": seconds, "gen": seconds}
+    metrics: dict[str, Any] = {"training/global_step": 1, "training/epoch": 0}
+    metrics.update(ray_trainer.compute_data_metrics(batch=batch, use_critic=False))
+    metrics.update(ray_trainer.compute_timing_metrics(batch=batch, timing_raw=timing))
+    metrics.update(ray_trainer.compute_throughout_metrics(batch=batch, timing_raw=timing, n_gpus=1))
+    metrics.update(ray_trainer.compute_variance_proxy_metrics(batch=batch, gradient_norm=None))
+    return {k: _plain(v) for k, v in metrics.items()}
+
+
 def summarize_output(output: DataProto) -> dict[str, Any]:
     """Per-trajectory rewards and metrics from ``generate_sequences``' output."""
     has_scores = "rm_scores" in output.batch.keys()  # noqa: SIM118 - TensorDict has no `in`
@@ -194,3 +283,134 @@ def summarize_output(output: DataProto) -> dict[str, Any]:
     extras = {k: [float(x) for x in output.non_tensor_batch[k]] for k in keys if k in output.non_tensor_batch}
     turns = [int(x) for x in output.non_tensor_batch.get("__num_turns__", [])]
     return {"scores": [float(s) for s in scores], "extras": extras, "num_turns": turns}
+
+
+# ---- verl 0.9.1: the v1 (TransferQueue) path ---------------------------------------------------------------
+#: TransferQueue storage units on CPU: verl's config asks for 8 (a Ray actor process of ~400 MB each, sized
+#: for a GPU node's throughput); the data path is the same with 2.
+LOCAL_STORAGE_UNITS = 2
+
+
+@contextlib.contextmanager
+def local_transfer_queue(config: DictConfig) -> Iterator[None]:
+    """A real TransferQueue (controller and storage units are Ray actors) on a small local Ray, as
+    ``main_ppo`` starts it (``tq.init(config.transfer_queue)``, with ``LOCAL_STORAGE_UNITS`` storage units);
+    both are shut down afterwards."""
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf, open_dict
+
+    tq_config = copy.deepcopy(config.get("transfer_queue") or OmegaConf.create({}))
+    with open_dict(tq_config):
+        tq_config.backend.SimpleStorage.num_data_storage_units = LOCAL_STORAGE_UNITS
+    started = not ray.is_initialized()
+    if started:  # logical CPUs: each TransferQueue actor asks for one; nothing here is CPU-bound
+        ray.init(num_cpus=LOCAL_STORAGE_UNITS + 2, include_dashboard=False, log_to_driver=False,
+                 object_store_memory=128 * 1024**2)  # fmt: skip
+    try:
+        tq.init(tq_config)
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            tq.close()
+        if started:
+            ray.shutdown()
+
+
+async def run_tq_rollouts(config: DictConfig, samples: Sequence[dict[str, Any]], server: Any,
+                          global_steps: int = 1) -> dict[str, Any]:  # fmt: skip
+    """One training step's rollout and bookkeeping on verl 0.9.1's default (v1) path, in this process.
+
+    ``samples`` (dataset items, one per prompt) go to ``AgentLoopWorkerTQ`` as the trainer submits them; its
+    agent loops run ``rollout.n`` sessions each and put every trajectory into TransferQueue; the trainer's own
+    replay buffer samples the step's batch, ``PPOTrainer._compute_advantage`` computes GRPO advantages and
+    ``PPOTrainer._compute_metrics`` the step's metrics, which fail on trajectories verl cannot account for
+    (e.g. without the weights versions). Needs :func:`local_transfer_queue`. Returns the trajectories (as
+    ``summarize_output`` does), the worker class name, the step's metrics and any error of the metric step.
+    """
+    import transfer_queue as tq
+    from omegaconf import open_dict
+    from tensordict import TensorDict
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    config = copy.deepcopy(config)
+    with open_dict(config):
+        config.data.train_batch_size = len(samples)
+    # the weights the rollout of step N runs on are version N - 1 (the trainer syncs them after each step)
+    await server.set_global_steps(global_steps - 1)
+    worker_cls = AgentLoopWorkerTQ.__ray_actor_class__  # the class the manager's Ray actors run
+    worker = worker_cls(
+        config, llm_client=LLMServerClient(config, load_balancer_handle=LocalLoadBalancer(server))
+    )
+    batch_dict = collate_fn(list(samples))
+    batch_dict["uid"] = np.array([str(uuid.uuid4()) for _ in samples], dtype=object)
+    batch = tu.get_tensordict(batch_dict)
+    tu.assign_non_tensor_data(batch, "global_steps", global_steps)
+    uids = list(batch["uid"])
+    # what PPOTrainer._submit_batch_to_rollout does in sync mode, then the manager's dispatch to a worker
+    tq.kv_batch_put(keys=uids, partition_id="train",
+                    tags=[{"is_prompt": True, "status": "pending", "global_steps": global_steps} for _ in uids])  # fmt: skip
+    started = time.monotonic()
+    await worker.generate_sequences(batch)
+    await asyncio.gather(*list(worker.background_tasks))
+    generated = time.monotonic() - started
+
+    listing = tq.kv_list("train").get("train", {})
+    failed = [uid for uid in uids if listing.get(uid, {}).get("status") != "finished"]
+    result: dict[str, Any] = {
+        "agent_loop_worker": worker_cls.__name__,
+        "step_metrics": {},
+        "step_metrics_error": None,
+    }
+    keys = sorted(k for k, tag in listing.items() if tag.get("status") == "success")
+    data = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["rm_scores", "num_turns", "extra_fields"]) \
+        if keys else None  # fmt: skip
+    scores = [float(row.sum()) for row in data["rm_scores"].unbind()] if data is not None else []
+    extras = (
+        [dict(field.get("reward_extra_info") or {}) for field in data["extra_fields"]]
+        if data is not None
+        else []
+    )
+    result.update(
+        scores=scores,
+        extras={k: [float(e[k]) for e in extras] for k in (extras[0] if extras else {})},
+        num_turns=[int(x) for x in data["num_turns"]] if data is not None else [],
+        tags=[listing[k] for k in keys],
+    )
+    if failed:
+        result["step_metrics_error"] = (
+            f"{len(failed)} of {len(uids)} prompts' agent loops failed (see the log)"
+        )
+        return result
+    trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+    trainer.global_steps = global_steps
+    # the GPU resource pool is the one thing not here: throughput is normalised per GPU
+    trainer.resource_pool_manager = SimpleNamespace(get_n_gpus=lambda: 1)
+    metrics: dict[str, Any] = {}
+    try:
+        meta, sample_metrics = trainer.replay_buffer.sample(global_steps=global_steps, partition_id="train",
+                                                            batch_size=len(uids))  # fmt: skip
+        metrics.update(sample_metrics)
+        # the actor's old-log-prob pass (PPOTrainer._compute_old_log_prob) needs the FSDP workers: its stand-in
+        # writes the log-probs the rollout server reported, what the actor computes for the same weights
+        rollout = tq.kv_batch_get(keys=meta.keys, partition_id="train", select_fields=["rollout_log_probs"])
+        if "rollout_log_probs" in rollout.keys():  # noqa: SIM118 - TensorDict has no `in`
+            tq.kv_batch_put(keys=meta.keys, partition_id="train",
+                            fields=TensorDict({"old_log_probs": rollout["rollout_log_probs"]}, batch_size=len(meta)))  # fmt: skip
+        meta = trainer._compute_advantage(meta, metrics)
+        trainer._compute_metrics(meta, metrics, {"step": generated, "gen": generated}, global_steps=global_steps,
+                                 epoch=0)  # fmt: skip
+    except Exception as error:  # what would end the training run at this step
+        result["step_metrics_error"] = f"{type(error).__name__}: {error}"
+    result["step_metrics"] = {k: _plain(v) for k, v in metrics.items()}
+    return result
+
+
+def _plain(value: Any) -> Any:
+    """A metric value as a JSON-friendly number."""
+    with contextlib.suppress(TypeError, ValueError):
+        return float(value)
+    return str(value)

@@ -396,25 +396,36 @@ def pick_oracle_goals(
 
 
 async def _run_rollouts(config: Any, samples: list[dict[str, Any]], n: int, server: Any) -> dict[str, Any]:
+    """verl 0.7.1's AgentLoopWorker -> ToolAgentLoop -> WebshopInteraction -> reward function, then the trainer's
+    per-step bookkeeping over the output (advantages, metrics)."""
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
     from .interaction import close_shared_clients
-    from .local_rollout import LocalAgentLoopWorker, generation_batch, summarize_output
+    from .local_rollout import LocalAgentLoopWorker, generation_batch, step_metrics_v07, summarize_output
 
     worker = LocalAgentLoopWorker(config, server, RewardLoopWorker(config))
+    batch = generation_batch(samples, n)
+    started = time.monotonic()
     try:
-        output = await worker.generate_sequences(generation_batch(samples, n))
+        output = await worker.generate_sequences(batch)
     finally:
         await close_shared_clients()
     summary = summarize_output(output)
-    from .verl_main import step_metrics
-
-    summary["step_metrics"] = step_metrics(output.non_tensor_batch)  # what each training step will log
+    summary["agent_loop_worker"] = type(worker).__mro__[1].__name__
+    _step_metrics(summary, lambda: step_metrics_v07(config, batch, output, time.monotonic() - started))
     summary["responses"] = [
         worker.tokenizer.decode(row[row != worker.tokenizer.pad_token_id][:400], skip_special_tokens=False)
         for row in output.batch["responses"][:2]
     ]
     return summary
+
+
+def _step_metrics(summary: dict[str, Any], compute: Callable[[], dict[str, Any]]) -> None:
+    """Run the trainer's per-step metric computation; record its metrics, or the error that would end a run."""
+    try:
+        summary["step_metrics"], summary["step_metrics_error"] = compute(), None
+    except Exception as error:
+        summary["step_metrics"], summary["step_metrics_error"] = {}, f"{type(error).__name__}: {error}"
 
 
 @dataclass
@@ -482,22 +493,43 @@ def agent_loop_overrides(model_dir: Path, train_file: Path, rollouts: int, max_t
 async def _run_agent_loop_rollouts(
     config: Any, samples: list[dict[str, Any]], n: int, server: Any
 ) -> dict[str, Any]:
-    """verl's AgentLoopWorker -> WebShopAgentLoop (no reward worker: the loop returns ``reward_score``)."""
+    """The WebShop agent loop through the worker verl itself runs on the installed line, then that line's
+    per-step bookkeeping: 0.7.1's ``AgentLoopWorker`` (no reward worker: the loop returns ``reward_score``);
+    0.9.1's ``AgentLoopWorkerTQ`` through a real TransferQueue and the v1 trainer's metric computation."""
     from .agent_loop import record_trajectories
     from .interaction import close_shared_clients
-    from .local_rollout import LocalAgentLoopWorker, generation_batch, summarize_output
+    from .local_rollout import (
+        LocalAgentLoopWorker,
+        generation_batch,
+        local_transfer_queue,
+        run_tq_rollouts,
+        step_metrics_v07,
+        summarize_output,
+    )
 
-    worker = LocalAgentLoopWorker(config, server, None)
     with record_trajectories() as records:
         try:
-            output = await worker.generate_sequences(generation_batch(samples, n))
+            if installed_verl_line() == "0.7":
+                worker = LocalAgentLoopWorker(config, server, None)
+                batch = generation_batch(samples, n)
+                started = time.monotonic()
+                output = await worker.generate_sequences(batch)
+                summary = summarize_output(output)
+                summary["agent_loop_worker"] = type(worker).__mro__[1].__name__
+                _step_metrics(
+                    summary, lambda: step_metrics_v07(config, batch, output, time.monotonic() - started)
+                )
+                mask = output.batch["response_mask"]
+                summary["padded_mask_ok"] = bool(((mask == 0) | (mask == 1)).all())
+            else:
+                with local_transfer_queue(config):
+                    summary = await run_tq_rollouts(config, samples, server)
+                summary["padded_mask_ok"] = (
+                    True  # no padded batch on this path: the records are checked below
+                )
         finally:
             await close_shared_clients()
-    summary = summarize_output(output)
     summary["records"] = list(records)
-    summary["tokenizer"] = worker.tokenizer
-    mask = output.batch["response_mask"]
-    summary["padded_mask_ok"] = bool(((mask == 0) | (mask == 1)).all())
     return summary
 
 
@@ -582,12 +614,22 @@ def run_agent_loop_stage(options: PreflightOptions, directory: Path, out_dir: Pa
     EPISODES.clear()
     tiny = asyncio.run(_run_agent_loop_rollouts(config, samples, options.rollouts,
                                                 TinyModelServer(str(model_dir), options.max_new_tokens)))  # fmt: skip
+    result["agent_loop_worker"] = tiny["agent_loop_worker"]
     instruction_plans = {s["extra_info"]["instruction"]: plans[int(s["extra_info"]["goal"])] for s in samples}
     oracle = asyncio.run(_run_agent_loop_rollouts(config, samples, options.rollouts,
                                                   ScriptedServer(tokenizer, instruction_plans)))  # fmt: skip
     gc.collect()
     result["rollouts"] = len(tiny["scores"])
     result["mean_reward"] = _mean(tiny["scores"])
+    # the trainer's own per-step metric computation accepted both steps' trajectories
+    result["step_metrics"] = oracle["step_metrics"]
+    result["step_metrics_ok"] = checks["agent_loop_step_metrics"] = bool(oracle["step_metrics"]) and not any(
+        run["step_metrics_error"] for run in (tiny, oracle)
+    )
+    for label, run in (("tiny model", tiny), ("oracle", oracle)):
+        if run["step_metrics_error"]:
+            errors.append(f"agent loop ({label}): {result['agent_loop_worker']}'s trajectories failed the trainer's "
+                          f"per-step metric computation: {run['step_metrics_error']}")  # fmt: skip
     result["oracle_rollouts"] = len(oracle["scores"])
     result["oracle_mean_reward"] = _mean(oracle["scores"])
     result["leaked_states"] = len(EPISODES)
@@ -644,7 +686,7 @@ def run_agent_loop_preflight(options: PreflightOptions) -> dict[str, Any]:
     from importlib.metadata import version
 
     started = time.monotonic()
-    out_dir = options.out_dir.resolve()
+    out_dir = line_dir(options.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"ok": False, "verl_version": version("verl"), "verl_line": installed_verl_line(),
                                "agent_loop": AGENT_LOOP_NAME, "config_valid": False, "rollouts": 0,
@@ -703,7 +745,7 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
     if installed_verl_line() != "0.7":
         return run_agent_loop_preflight(options)
     started = time.monotonic()
-    out_dir = options.out_dir.resolve()
+    out_dir = line_dir(options.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     from importlib.metadata import version
 
@@ -830,7 +872,15 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         t = lap("oracle_rollouts", t)
         summary["oracle_rollouts"] = len(oracle["scores"])
         summary["oracle_mean_reward"] = _mean(oracle["scores"])
+        summary["agent_loop_worker"] = tiny["agent_loop_worker"]
         summary["step_metrics"] = oracle["step_metrics"]
+        checks["step_metrics"] = bool(oracle["step_metrics"]) and not any(
+            run["step_metrics_error"] for run in (tiny, oracle)
+        )
+        for label, run in (("tiny model", tiny), ("oracle", oracle)):
+            if run["step_metrics_error"]:
+                errors.append(f"interaction ({label}): the trainer's per-step metric computation failed: "
+                              f"{run['step_metrics_error']}")  # fmt: skip
         summary["oracle"] = {
             "success_rate": _mean(oracle["extras"].get("success", [])),
             "mean_steps": _mean(oracle["extras"].get("steps", [])),
@@ -860,6 +910,7 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         errors.extend(stage.pop("errors"))
         checks.update(stage.pop("checks"))
         summary["agent_loop"] = stage["agent_loop"]
+        summary["step_metrics_ok"] = checks["step_metrics"] and stage["step_metrics_ok"]
         summary["token_stream_ok"] = stage["token_stream_ok"]
         summary["leaked_states"] += stage["leaked_states"]
         summary["agent_loop_rollouts"] = stage
@@ -872,14 +923,24 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
     return _write_summary(summary, errors, checks, started, out_dir)
 
 
+def line_dir(out_dir: Path) -> Path:
+    """Where one verl line's preflight works and writes its summary: ``OUT/verl0.7`` or ``OUT/verl0.9``
+    (the two lines' tiny models, data and summaries never overwrite each other)."""
+    return out_dir.resolve() / f"verl{installed_verl_line()}"
+
+
 def _write_summary(
     summary: dict[str, Any], errors: list[str], checks: Mapping[str, bool], started: float, out_dir: Path
 ) -> dict[str, Any]:
-    """Close a preflight run: its time, its verdict (no error, every check true, configs valid), summary.json."""
+    """Close a preflight run: its time, its verdict (no error, every check true, configs valid), and its
+    ``summary.json`` in the line's directory, copied to the parent's ``summary.json`` (the last run's)."""
     summary["seconds"] = round(time.monotonic() - started, 1)
+    summary.setdefault("step_metrics_ok", False)
     summary["ok"] = not errors and all(checks.values()) and summary["config_valid"]
+    text = json.dumps(summary, indent=2, default=str) + "\n"
     path = out_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    path.write_text(text)
+    (out_dir.parent / "summary.json").write_text(text)
     summary["summary_path"] = str(path)
     return summary
 

@@ -28,14 +28,19 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 WORKDIR /opt/webshop
 
-# 1. Freeze everything the base image ships (torch, sglang, flash-attn, CUDA wheels, numpy 2, transformers...):
-#    no later step may move it, except TransferQueue: verl's sgl0512 image was built with TransferQueue 0.1.8,
-#    below verl 0.9.1's floor (0.1.10), so it is left out of the lock and pinned by the constraints file. The
+# 1. Freeze everything the base image ships (torch, sglang, flash-attn, CUDA wheels, numpy 2...): no later step
+#    may move it, except two packages left out of the lock and pinned by the constraints file:
+#    - TransferQueue: verl's sgl0512 image was built with TransferQueue 0.1.8, below verl 0.9.1's floor (0.1.10);
+#    - transformers: sglang 0.5.12 pins transformers==5.6.0, which verl 0.9.1 excludes (transformers!=5.6.0,
+#      >=5.5.3,<5.11), so a frozen base would make the install below unresolvable; pinned to 5.9.0, verl 0.9.1's
+#      own [sglang] pin (its tokenizers range is 5.6.0's, so tokenizers stays frozen).
+#    The base image's documented package set is docker/trainer-verl09-base-packages.txt (sglang 0.5.12's exact
+#    pins); tests/deploy/test_trainer_verl09_resolution.py runs pip's resolver over this rule against it. The
 #    other pins of trainer-verl09-constraints.txt apply only to packages the image lacks (names compared
 #    PEP 503-normalised), so the two constraint sets never disagree.
 COPY docker/trainer-verl09-constraints.txt ./trainer-constraints.txt
 RUN { python3 -m pip check > base-pip-check.txt || true; } \
- && python3 -m pip list --format=freeze | grep -viE '^transfer[-_.]?queue==' > image-lock.txt \
+ && python3 -m pip list --format=freeze | grep -viE '^(transfer[-_.]?queue|transformers)==' > image-lock.txt \
  && awk -F'==' ' \
       function norm(n) { n = tolower(n); gsub(/[-_.]+/, "-", n); return n } \
       FNR == NR { have[norm($1)] = 1; next } \

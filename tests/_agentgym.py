@@ -3,7 +3,12 @@ and fault tests; the root conftest puts this folder on sys.path)."""
 
 from __future__ import annotations
 
+import random
+import threading
 import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import requests
@@ -15,21 +20,49 @@ class AgentGymClient:
     ``/create`` once (bare int id); ``_post`` injects ``env_idx`` and tries 5 times, sleeping 0.1 s after a
     503 and retrying at once after any other non-200; ``_get`` sends ``?env_idx=``; ``reset`` posts
     ``session_id`` then replaces the observation with ``GET /observation``; ``close`` posts ``{}``.
+
+    ``retry_budget_s > 0`` makes it the client a training run needs when the session store restarts: every
+    request is retried on 502/503/504 and connection errors with capped exponential backoff and jitter for up to
+    that many seconds, and each step carries an ``Idempotency-Key`` (the same for its retries), so a step whose
+    answer was lost is answered again, never applied twice. ``retried`` counts the retries.
     """
 
-    def __init__(self, env_server_base: str, timeout: int = 300) -> None:
+    def __init__(self, env_server_base: str, timeout: int = 300, retry_budget_s: float = 0.0) -> None:
         self.env_server_base = env_server_base
         self.timeout = timeout
+        self.retry_budget_s = retry_budget_s
+        self.retried = 0
         self.http = requests.Session()
-        ok = self.http.post(f"{self.env_server_base}/create", timeout=self.timeout)
+        ok = self._send("post", "create")
         if ok.status_code != 200:
             raise RuntimeError(f"Failed to create environment: {ok.status_code} {ok.text}")
         self.env_id = ok.json()
 
-    def _post(self, path: str, data: dict[str, Any]) -> Any:
+    def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """One request; with a retry budget, retried while the service answers it is unavailable."""
+        url = f"{self.env_server_base}/{path}"
+        if not self.retry_budget_s:
+            return self.http.request(method, url, timeout=self.timeout, **kwargs)
+        deadline, delay = time.monotonic() + self.retry_budget_s, 0.05
+        while True:
+            try:
+                res = self.http.request(method, url, timeout=self.timeout, **kwargs)
+                if res.status_code not in (502, 503, 504):
+                    return res
+            except requests.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+            else:
+                if time.monotonic() > deadline:
+                    return res
+            self.retried += 1
+            time.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(1.0, delay * 2)
+
+    def _post(self, path: str, data: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
         data["env_idx"] = self.env_id
         for _ in range(5):
-            res = self.http.post(f"{self.env_server_base}/{path}", json=data, timeout=self.timeout)
+            res = self._send("post", path, json=data, headers=headers)
             if res.status_code == 503:
                 time.sleep(0.1)
             elif res.status_code == 200:
@@ -38,7 +71,7 @@ class AgentGymClient:
         return res.json()
 
     def _get(self, path: str) -> Any:
-        res = self.http.get(f"{self.env_server_base}/{path}?env_idx={self.env_id}", timeout=self.timeout)
+        res = self._send("get", f"{path}?env_idx={self.env_id}")
         assert res.status_code == 200, f"{path}: {res.status_code} {res.text}"
         return res.json()
 
@@ -48,7 +81,8 @@ class AgentGymClient:
     def step(self, action: str) -> tuple[str, float, bool]:
         if action.endswith("</s>"):
             action = action[: -len("</s>")]
-        response = self._post("step", {"action": action})
+        key = {"Idempotency-Key": uuid.uuid4().hex} if self.retry_budget_s else None
+        response = self._post("step", {"action": action}, key)
         return response["state"], response["reward"], response["done"]
 
     def reset(self, idx: int) -> list:
@@ -58,3 +92,56 @@ class AgentGymClient:
 
     def close(self) -> Any:
         return self._post("close", {})
+
+    def probe(self) -> list[tuple[int, str | None, str | None]]:
+        """(status, error, Retry-After) of one step and one observation, without retries: what the service
+        says, e.g. while the session store is down (retry later, not "your session is gone")."""
+        url, body = self.env_server_base, {"env_idx": self.env_id, "action": "search[probe]"}
+        step = self.http.post(f"{url}/step", json=body, timeout=self.timeout)
+        page = self.http.get(f"{url}/observation", params={"env_idx": self.env_id}, timeout=self.timeout)
+        answers = [(r, r.json()) for r in (step, page)]
+        return [(r.status_code, body.get("error") if isinstance(body, dict) else None, r.headers.get("retry-after"))
+                for r, body in answers]  # fmt: skip
+
+
+Trace = list[tuple[str, float, bool]]  # (observation, reward, done) after reset and after each step
+
+
+def episodes_across(
+    url: str, plans: Mapping[int, Sequence[str]], disrupt: Callable[[], Any], gap_s: float = 0.3
+) -> tuple[dict[int, Trace], int, Any]:
+    """One AgentGym episode per goal at once (retrying clients), ``disrupt()`` run when every one of them is
+    half-way through its actions: (traces, client retries, what ``disrupt`` returned).
+
+    After the half-way point each client waits up to ``gap_s`` at random, then steps every ``gap_s`` (at least two
+    steps are left, plans being 3 or more): a disruption begun ``gap_s / 2`` after it meets every episode in
+    flight, some steps mid-request.
+    """
+    clients = {goal: AgentGymClient(url, timeout=30, retry_budget_s=60.0) for goal in plans}
+    half = threading.Barrier(len(plans) + 1, timeout=120)
+    go = threading.Event()
+
+    def play(goal: int) -> Trace:
+        client, actions = clients[goal], plans[goal]
+        middle = len(actions) // 2
+        trace = [(client.reset(goal)[0], 0.0, False)]
+        trace += [client.step(action) for action in actions[:middle]]
+        half.wait()
+        go.wait()
+        time.sleep(random.uniform(0, gap_s))
+        for index, action in enumerate(actions[middle:]):
+            time.sleep(gap_s if index else 0.0)
+            trace.append(client.step(action))
+            if trace[-1][2]:
+                break
+        assert client.close() == {"closed": True}
+        return trace
+
+    with ThreadPoolExecutor(len(plans)) as pool:
+        futures = {goal: pool.submit(play, goal) for goal in plans}
+        half.wait()  # every episode is mid-way
+        go.set()
+        time.sleep(gap_s / 2)
+        disrupted = disrupt()
+        traces = {goal: future.result() for goal, future in futures.items()}
+    return traces, sum(client.retried for client in clients.values()), disrupted

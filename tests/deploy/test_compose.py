@@ -78,6 +78,21 @@ def test_webshop_replicas(rendered: dict, compose: Compose) -> None:
     assert webshop["read_only"] is True
 
 
+def test_sessions_are_durable_and_locked_down(rendered: dict) -> None:
+    """The AgentGym session store writes an append-only file, fsynced before it answers, to a host directory
+    (a restart or crash loses no acknowledged step), as a non-root user with a read-only root, internal only."""
+    sessions = rendered["services"]["sessions"]
+    command = sessions["command"]
+    flags = {command[i]: command[i + 1] for i in range(1, len(command) - 1) if command[i].startswith("--")}
+    assert (flags["--appendonly"], flags["--appendfsync"], flags["--save"]) == ("yes", "always", "")
+    (data,) = sessions["volumes"]
+    assert (data["type"], data["target"], flags["--dir"]) == ("bind", "/data", "/data")
+    assert not data.get("read_only") and data["source"].endswith("outputs/sessions")
+    assert sessions["read_only"] is True and sessions["user"].split(":")[0] not in ("0", "root")
+    assert set(sessions["networks"]) == {"envnet"} and not _published(sessions)
+    assert sessions["restart"] == "unless-stopped"
+
+
 def test_balancer(rendered: dict) -> None:
     services = rendered["services"]
     balancer = services["balancer"]

@@ -1,6 +1,7 @@
 """The env side of the Docker stack, for real in a Docker engine (`make test-docker`): the README's "Run it with
 Docker", step by step. The tests share one stack and run in file order: up -> episodes -> isolation checks ->
-scale -> a replica killed under load -> a replica crashed under load -> down."""
+scale -> a replica killed under load -> a replica crashed under load -> the AgentGym session store restarted, then
+crashed with a replica, under load -> down."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from _agentgym import AgentGymClient, episodes_across
 from dockerstack import REPO, Stack, images_of, play
 
 # The first test also builds the base images and the stack (about 10 minutes on a cold engine).
@@ -339,13 +341,83 @@ def _is_container_process(pid: int, container: str) -> bool:
         return False
 
 
+# ---- the AgentGym session store restarted or crashed under load ----------------------------------------------------
+def _agentgym_across_a_store_outage(stack: Stack, expert: dict, outage) -> tuple[int, Any]:
+    """32 AgentGym episodes (the expert's actions, retrying clients) with `outage()` run when every one is
+    half-way: each must give, step by step, what the in-process environment gives. Returns (client retries,
+    what `outage` returned)."""
+    plans = {goal: actions for goal, (actions, _) in expert.items() if len(actions) >= 3}
+    plans = dict(list(plans.items())[:CONCURRENT_EPISODES])
+    assert len(plans) == CONCURRENT_EPISODES
+    traces, retries, outcome = episodes_across(stack.url, plans, outage)
+    wrong = {goal: trace for goal, trace in traces.items() if trace != expert[goal][1]}
+    assert not wrong, f"{len(wrong)} of {len(plans)} episodes differ from the in-process ones: {wrong}"
+    return retries, outcome
+
+
+def test_docker_restart_of_the_session_store_loses_no_agentgym_step(stack: Stack, expert: dict) -> None:
+    """`docker restart` of the `sessions` container (Redis with an fsync-always append-only file on SESSIONS_DIR)
+    while 32 AgentGym clients are mid-episode: every episode continues from its last acknowledged step."""
+    sessions = stack.containers("sessions")[0]
+    before = stack.inspect(sessions)["State"]["StartedAt"]
+    restarted = {}
+
+    def outage() -> None:
+        started = time.monotonic()
+        stack.docker("restart", sessions)
+        restarted["seconds"] = round(time.monotonic() - started, 1)
+
+    # (a restart shorter than the replicas' own retries is not even seen by the clients: no assertion on them)
+    retries, _ = _agentgym_across_a_store_outage(stack, expert, outage)
+    assert stack.inspect(sessions)["State"]["StartedAt"] != before
+    stack.measured["agentgym_store_restart"] = (
+        f"{CONCURRENT_EPISODES}/{CONCURRENT_EPISODES} episodes as in-process; docker restart took "
+        f"{restarted['seconds']} s, {retries} client retries"
+    )
+
+
+def test_crash_of_the_session_store_and_a_replica_loses_no_agentgym_step(stack: Stack, expert: dict) -> None:
+    """`docker kill -s KILL` of the `sessions` container and of a replica at once, mid-episode: while the store
+    is down the API answers 503 session_store_down with Retry-After (not 404 unknown_env); once it is started
+    again, every episode continues from its last acknowledged step."""
+    sessions = stack.containers("sessions")[0]
+    victim = sorted(stack.containers("webshop"))[0]
+    idle = AgentGymClient(stack.url, timeout=30)
+    idle.reset(0)
+
+    def outage() -> list[tuple[int, str | None, str | None]]:
+        stack.docker("kill", "--signal", "KILL", victim)
+        stack.docker("kill", "--signal", "KILL", sessions)
+        stopped = time.monotonic()
+        probed = idle.probe()
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - stopped)))
+        if not stack.inspect(sessions)["State"]["Running"]:
+            stack.docker("start", sessions)
+        return probed
+
+    retries, probed = _agentgym_across_a_store_outage(stack, expert, outage)
+    for status, error, retry_after in probed:
+        assert (status, error) == (503, "session_store_down") and retry_after is not None, probed
+    assert retries > 0, "no client met the outage: the test did not test it"
+    assert idle.observe().startswith("WebShop [SEP]")  # an idle session survived the crash too
+    stack.measured["agentgym_store_and_replica_crash"] = (
+        f"{CONCURRENT_EPISODES}/{CONCURRENT_EPISODES} episodes as in-process, {retries} client retries; "
+        f"while down: {probed}"
+    )
+
+
 # ---- make down ------------------------------------------------------------------------------------------------------
 def test_make_down_keeps_host_data_and_up_again_reuses_it(stack: Stack) -> None:
     manifest = _catalog(stack) / "manifest.json"
     before = manifest.stat().st_mtime_ns
     stack.make("down")
     assert stack.containers(all_states=True) == []
-    for kept in ("data/compose/catalog/manifest.json", "outputs/checkpoints", "outputs/logs"):
+    for kept in (
+        "data/compose/catalog/manifest.json",
+        "outputs/checkpoints",
+        "outputs/logs",
+        "outputs/sessions",
+    ):
         assert (stack.root / kept).exists(), f"make down removed {kept}"
     networks = stack.docker(
         "network",

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
 import requests
 from _agentgym import AgentGymClient
 from _support import COMPAT_CAP, metric_value
@@ -59,3 +62,33 @@ def test_compat_through_the_balancer(cluster, expert_plans: dict[int, list[str]]
         _, reward, done = client.step(action)
     assert done is True and reward == 1.0
     assert client.close() == {"closed": True}
+
+
+@pytest.mark.parametrize("where", ["replica", "cluster"])  # the memory store; Redis behind the balancer
+def test_a_step_retried_with_its_idempotency_key_is_not_applied_twice(
+    where: str, request: pytest.FixtureRequest, expert_plans: dict[int, list[str]]
+) -> None:
+    """Every step is sent twice with one key, as a client does whose answer was lost: the second answer is the
+    first one again (the purchase too: reward 1.0, not 409), and the episode is the expert's; a new key after
+    the purchase is a new step (409 episode_finished)."""
+    server = request.getfixturevalue(where)
+    url = server.url if where == "replica" else server["url"]
+    goal, actions = next(iter(expert_plans.items()))
+    env_idx = requests.post(f"{url}/create", timeout=10).json()
+    assert requests.post(f"{url}/reset", json={"env_idx": env_idx, "session_id": goal}, timeout=10).ok
+    for action in actions:
+        key = {"Idempotency-Key": uuid.uuid4().hex}
+        first, again = (
+            requests.post(f"{url}/step", json={"env_idx": env_idx, "action": action}, headers=key, timeout=10)
+            for _ in range(2)
+        )
+        assert first.status_code == again.status_code == 200, again.text
+        assert again.json() == first.json()
+        page = requests.get(f"{url}/observation", params={"env_idx": env_idx}, timeout=10).json()
+        assert page == first.json()["state"]
+    assert (first.json()["reward"], first.json()["done"]) == (1.0, True)
+    after = requests.post(
+        f"{url}/step", json={"env_idx": env_idx, "action": actions[-1]},
+        headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10,
+    )  # fmt: skip
+    assert after.status_code == 409 and after.json()["error"] == "episode_finished"

@@ -5,7 +5,8 @@
     python -m webshop_env.cluster down
 
 ``up`` starts a Redis server (the AgentGym sessions shared by every replica and worker; ``redis-server`` from
-Debian, loopback only, no persistence, a memory cap), N ``webshop-env serve`` processes (``python -m webshop_env.cli serve``, ports
+Debian, loopback only, a memory cap, every write in an append-only file fsynced before Redis answers, in
+``RUN/redis/``: a restart or a crash of the store loses no acknowledged step), N ``webshop-env serve`` processes (``python -m webshop_env.cli serve``, ports
 ``base-port``, ``base-port + 1``, ...) and nginx (Debian's binary, ``nginx -p RUN/nginx -c RUN/nginx.conf``,
 rendered from ``configs/nginx/webshop.conf.template``), each in a session of its own with its output in
 ``RUN/logs/``. It records their pids in ``RUN/pids.json``, waits until every replica's ``/readyz`` and
@@ -19,7 +20,8 @@ otherwise. Port 0 picks free ports (tests use that).
 All replicas share one state secret: ``WEBSHOP_STATE_SECRET`` from the environment, else a random one kept
 in ``RUN/state_secret`` (mode 600) for this cluster. Other ``WEBSHOP_*`` variables pass through.
 
-Importable from tests: ``up(...) -> dict``, ``down(run_dir)``, ``status(run_dir)``.
+Importable from tests: ``up(...) -> dict``, ``down(run_dir)``, ``status(run_dir)``, and
+``stop_sessions(run_dir, sig)`` / ``start_sessions(run_dir)`` to take the session store down and bring it back.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ PIDS = "pids.json"
 NGINX_MISSING = "nginx not found: run `make nginx` (apt-get install nginx)"
 REDIS_MISSING = "redis-server not found: run `make redis` (apt-get install redis-server)"
 REDIS_MAXMEMORY = "256mb"
+# Durability of the AgentGym sessions: an append-only file, fsynced before Redis acknowledges a write, so a
+# client that got a 200 finds that state again after a restart or a SIGKILL of the store (no RDB snapshots).
+REDIS_PERSISTENCE = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")
 TEMPLATE_VARS = re.compile(r"\$\{(WEBSHOP_[A-Z0-9_]+)\}")
 
 
@@ -272,13 +277,13 @@ def up(
             redis_dir.mkdir(exist_ok=True)
             redis_log = logs / "redis.log"
             command = [
-                redis_server, "--bind", host, "--port", str(redis_port), "--save", "", "--appendonly", "no",
+                redis_server, "--bind", host, "--port", str(redis_port), *REDIS_PERSISTENCE,
                 "--maxmemory", REDIS_MAXMEMORY, "--maxmemory-policy", "noeviction", "--dir", str(redis_dir),
                 "--daemonize", "no",
             ]  # fmt: skip
-            process = _spawn(command, redis_log, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
-            record["redis"] = {"name": "redis", "pid": process.pid, "pgid": process.pid, "host": host, "port": redis_port,
+            record["redis"] = {"name": "redis", "host": host, "port": redis_port, "command": command,
                                "url": f"redis://{host}:{redis_port}/0", "log": str(redis_log)}  # fmt: skip
+            _spawn_redis(record["redis"])
             child_env["WEBSHOP_REDIS_URL"] = record["redis"]["url"]
             _write_pids(run_dir, record)
         record["sessions"] = child_env["WEBSHOP_REDIS_URL"]
@@ -339,6 +344,58 @@ def _spawn(command: Sequence[str], log_path: Path, env: Mapping[str, str]) -> su
             list(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
             cwd=str(REPO), start_new_session=True,  # own process group: `down` stops it and its workers
         )  # fmt: skip
+
+
+def _spawn_redis(redis: dict[str, Any]) -> None:
+    """Start the recorded redis-server command (same port, same data directory); records its pid."""
+    process = _spawn(redis["command"], Path(redis["log"]), {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    redis.update(pid=process.pid, pgid=process.pid)
+
+
+def _recorded_store(run_dir: Path | str) -> tuple[Path, dict[str, Any]]:
+    """(run dir, the cluster's record) of a cluster that started its own session store."""
+    run_dir = Path(run_dir).resolve()
+    record = _read_pids(run_dir)
+    if not record or not record.get("redis"):
+        raise ClusterError(f"no session store recorded in {run_dir / PIDS} (an external WEBSHOP_REDIS_URL?)")
+    return run_dir, record
+
+
+def stop_sessions(
+    run_dir: Path | str = DEFAULT_RUN_DIR, sig: signal.Signals = signal.SIGTERM, timeout: float = 10.0
+) -> None:
+    """Stop the cluster's session store with ``sig`` (SIGTERM: a clean shutdown; SIGKILL: a crash) and wait
+    until it is gone: what a restart or a crash of the store does to the replicas, for tests and drills."""
+    run_dir, record = _recorded_store(run_dir)
+    redis = record["redis"]
+    if _ours(redis):
+        _signal_group(redis["pid"], sig)
+    deadline = time.monotonic() + timeout
+    while _alive(redis["pid"]):
+        _reap(redis["pid"])
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"redis-server (pid {redis['pid']}) still runs {timeout:.0f} s after {sig.name}"
+            )
+        time.sleep(0.02)
+
+
+def start_sessions(run_dir: Path | str = DEFAULT_RUN_DIR, timeout: float = 30.0) -> dict[str, Any]:
+    """Start the cluster's session store again, as ``up`` started it (its data directory is kept), and wait
+    until it answers PING (it has loaded its append-only file by then); returns its record."""
+    run_dir, record = _recorded_store(run_dir)
+    redis = record["redis"]
+    if _alive(redis["pid"]):
+        raise ClusterError(f"the session store (pid {redis['pid']}) is running: stop_sessions first")
+    _spawn_redis(redis)
+    _write_pids(run_dir, record)
+    deadline = time.monotonic() + timeout
+    while not redis_ping(redis["host"], redis["port"]):
+        if not _alive(redis["pid"]) or time.monotonic() > deadline:
+            raise ClusterError(f"the session store did not come back; its log {redis['log']}:\n"
+                               f"{_tail(Path(redis['log']))}")  # fmt: skip
+        time.sleep(0.05)
+    return redis
 
 
 def _write_pids(run_dir: Path, record: Mapping[str, Any]) -> None:

@@ -22,18 +22,22 @@ Policy (both stores):
   evict another's sessions; all clients together hold at most ``max_sessions``, beyond which ``/create``
   answers 429 ``too_many_sessions`` (Redis' own ``maxmemory`` is the last bound, with no eviction policy);
 - a step stores its new state only if the session still holds the state the step started from
-  (compare-and-set), so a request retried after a timeout cannot apply an action twice.
+  (compare-and-set), so two requests racing on one session cannot both apply their action;
+- a step may carry the client's idempotency key (``Idempotency-Key``); the key of the step that made the
+  current state is kept with it, so a step retried with the same key (after a timeout, a 503, a lost answer)
+  is answered from that state instead of applying its action a second time.
 - Memory: at ``max_sessions`` live sessions, ``/create`` evicts the least recently used one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..core.env import EpisodeState
 
@@ -179,14 +183,23 @@ class SessionStoreUnavailable(Exception):
     """The shared store did not answer (Redis down, unreachable or out of memory)."""
 
 
+class Version(NamedTuple):
+    """What ``put`` compares against (compare-and-set), and the idempotency key of the write that made it."""
+
+    value: object
+    key: str | None = None
+
+
 class SessionStore(Protocol):
     """Async session store; ``version`` from ``get`` is what ``put`` compares against (compare-and-set)."""
 
     shared: bool
 
     async def create(self, state: EpisodeState, client: str) -> int: ...
-    async def get(self, env_idx: int) -> tuple[EpisodeState, object]: ...
-    async def put(self, env_idx: int, state: EpisodeState, version: object) -> None: ...
+    async def get(self, env_idx: int) -> tuple[EpisodeState, Version]: ...
+    async def put(
+        self, env_idx: int, state: EpisodeState, version: Version, key: str | None = None
+    ) -> None: ...
     async def close(self, env_idx: int) -> bool: ...
     async def ids(self) -> list[int]: ...
     async def sweep(self) -> int: ...
@@ -200,20 +213,30 @@ class MemorySessionStore:
 
     def __init__(self, sessions: CompatSessions) -> None:
         self.sessions = sessions
+        # env_idx -> (the state its last keyed write made, that key)
+        self._keys: dict[int, tuple[EpisodeState, str]] = {}
 
     async def create(self, state: EpisodeState, client: str) -> int:
         return self.sessions.create(state)
 
-    async def get(self, env_idx: int) -> tuple[EpisodeState, object]:
+    async def get(self, env_idx: int) -> tuple[EpisodeState, Version]:
         state = self.sessions.get(env_idx)
-        return state, state
+        made, key = self._keys.get(env_idx, (None, None))
+        return state, Version(state, key if made is state else None)
 
-    async def put(self, env_idx: int, state: EpisodeState, version: object) -> None:
-        if self.sessions.get(env_idx) is not version:
+    async def put(self, env_idx: int, state: EpisodeState, version: Version, key: str | None = None) -> None:
+        if self.sessions.get(env_idx) is not version.value:
             raise SessionConflict(_conflict(env_idx))
         self.sessions.put(env_idx, state)
+        self._keys.pop(env_idx, None)
+        if key is not None:
+            if len(self._keys) >= 2 * self.sessions.max_sessions:  # drop the keys of sessions gone meanwhile
+                live = set(self.sessions.ids())
+                self._keys = {idx: entry for idx, entry in self._keys.items() if idx in live}
+            self._keys[env_idx] = (state, key)
 
     async def close(self, env_idx: int) -> bool:
+        self._keys.pop(env_idx, None)
         return self.sessions.close(env_idx)
 
     async def ids(self) -> list[int]:
@@ -226,8 +249,9 @@ class MemorySessionStore:
         return None
 
 
-# Redis keys: PREFIX + "s:" + id (hash: t = token, c = client), PREFIX + "all" (zset id -> last use, ms),
-# PREFIX + "c:" + client (zset id -> last use, ms). Times come from Redis' own clock (replicas may disagree).
+# Redis keys: PREFIX + "s:" + id (hash: t = token, c = client, k = the idempotency key of the write that made t;
+# '' for none), PREFIX + "all" (zset id -> last use, ms), PREFIX + "c:" + client (zset id -> last use, ms).
+# Times come from Redis' own clock (replicas may disagree).
 # The scripts touch keys they derive from arguments, which is fine on one Redis server (not Redis Cluster).
 _NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 _CREATE = (
@@ -261,13 +285,13 @@ _GET = (
     + """
 local prefix, id, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local key = prefix .. 's:' .. id
-local entry = redis.call('HMGET', key, 't', 'c')
+local entry = redis.call('HMGET', key, 't', 'c', 'k')
 if not entry[1] then return false end
 redis.call('PEXPIRE', key, ttl)
 redis.call('ZADD', prefix .. 'all', now, id)
 redis.call('ZADD', prefix .. 'c:' .. entry[2], now, id)
 redis.call('PEXPIRE', prefix .. 'c:' .. entry[2], ttl)
-return entry[1]
+return {entry[1], entry[3] or ''}
 """
 )
 _PUT = """
@@ -276,7 +300,7 @@ local current = redis.call('HGET', key, 't')
 if not current then return 0 end
 if current == ARGV[4] then return 1 end
 if current ~= ARGV[3] then return -1 end
-redis.call('HSET', key, 't', ARGV[4])
+redis.call('HSET', key, 't', ARGV[4], 'k', ARGV[6])
 redis.call('PEXPIRE', key, tonumber(ARGV[5]))
 return 1
 """
@@ -317,7 +341,11 @@ class RedisSessionStore:
         timeout_s: float = 2.0,
         on_change: Callable[[int], None] | None = None,
         on_evict: Callable[[str, int], None] | None = None,
+        deadline_s: float = 1.5,
     ) -> None:
+        """``deadline_s`` bounds one store call, its reconnections and retries included: a store that is down
+        (restarting, crashed, its host unreachable) gets a 503 ``session_store_down`` within it, before nginx's
+        2 s read timeout would turn the wait into the balancer's own, vaguer, error."""
         import redis.asyncio as aioredis
         from redis.asyncio.retry import Retry
         from redis.backoff import ExponentialBackoff
@@ -336,10 +364,11 @@ class RedisSessionStore:
         self._on_change = on_change
         self._on_evict = on_evict
         self._random = random.SystemRandom()
+        self._deadline_s = deadline_s
         self._redis = aioredis.Redis.from_url(
             url,
             socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
+            socket_connect_timeout=min(timeout_s, deadline_s / 3),  # room for a retry within the deadline
             retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
             retry_on_error=[RedisConnectionError, RedisTimeoutError],
             health_check_interval=30,
@@ -360,10 +389,14 @@ class RedisSessionStore:
         from redis.exceptions import RedisError
 
         try:
-            return await self._scripts[name](args=list(args))
-        except RedisError as error:
+            return await asyncio.wait_for(self._scripts[name](args=list(args)), self._deadline_s)
+        except (RedisError, asyncio.TimeoutError) as error:
+            reason = (
+                f"{type(error).__name__}: {error}" if str(error) else f"no answer within {self._deadline_s} s"
+            )
             raise SessionStoreUnavailable(
-                f"the AgentGym session store (Redis at {_redact(self.url)}) failed: {type(error).__name__}: {error}"
+                f"the AgentGym session store (Redis at {_redact(self.url)}) failed: {reason}; retry shortly, "
+                "the session is kept"
             ) from None
 
     async def ping(self) -> None:
@@ -397,14 +430,17 @@ class RedisSessionStore:
                 )
             return env_idx
 
-    async def get(self, env_idx: int) -> tuple[EpisodeState, object]:
-        token = await self._run("get", self._prefix, env_idx, self._ttl_ms)
-        if token is None:
+    async def get(self, env_idx: int) -> tuple[EpisodeState, Version]:
+        found = await self._run("get", self._prefix, env_idx, self._ttl_ms)
+        if found is None:
             raise UnknownSession(env_idx)
-        return self._decode(token), token
+        token, key = found
+        return self._decode(token), Version(token, key or None)
 
-    async def put(self, env_idx: int, state: EpisodeState, version: object) -> None:
-        result = await self._run("put", self._prefix, env_idx, version, self._encode(state), self._ttl_ms)
+    async def put(self, env_idx: int, state: EpisodeState, version: Version, key: str | None = None) -> None:
+        result = await self._run(
+            "put", self._prefix, env_idx, version.value, self._encode(state), self._ttl_ms, key or ""
+        )
         if result == 0:
             raise UnknownSession(env_idx)
         if result == -1:

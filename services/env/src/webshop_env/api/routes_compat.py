@@ -10,7 +10,10 @@ the query string of a GET. Differences from the original, all on error paths or 
 - ``session_id: null`` picks a uniformly random goal (the original weighs goals by attribute rarity);
 - ``/instruction_text`` is ``"Instruction: " + instruction`` on every page (the original varies the spacing
   and fails after a purchase);
-- a step after the purchase, or past the step limit, answers 409 ``episode_finished``.
+- a step after the purchase, or past the step limit, answers 409 ``episode_finished``;
+- ``/step`` takes an optional ``Idempotency-Key`` header: a step retried with the key of the step that made
+  the session's current state is answered from that state, not applied again (a client that retries a 503
+  or a timeout cannot take an action twice).
 
 Sessions live in the shared store (``compat_sessions``: Redis, set by ``WEBSHOP_REDIS_URL``), so any worker of
 any replica serves them, through the balancer like the native protocol, and a replica's death loses none.
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from starlette.responses import Response
 
@@ -41,6 +44,7 @@ from .routes_native import (
 )
 
 router = APIRouter(tags=["agentgym"])
+MAX_IDEMPOTENCY_KEY = 128  # characters of an Idempotency-Key header (a UUID is 36)
 
 # constraints before the validator, so the schema carries them as minimum/maximum
 EnvIdx = Annotated[
@@ -122,12 +126,27 @@ async def reset(request: Request, body: CompatReset) -> Response:
 
 
 @router.post("/step", response_model=CompatStepResponse, responses=ERRORS)
-async def step(request: Request, body: CompatStep) -> Response:
-    """Apply one action to the session's episode."""
+async def step(
+    request: Request,
+    body: CompatStep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(max_length=MAX_IDEMPOTENCY_KEY, description="the same for every retry of one step"),
+    ] = None,
+) -> Response:
+    """Apply one action to the session's episode (once per `Idempotency-Key`, when the client sends one)."""
     runtime = runtime_of(request)
+    idempotency_key = idempotency_key or None  # an empty key is no key
     state, version = await runtime.sessions.get(body.env_idx)
+    if idempotency_key is not None and version.key == idempotency_key:
+        # a retry of the step that made this state (its answer was lost): answer it again from the state
+        page, limit = runtime.env.observe(state), runtime.settings.max_steps
+        done = page.done or (bool(limit) and state.steps >= limit)
+        return json_response(
+            {"state": page.observation, "reward": state.reward or 0.0, "done": done, "info": None}
+        )
     result, truncated = runtime.step(state, body.action, "compat")
-    await runtime.sessions.put(body.env_idx, result.state, version)
+    await runtime.sessions.put(body.env_idx, result.state, version, idempotency_key)
     return json_response(
         {"state": result.observation, "reward": result.reward, "done": result.done or truncated, "info": None}
     )

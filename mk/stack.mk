@@ -152,6 +152,8 @@ endef
 # agent loop, service trainer-verl09 (the preflight runs in the matching environment, .venv or .venv-verl09).
 VERL_LINE ?= 0.7
 TRAINER_SERVICE = $(if $(filter 0.9,$(VERL_LINE)),trainer-verl09,trainer)
+# eval of a checkpoint runs in the image of the line that wrote it (its merger, torch and tokenizer)
+EVAL_SERVICE = $(if $(filter 0.9,$(VERL_LINE)),eval-verl09,eval)
 define STACK_VERL_LINE_CHECK
 case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make $@: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
 endef
@@ -206,7 +208,8 @@ train-preflight: ## the preflight inside the trainer container (CONFIG=test|full
 # MODEL_PATH: a hub id, a Hugging Face model directory (e.g. under /models), or a verl checkpoint:
 # /outputs/checkpoints/<experiment>/global_step_N, or /outputs/checkpoints/<experiment> for its latest step
 # (merged once with verl.model_merger into global_step_N/huggingface_merged, on the checkpoints volume).
-eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF dir | checkpoint> [MAX_SAMPLES=500] (GPU + Docker)
+eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF dir | checkpoint> [MAX_SAMPLES=500] [VERL_LINE=0.7|0.9] (GPU + Docker)
+	@$(STACK_VERL_LINE_CHECK)
 	@if [ -z "$(MODEL_PATH)" ]; then \
 	  echo "make eval: give the model as MODEL_PATH=: a hub id (Qwen/Qwen2.5-1.5B-Instruct), a Hugging Face directory (/models/NAME)," \
 	    "or a training run's checkpoint (/outputs/checkpoints/webshop_grpo_test: its latest global_step_N)" >&2; \
@@ -217,7 +220,7 @@ eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF d
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up
 	@$(GPU_PLAN) --config eval --compose-override $(GPU_COMPOSE) >/dev/null
 	$(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile eval run --rm --build -e EVAL_MODEL_PATH="$(MODEL_PATH)" \
-	  -e EVAL_MAX_SAMPLES=$(MAX_SAMPLES) eval
+	  -e EVAL_MAX_SAMPLES=$(MAX_SAMPLES) $(EVAL_SERVICE)
 
 # Resolve the base images' tags to digests (needs registry access and docker buildx) and write them into the
 # Dockerfiles' ARG defaults (tag@sha256:digest). Run it where a registry answers; commit what it changed.

@@ -51,7 +51,9 @@ def convert(text: str, config: str, name: str) -> str:
     body = "\n".join(lines[lines.index("hydra:") :]) + "\n"
     body, interaction = re.subn(r"\n      interaction_config_path: .*", "", body)
     body, agent = re.subn(
-        r"    agent:\n(      #.*\n)*      default_agent_loop: tool_agent\n", lambda _: AGENT, body
+        r"    agent:\n(      #.*\n)*      default_agent_loop: tool_agent\n(      #.*\n)*      agent_loop_config_path: .*\n",
+        lambda _: AGENT,
+        body,
     )
     body, reward = re.subn(
         r"  custom_reward_function:\n    path: pkg://webshop_trainer.reward\n    name: compute_score\n",

@@ -13,7 +13,13 @@ ENV_EXAMPLE = REPO / ".env.example"
 Compose = Any  # the `compose` fixture (tests/deploy/conftest.py)
 
 CORE = {"catalog-init", "webshop", "sessions", "balancer"}
-PROFILED = {"trainer": ["train"], "trainer-verl09": ["train"], "eval": ["eval"], "tensorboard": ["monitor"]}
+PROFILED = {
+    "trainer": ["train"],
+    "trainer-verl09": ["train"],
+    "eval": ["eval"],
+    "eval-verl09": ["eval"],
+    "tensorboard": ["monitor"],
+}
 
 
 def _published(service: dict) -> list[dict]:
@@ -157,7 +163,7 @@ def test_networks(rendered: dict) -> None:
 
 
 def test_gpu_jobs(rendered: dict) -> None:
-    for name in ("trainer", "trainer-verl09", "eval"):
+    for name in ("trainer", "trainer-verl09", "eval", "eval-verl09"):
         service = rendered["services"][name]
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]

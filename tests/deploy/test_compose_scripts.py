@@ -228,7 +228,13 @@ def test_the_configs_knobs_reach_the_trainer(rendered: dict, stubs: dict[str, An
     for config in configs.glob("webshop_grpo_*.yaml"):
         knobs |= set(re.findall(r"oc\.env:(WEBSHOP_\w+)", config.read_text()))
     # set by the job script itself (data files), by `webshop-train train` (output dir, interaction config)
-    knobs -= {"WEBSHOP_TRAIN_FILE", "WEBSHOP_VAL_FILE", "WEBSHOP_OUTPUT_DIR", "WEBSHOP_INTERACTION_CONFIG"}
+    knobs -= {
+        "WEBSHOP_TRAIN_FILE",
+        "WEBSHOP_VAL_FILE",
+        "WEBSHOP_OUTPUT_DIR",
+        "WEBSHOP_INTERACTION_CONFIG",
+        "WEBSHOP_AGENT_LOOP_CONFIG",
+    }
     assert {
         "WEBSHOP_SAVE_FREQ",
         "WEBSHOP_TEST_FREQ",

@@ -40,6 +40,14 @@ def test_every_config_knob_is_in_the_mapping() -> None:
     knobs = set()
     for config in (REPO / "configs").glob("webshop_grpo_*.yaml"):
         knobs |= set(re.findall(r"oc\.env:WEBSHOP_(\w+)", config.read_text()))
-    knobs -= {"TRAIN_FILE", "VAL_FILE", "OUTPUT_DIR", "INTERACTION_CONFIG", "EXPERIMENT", "TRAIN_MAX_SAMPLES"}
+    knobs -= {
+        "TRAIN_FILE",
+        "VAL_FILE",
+        "OUTPUT_DIR",
+        "INTERACTION_CONFIG",
+        "AGENT_LOOP_CONFIG",
+        "EXPERIMENT",
+        "TRAIN_MAX_SAMPLES",
+    }
     missing = sorted(k for k in knobs if f"W_{k}" not in text and f"WEBSHOP_{k}" not in text)
     assert not missing, missing

@@ -227,3 +227,12 @@ def test_eval_accepts_the_three_model_forms_and_says_so(stack_copy: Path) -> Non
             if "run --rm" in line
         )
         assert f'EVAL_MODEL_PATH="{model}"' in run and "-f outputs/compose/gpus.yaml" in run
+
+
+def test_eval_runs_in_the_image_of_the_verl_line_that_wrote_the_checkpoint() -> None:
+    """A verl 0.9.1 checkpoint is merged by 0.9.1's merger under its torch: VERL_LINE=0.9 picks eval-verl09."""
+    for line, service in (("0.7", "eval"), ("0.9", "eval-verl09")):
+        shown = _make("-n", "eval", "MODEL_PATH=/outputs/checkpoints/x", f"VERL_LINE={line}").stdout
+        run = next(row for row in shown.replace("\\\n", " ").splitlines() if "run --rm" in row)
+        assert run.rstrip().endswith(f" {service}"), run
+    assert _make("eval", "MODEL_PATH=x", "VERL_LINE=0.8").returncode == 2

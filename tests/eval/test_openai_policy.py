@@ -12,6 +12,7 @@ import pytest
 from _eval_support import ScriptedChatServer
 
 from webshop_trainer import prompts
+from webshop_trainer.config import TURN_TOKENS
 from webshop_trainer.eval_cli import EXIT_ERROR, EXIT_INCOMPLETE, main
 from webshop_trainer.evaluation import policies
 from webshop_trainer.evaluation.policies import (
@@ -57,7 +58,11 @@ def test_openai_policy_uses_the_training_prompt_and_retries(
     assert m["endpoint"]["retried"] == 3
 
     request = chat.requests[-1]
-    assert request["model"] == "scripted" and request["temperature"] == 0.1 and request["max_tokens"] == 800
+    assert (
+        request["model"] == "scripted"
+        and request["temperature"] == 0.1
+        and request["max_tokens"] == TURN_TOKENS
+    )
     system, first_user = request["messages"][:2]
     assert system == {"role": "system", "content": prompts.SYSTEM_PROMPT}
     assert first_user["role"] == "user" and first_user["content"].startswith("Instruction: ")

@@ -146,3 +146,40 @@ def test_later_verl_lines_run_verls_own_main_ppo(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(config, "installed_verl_line", lambda: "0.7")
     verl_main.run()
     assert called == ["verl", "webshop"]
+
+
+def _rows_file(path: Path, rows: int) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"goal": list(range(rows))}), path)
+    return path
+
+
+@pytest.mark.parametrize("saved, finished", [(8, True), (9, True), (7, False)])
+def test_a_finished_run_says_so_instead_of_training_nothing(
+    tmp_path: Path, saved: int, finished: bool
+) -> None:
+    """verl resumes a run from its last checkpoint (resume_mode auto); one that saved its last step would then
+    train nothing. 64 rows (train_max_samples 64 of 100) / batch 8 x 1 epoch = 8 steps."""
+    train = _rows_file(tmp_path / "train.parquet", 100)
+    checkpoints = tmp_path / "out" / "webshop_grpo_test" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text(str(saved))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WEBSHOP_")}
+    env.update(WEBSHOP_TRAIN_FILE=str(train), WEBSHOP_VAL_FILE=str(train))
+    # an unknown key makes main_ppo fail at once if it is launched: the finished run must not get there
+    result = subprocess.run([sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test", "--output-dir",
+                             str(tmp_path / "out"), "+trainer.no_such_key=1"],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)  # fmt: skip
+    if finished:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"already finished: its checkpoint of step {saved} (of 8)" in result.stderr
+        assert (
+            "WEBSHOP_EXPERIMENT=webshop_grpo_test_2" in result.stderr
+            and "make eval MODEL_PATH=" in result.stderr
+        )
+        assert "main_ppo" not in result.stdout + result.stderr.split("already finished")[1]
+    else:
+        assert "already finished" not in result.stderr
+        assert result.returncode != 0  # launched: verl refuses the unknown key

@@ -130,6 +130,53 @@ def _training_catalog_line(env: dict[str, str], overrides: Sequence[str]) -> str
     )
 
 
+def finished_run(config_name: str, overrides: Sequence[str], directory: Path,
+                 env: dict[str, str]) -> tuple[int, int, Path] | None:  # fmt: skip
+    """``(last saved step, total steps, checkpoint directory)`` when the run this launch would resume has already
+    saved its last step (verl would resume there and train nothing), else None.
+
+    The total is verl's: ``trainer.total_training_steps``, else ``len(train dataset) // train_batch_size *
+    total_epochs`` (the dataset's rows from the parquet, capped by ``data.train_max_samples``).
+    """
+    import pyarrow.parquet as pq
+    from omegaconf import OmegaConf
+
+    from .preflight import compose_training_config
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the configs read WEBSHOP_* through oc.env
+    try:
+        _, config = compose_training_config(TRAINING_CONFIGS[config_name], overrides, directory)
+        OmegaConf.resolve(config)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    trainer = config.trainer
+    checkpoints = Path(str(trainer.default_local_dir))
+    marker = checkpoints / "latest_checkpointed_iteration.txt"
+    if trainer.resume_mode != "auto" or not marker.is_file():
+        return None
+    try:
+        step = int(marker.read_text().strip())
+    except ValueError:
+        return None
+    total = trainer.get("total_training_steps")
+    if total is None:
+        files = config.data.train_files
+        files = [files] if isinstance(files, str) else list(files)
+        try:
+            rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        except OSError:
+            return None
+        limit = int(config.data.get("train_max_samples", -1) or -1)
+        rows = min(rows, limit) if limit > 0 else rows
+        total = rows // int(config.data.train_batch_size) * int(trainer.total_epochs)
+    return (step, int(total), checkpoints) if step >= int(total) > 0 else None
+
+
 def _train(args: argparse.Namespace) -> int:
     directory = (args.config_dir or training_config_dir()).resolve()
     experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or TRAINING_CONFIGS[args.config]
@@ -146,6 +193,17 @@ def _train(args: argparse.Namespace) -> int:
     catalog_line = _training_catalog_line(env, overrides)
     print(f"  {catalog_line}", file=sys.stderr)
     if args.dry_run:
+        return 0
+    finished = finished_run(args.config, overrides, directory, env)
+    if finished is not None:
+        step, total, checkpoints = finished
+        print(f"webshop-train train: run {experiment!r} is already finished: its checkpoint of step {step} (of "
+              f"{total}) is in {checkpoints}, so verl would resume there and train nothing.\n"
+              f"  evaluate it:      make eval MODEL_PATH={checkpoints}\n"
+              f"  a fresh run:      WEBSHOP_EXPERIMENT={experiment}_2 (in .env or the environment), or move "
+              f"{checkpoints} away\n"
+              f"  train it further: raise trainer.total_epochs (TRAIN_EXTRA_ARGS=\"trainer.total_epochs=N\")",
+              file=sys.stderr)  # fmt: skip
         return 0
     # cwd: the run directory (writable by whoever runs this), never the image's home or the caller's directory.
     with open(log_path, "ab") as log, subprocess.Popen(command, env=env, cwd=run_dir, stdout=subprocess.PIPE,

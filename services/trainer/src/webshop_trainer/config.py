@@ -19,6 +19,17 @@ INTERACTION_NAME = "webshop"
 AGENT_NAME = "tool_agent"
 # The WebShop agent loop (agent_loop.py), the only path on verl >= 0.8 (verl 0.8.0 removed interactions).
 AGENT_LOOP_NAME = "webshop_agent"
+#: New tokens per model turn, the same in training (both agent loops: ``turn_tokens`` in
+#: configs/webshop_agent_loop.yaml) and in eval (``webshop-train eval --max-tokens``); WEBSHOP_TURN_TOKENS overrides.
+TURN_TOKENS = 512
+
+
+def turn_tokens() -> int:
+    """The per-turn budget in force: WEBSHOP_TURN_TOKENS, else :data:`TURN_TOKENS`."""
+    value = os.environ.get("WEBSHOP_TURN_TOKENS", "").strip()
+    return int(value) if value else TURN_TOKENS
+
+
 DATA_SOURCE = "webshop"
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .config import TURN_TOKENS, turn_tokens
 from .turns import TRAINING_ENV_STEPS, TRAINING_MAX_ASSISTANT_TURNS, env_steps_for_turns
 
 EXIT_OK, EXIT_ERROR, EXIT_INCOMPLETE = 0, 1, 2
@@ -77,7 +78,8 @@ def add_commands(subparsers: Any) -> None:
     chat.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY)")
     chat.add_argument("--temperature", type=float, default=0.1, help="the guides' 0.1 (default)")
     chat.add_argument("--top-p", type=float, default=1.0)
-    chat.add_argument("--max-tokens", type=int, default=800, help="new tokens per reply (the guides' 800)")
+    chat.add_argument("--max-tokens", type=int, default=turn_tokens(),
+                      help=f"new tokens per reply: training's per-turn budget (WEBSHOP_TURN_TOKENS, default {TURN_TOKENS})")  # fmt: skip
     chat.add_argument("--request-timeout", type=float, default=120.0, help="seconds per model request")
     chat.add_argument("--retries", type=int, default=5, help="retries per model request")
     chat.add_argument("--retry-backoff", type=float, default=0.5, help="base of the retry backoff (s)")

@@ -254,7 +254,9 @@ def step_metrics_v07(
 
     install_step_metrics()
     batch = output
-    if "uid" not in batch.non_tensor_batch:  # the trainer's batch carries it (same rows: repeated, interleaved)
+    if (
+        "uid" not in batch.non_tensor_batch
+    ):  # the trainer's batch carries it (same rows: repeated, interleaved)
         batch.non_tensor_batch["uid"] = gen_batch.non_tensor_batch["uid"]
     batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
     reward_tensor, extra = extract_reward(batch)

@@ -205,7 +205,10 @@ def agent_loop_config_errors(path: str | None) -> list[str]:
         return [
             "actor_rollout_ref.rollout.agent.agent_loop_config_path is not set: webshop_agent is not declared"
         ]
-    from verl.utils.import_utils import resolve_config_path
+    try:  # where each line's AgentLoopWorker imports it from
+        from verl.utils.import_utils import resolve_config_path  # verl 0.9
+    except ImportError:
+        from verl.experimental.agent_loop.agent_loop import resolve_config_path  # verl 0.7.1
 
     try:
         file = Path(resolve_config_path(path))
@@ -270,10 +273,8 @@ def check_training_config(
                 )
         except Exception as error:
             errors.append(f"reward.custom_reward_function cannot be loaded: {error}")
-    else:  # the agent loop returns the reward itself (reward_score)
-        errors.extend(
-            agent_loop_config_errors(resolved.actor_rollout_ref.rollout.agent.agent_loop_config_path)
-        )
+    # the agent-loop declarations: webshop_agent (both lines) and, on 0.7.1, tool_agent (WebShopToolAgentLoop)
+    errors.extend(agent_loop_config_errors(resolved.actor_rollout_ref.rollout.agent.agent_loop_config_path))
     try:
         import warnings
 
@@ -769,6 +770,7 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         t = time.monotonic()
         names = [options.config] if options.config else list(TRAINING_CONFIGS)
         os.environ.setdefault("WEBSHOP_INTERACTION_CONFIG", str(directory / INTERACTION_CONFIG))
+        os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(config_dir() / AGENT_LOOP_CONFIG))
         reports = [
             check_training_config(TRAINING_CONFIGS[n], options.overrides, directory=directory) for n in names
         ]

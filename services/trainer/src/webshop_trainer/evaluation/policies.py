@@ -35,6 +35,8 @@ import httpx
 
 from webshop_env.cluster import free_ports
 
+from ..config import TURN_TOKENS
+
 POLICIES = ("expert", "random", "openai", "checkpoint")
 
 
@@ -227,7 +229,7 @@ class OpenAIPolicy(Policy):
         api_key: str | None = None,
         temperature: float = 0.0,
         top_p: float = 1.0,
-        max_tokens: int = 512,
+        max_tokens: int = TURN_TOKENS,
         timeout: float = 120.0,
         retries: int = 5,
         backoff: float = 0.5,

@@ -29,7 +29,7 @@ from webshop_env.catalog.fidelity import fidelity_limits
 from webshop_env.client import WebShopClient, WebShopError, WebShopRequestError, WebShopUnavailable
 
 from ..actions import step_was_valid
-from ..config import default_env_url
+from ..config import TURN_TOKENS, default_env_url
 from ..reward import is_success
 from ..turns import TRAINING_ENV_STEPS
 from .metrics import UNKNOWN_CATEGORY, summarize
@@ -65,9 +65,9 @@ class PolicySpec:
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = None
-    temperature: float = 0.1  # the guides' evaluation settings: temperature 0.1, 800 new tokens
+    temperature: float = 0.1  # the guides' evaluation temperature
     top_p: float = 1.0
-    max_tokens: int = 800
+    max_tokens: int = TURN_TOKENS  # new tokens per reply: training's per-turn budget
     request_timeout: float = 120.0
     retries: int = 5
     backoff: float = 0.5

@@ -188,3 +188,18 @@ def test_the_runs_own_overrides_are_preflighted() -> None:
     )
     fine = check_training_config("webshop_grpo_test", ["trainer.total_epochs=2"], directory=CONFIGS)
     assert fine["valid"] and fine["summary"]["total_epochs"] == 2
+
+
+def test_memory_and_checkpoint_settings_of_the_gpu_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FSDP2 for the actor and the reference (FSDP1 on one GPU, NO_SHARD, frees nothing when offloading); the
+    full run's micro-batch of one 18k-token sequence (the logits peak) and one kept checkpoint (verl keeps it
+    until the next save completes)."""
+    monkeypatch.delenv("WEBSHOP_MICRO_BATCH_SIZE", raising=False)
+    _, test = compose_training_config("webshop_grpo_test", directory=CONFIGS)
+    _, full = compose_training_config("webshop_grpo_train", directory=CONFIGS)
+    for config in (test, full):
+        assert config.actor_rollout_ref.actor.strategy == "fsdp2"
+        assert config.actor_rollout_ref.ref.strategy == "fsdp2"
+    assert full.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 1
+    assert full.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 1
+    assert full.trainer.max_actor_ckpt_to_keep == 1

@@ -83,9 +83,12 @@ def test_store_outage_loses_no_acknowledged_step(
         f"{CLIENTS} episodes equal to the native protocol step by step ({rewarded} with its final reward), "
         f"{retries} client retries; while down, a step and an observation answered {probed}"
     )
-    # while the store was down: a retryable 503 that says so, never "your session is gone"
+    # while the store was down: a retryable 503 that says so, never "your session is gone"; with a replica killed
+    # at the same moment, a probe may also meet the balancer's own retryable 503 for the dead replica
+    allowed = {"session_store_down", "upstream_unavailable"} if kill_replica else {"session_store_down"}
     for status, error, retry_after in probed:
-        assert (status, error) == (503, "session_store_down") and retry_after is not None, probed
+        assert status == 503 and error in allowed and retry_after is not None, probed
+    assert any(error == "session_store_down" for _, error, _ in probed) or kill_replica, probed
     assert retries > 0, "no client met the outage: the test did not test it"
     assert equal == CLIENTS, {goal: traces[goal] for goal in native if traces[goal] != native[goal]}
     assert idle.observe().startswith("WebShop [SEP]")  # the idle session survived too

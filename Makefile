@@ -26,7 +26,7 @@ TRAIN_VENV = $(if $(filter 0.9,$(VERL_LINE)),$(VENV09),$(VENV))
 export VERL_LINE
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
-.PHONY: help setup nginx redis debootstrap chromium lucene spacy data test lint format up-local down-local status-local preflight bench bench-readme clean
+.PHONY: help setup nginx redis debootstrap chromium lucene spacy data test lint format up-local down-local status-local preflight rehearse bench bench-readme clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
@@ -119,6 +119,10 @@ status-local: ## show the local cluster
 preflight: setup nginx redis data ## CPU checks of the verl path (configs, data, env cluster, agent loop; VERL_LINE=0.7|0.9) -> outputs/preflight/summary.json
 	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make preflight: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
 	$(TRAIN_VENV)/bin/webshop-train preflight --catalog $(CATALOG_DIR)
+
+rehearse: setup nginx redis data ## the test training run on CPU through verl's own trainer (VERL_LINE=0.7|0.9) -> outputs/rehearsal/verl<line>/summary.json
+	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make rehearse: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
+	$(TRAIN_VENV)/bin/webshop-train rehearse --catalog $(CATALOG_DIR) $(REHEARSE_ARGS)
 
 bench: setup data ## in-process simulator benchmark (JSON)
 	$(VENV)/bin/webshop-env bench --catalog $(CATALOG_DIR) --json

@@ -183,3 +183,39 @@ def test_a_finished_run_says_so_instead_of_training_nothing(
     else:
         assert "already finished" not in result.stderr
         assert result.returncode != 0  # launched: verl refuses the unknown key
+
+
+def test_a_run_finished_by_its_epochs_is_finished_whatever_total_training_steps_says(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                                  ) -> None:  # fmt: skip
+    """verl's loop also ends with the last epoch: 64 rows / batch 8 x 1 epoch = 8 steps, even with 20 asked for."""
+    from webshop_trainer.cli import finished_run
+    from webshop_trainer.config import training_config_dir
+
+    train = _rows_file(tmp_path / "train.parquet", 100)
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("8")
+    env = {"WEBSHOP_TRAIN_FILE": str(train), "WEBSHOP_VAL_FILE": str(train)}
+    overrides = [f"trainer.default_local_dir={checkpoints}", "trainer.total_training_steps=20"]
+    assert finished_run("test", overrides, training_config_dir(), env) == (8, 8, checkpoints)
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("7")
+    assert finished_run("test", overrides, training_config_dir(), env) is None
+
+
+def test_earlier_metrics_are_kept_when_a_run_resumes(tmp_path: Path) -> None:
+    """verl's file logger truncates its file at start: the launcher moves an earlier log aside first."""
+    from webshop_trainer.cli import keep_earlier_metrics
+
+    log = tmp_path / "metrics.jsonl"
+    assert keep_earlier_metrics(log) is None  # nothing yet
+    log.write_text("")
+    assert keep_earlier_metrics(log) is None and log.exists()  # empty: nothing to keep
+    log.write_text('{"step": 1, "data": {}}\n')
+    first = keep_earlier_metrics(log)
+    assert first is not None and first.read_text() == '{"step": 1, "data": {}}\n' and not log.exists()
+    log.write_text('{"step": 2, "data": {}}\n')
+    os.utime(log, (first.stat().st_mtime, first.stat().st_mtime))  # the same second: a distinct name still
+    second = keep_earlier_metrics(log)
+    assert second is not None and second != first and second.read_text() == '{"step": 2, "data": {}}\n'
+    assert {p.name for p in tmp_path.glob("metrics*.jsonl")} == {first.name, second.name}

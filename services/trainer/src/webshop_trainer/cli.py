@@ -68,6 +68,22 @@ def _preflight(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rehearse(args: argparse.Namespace) -> int:
+    from .rehearsal.run import RehearsalOptions, run_rehearsal
+
+    summary = run_rehearsal(RehearsalOptions(out_dir=args.out, catalog=args.catalog, goals=args.goals,
+                                             outage_s=args.outage_s))  # fmt: skip
+    brief = {k: summary.get(k) for k in ("ok", "verl_version", "steps_completed", "resumed_from_step", "checkpoint",
+                                         "merged_model", "eval_episodes", "env_outage_survived",
+                                         "update_direction_ok", "seconds", "checks", "errors", "summary_path")}  # fmt: skip
+    print(json.dumps(brief, indent=2))
+    if not summary["ok"]:
+        print(f"rehearsal FAILED: {'; '.join(summary['errors']) or 'a check failed'} (log: {summary['log']})",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
 def _tiny_model(args: argparse.Namespace) -> int:
     from .tiny_model import build_tiny_model
 
@@ -135,8 +151,8 @@ def finished_run(config_name: str, overrides: Sequence[str], directory: Path,
     """``(last saved step, total steps, checkpoint directory)`` when the run this launch would resume has already
     saved its last step (verl would resume there and train nothing), else None.
 
-    The total is verl's: ``trainer.total_training_steps``, else ``len(train dataset) // train_batch_size *
-    total_epochs`` (the dataset's rows from the parquet, capped by ``data.train_max_samples``).
+    The total is where verl's loop ends: ``len(train dataset) // train_batch_size * total_epochs`` (the rows
+    from the parquet, capped by ``data.train_max_samples``), or ``trainer.total_training_steps`` if that is less.
     """
     import pyarrow.parquet as pq
     from omegaconf import OmegaConf
@@ -163,18 +179,37 @@ def finished_run(config_name: str, overrides: Sequence[str], directory: Path,
         step = int(marker.read_text().strip())
     except ValueError:
         return None
-    total = trainer.get("total_training_steps")
-    if total is None:
-        files = config.data.train_files
-        files = [files] if isinstance(files, str) else list(files)
-        try:
-            rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-        except OSError:
-            return None
-        limit = int(config.data.get("train_max_samples", -1) or -1)
-        rows = min(rows, limit) if limit > 0 else rows
-        total = rows // int(config.data.train_batch_size) * int(trainer.total_epochs)
-    return (step, int(total), checkpoints) if step >= int(total) > 0 else None
+    files = config.data.train_files
+    files = [files] if isinstance(files, str) else list(files)
+    try:
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    except OSError:
+        return None
+    limit = int(config.data.get("train_max_samples", -1) or -1)
+    rows = min(rows, limit) if limit > 0 else rows
+    # verl's loop ends at whichever comes first: the last epoch or total_training_steps
+    total = rows // int(config.data.train_batch_size) * int(trainer.total_epochs)
+    if trainer.get("total_training_steps") is not None:
+        total = min(total, int(trainer.total_training_steps))
+    return (step, total, checkpoints) if step >= total > 0 else None
+
+
+def keep_earlier_metrics(path: Path) -> Path | None:
+    """verl's file logger truncates its file when a run starts, so a resumed run would lose the steps logged
+    before it: move an earlier, non-empty log aside (``metrics.<its last write, UTC>.jsonl``, next to it, where
+    ``webshop-train report`` reads it too). Returns where it went."""
+    import time
+
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(path.stat().st_mtime))
+    target = path.with_name(f"{path.stem}.{stamp}{path.suffix}")
+    counter = 1
+    while target.exists():
+        target = path.with_name(f"{path.stem}.{stamp}-{counter}{path.suffix}")
+        counter += 1
+    path.rename(target)
+    return target
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -205,6 +240,9 @@ def _train(args: argparse.Namespace) -> int:
               f"  train it further: raise trainer.total_epochs (TRAIN_EXTRA_ARGS=\"trainer.total_epochs=N\")",
               file=sys.stderr)  # fmt: skip
         return 0
+    kept = keep_earlier_metrics(Path(env["VERL_FILE_LOGGER_PATH"]))
+    if kept is not None:
+        print(f"  the earlier invocation's metrics: {kept}", file=sys.stderr)
     # cwd: the run directory (writable by whoever runs this), never the image's home or the caller's directory.
     with open(log_path, "ab") as log, subprocess.Popen(command, env=env, cwd=run_dir, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT) as process:  # fmt: skip
@@ -268,6 +306,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*",
                    help="the training run's Hydra overrides (TRAIN_EXTRA_ARGS), checked with the configs")  # fmt: skip
     p.set_defaults(func=_preflight)
+
+    p = commands.add_parser(
+        "rehearse",
+        help="the test training run on CPU through verl's own trainer (tiny model, real env cluster): 2 steps, "
+        "a checkpoint, an env outage, a resumed step 3, the merger",
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("outputs/rehearsal"), help="writes OUT/verl<line>/summary.json"
+    )
+    p.add_argument("--catalog", type=Path, default=None, help="default: $WEBSHOP_CATALOG / data/catalog")
+    p.add_argument("--goals", type=int, default=12, help="training goals (4 per step)")
+    p.add_argument("--outage-s", type=float, default=60.0,
+                   help="seconds every env replica is stopped during step 2's rollout (0: none)")  # fmt: skip
+    p.set_defaults(func=_rehearse)
 
     p = commands.add_parser("train", help="launch verl's trainer with configs/webshop_grpo_{test,train}.yaml")
     p.add_argument("--config", choices=sorted(TRAINING_CONFIGS), default="test")

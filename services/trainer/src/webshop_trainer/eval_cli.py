@@ -96,6 +96,9 @@ def add_commands(subparsers: Any) -> None:
         "(global_step_N, or the experiment directory for its latest step; merged once into "
         "global_step_N/huggingface_merged) to serve with sglang",
     )
+    chat.add_argument("--server", choices=("sglang", "cpu"), default="sglang",
+                      help="checkpoint: serve with sglang (GPU), or with a CPU chat server (a tiny model: the "
+                           "rehearsal)")  # fmt: skip
     chat.add_argument("--server-port", type=int, default=0, help="checkpoint: sglang port (0: a free one)")
     chat.add_argument("--server-python", default=None, help="checkpoint: interpreter that has sglang")
     chat.add_argument(
@@ -167,6 +170,7 @@ def run_eval(args: argparse.Namespace) -> int:
         backoff=args.retry_backoff,
         model_path=args.model_path,
         server_port=args.server_port,
+        server=args.server,
         server_python=args.server_python,
         server_args=list(args.server_args),
         startup_timeout=args.startup_timeout,

@@ -131,7 +131,12 @@ async def step(
     body: CompatStep,
     idempotency_key: Annotated[
         str | None,
-        Header(max_length=MAX_IDEMPOTENCY_KEY, description="the same for every retry of one step"),
+        # visible ASCII: what an HTTP header value can carry (the schema says so, so clients and fuzzers know)
+        Header(
+            max_length=MAX_IDEMPOTENCY_KEY,
+            pattern=r"^[!-~]*$",
+            description="the same for every retry of one step",
+        ),
     ] = None,
 ) -> Response:
     """Apply one action to the session's episode (once per `Idempotency-Key`, when the client sends one)."""

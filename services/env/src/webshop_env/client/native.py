@@ -19,6 +19,7 @@ window for a step, so a slow replica costs a balancer retry, not a client one.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Iterable, Mapping
@@ -27,6 +28,11 @@ from typing import Any
 import httpx
 
 from .transport import LeanTransport
+
+logger = logging.getLogger(__name__)
+#: A request failing for this long starts warnings (one per client every ``WARN_EVERY_S``) while it retries.
+WARN_AFTER_S = 5.0
+WARN_EVERY_S = 15.0
 
 
 class WebShopError(Exception):
@@ -82,6 +88,7 @@ class WebShopClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._random = random.Random()
+        self._warned_at = float("-inf")
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         if transport is None and self.base_url.startswith("http://"):
             transport = LeanTransport(max_connections=max_connections)
@@ -183,6 +190,14 @@ class WebShopClient:
                     f"(retry budget {self.retry_budget:g} s): {problem}. Is the environment service (or its "
                     "balancer) up? A longer retry_budget rides out longer restarts"
                 )
+            now = time.monotonic()
+            if elapsed >= WARN_AFTER_S and now - self._warned_at >= WARN_EVERY_S:
+                self._warned_at = now
+                logger.warning(
+                    "WebShop env unreachable: %s %s%s has failed for %.0f s (%d attempts; last: %s); retrying for up "
+                    "to %.0f s more (retry budget %g s)", method, self.base_url, path, elapsed, attempt + 1, problem,
+                    self.retry_budget - elapsed, self.retry_budget,
+                )  # fmt: skip
             await asyncio.sleep(delay)
             attempt += 1
 

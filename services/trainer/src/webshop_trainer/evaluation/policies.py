@@ -426,7 +426,11 @@ SGLANG_MISSING = (
 
 
 class CheckpointPolicy(OpenAIPolicy):
-    """Serves ``model_path`` with sglang on a local port for the run, then evaluates it like ``openai``."""
+    """Serves ``model_path`` with sglang on a local port for the run, then evaluates it like ``openai``.
+
+    ``server="cpu"`` serves it with the rehearsal's CPU chat server instead (``webshop_trainer.rehearsal.
+    chat_server``: a tiny model on a machine without a GPU); everything else is the same path.
+    """
 
     name = "checkpoint"
 
@@ -438,8 +442,12 @@ class CheckpointPolicy(OpenAIPolicy):
         startup_timeout: float = 900.0,
         server_args: Sequence[str] = (),
         log_path: Path | None = None,
+        server: str = "sglang",
         **openai: Any,
     ) -> None:
+        if server not in ("sglang", "cpu"):
+            raise PolicyError(f"the checkpoint policy serves with sglang or cpu, not {server!r}")
+        self.server = server
         self.model_path = Path(model_path)
         self.serve_path = str(model_path)  # what sglang loads: set by start() (a merged verl checkpoint)
         self.port = port or free_ports(1)[0]
@@ -452,6 +460,9 @@ class CheckpointPolicy(OpenAIPolicy):
         super().__init__(base_url=f"http://127.0.0.1:{self.port}/v1", model=self.served_model_name, **openai)
 
     def command(self) -> list[str]:
+        if self.server == "cpu":
+            return [self.python or sys.executable, "-m", "webshop_trainer.rehearsal.chat_server", "--model",
+                    self.serve_path, "--port", str(self.port), "--served-model-name", self.served_model_name]  # fmt: skip
         return sglang_command(
             self.serve_path,
             self.port,
@@ -461,7 +472,7 @@ class CheckpointPolicy(OpenAIPolicy):
         )
 
     async def start(self) -> None:
-        if not sglang_available(self.python):
+        if self.server == "sglang" and not sglang_available(self.python):
             raise PolicyError(SGLANG_MISSING)
         self.serve_path = serveable_model(self.model_path, self.python)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
@@ -490,7 +501,7 @@ class CheckpointPolicy(OpenAIPolicy):
         while True:
             if self._process.poll() is not None:
                 raise PolicyError(
-                    f"the sglang server exited with code {self._process.returncode} during start-up"
+                    f"the {self.server} server exited with code {self._process.returncode} during start-up"
                     + (f"; see {self.log_path}" if self.log_path else "")
                 )
             with contextlib.suppress(httpx.HTTPError):
@@ -498,7 +509,7 @@ class CheckpointPolicy(OpenAIPolicy):
                     return
             if time.monotonic() > deadline:
                 raise PolicyError(
-                    f"the sglang server was not healthy within {self.startup_timeout:.0f} s ({url})"
+                    f"the {self.server} server was not healthy within {self.startup_timeout:.0f} s ({url})"
                 )
             await asyncio.sleep(2.0)
 

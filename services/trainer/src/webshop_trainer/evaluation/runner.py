@@ -73,6 +73,7 @@ class PolicySpec:
     backoff: float = 0.5
     model_path: str | None = None
     server_port: int = 0
+    server: str = "sglang"  # checkpoint: sglang, or cpu (the rehearsal's CPU chat server, for a tiny model)
     server_python: str | None = None
     server_args: list[str] = field(default_factory=list)
     startup_timeout: float = 900.0
@@ -153,7 +154,8 @@ def build_policy(spec: PolicySpec, client: WebShopClient, catalog: Any | None, o
             python=spec.server_python,
             startup_timeout=spec.startup_timeout,
             server_args=spec.server_args,
-            log_path=out / "sglang_server.log",
+            log_path=out / f"{spec.server}_server.log",
+            server=spec.server,
             **chat,
         )
     raise EvalError(f"unknown policy {spec.name!r}; expected expert, random, openai or checkpoint")

@@ -1,0 +1,327 @@
+"""The rehearsal's driver: ``webshop-train rehearse`` (``make rehearse VERL_LINE=0.7|0.9``).
+
+1. A catalog, the tiny model (warm-started on the oracle's episodes, :mod:`.warm_start`) and the data: on 0.7.1
+   training rows for ToolAgentLoop + WebshopInteraction (the line's default) and validation rows for the WebShop
+   agent loop; on 0.9.1 the agent loop for both.
+2. The env cluster (real replicas behind a real nginx, ``make up-local``'s topology).
+3. ``webshop-train train --config test`` (the project's launcher, verl's entry point and trainer loop), scaled
+   down and on CPU (:data:`webshop_trainer.rehearsal.SUBSTITUTED`): steps 1 and 2, a checkpoint at step 2; during
+   step 2's rollout every env replica is stopped (SIGSTOP) for ``outage_s`` seconds, then resumed.
+4. A second invocation, which resumes from the checkpoint and runs step 3.
+5. verl's merger on the last checkpoint (``make eval``'s merge step) and the merged model loaded.
+6. ``summary.json`` in ``OUT/verl<line>/``: what ran, the steps verl logged, the checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import AGENT_LOOP_NAME, AGENT_NAME, config_dir, installed_verl_line
+from . import SUBSTITUTED
+from .direction import ENV as ENV_DIRECTION
+from .direction import right_way
+
+#: The test config scaled down to two cores (each a Hydra override of configs/webshop_grpo_test.yaml).
+SCALE = (
+    "data.train_batch_size=4", "data.val_max_samples=2", "data.max_prompt_length=1536",
+    "data.max_response_length=1024", "data.dataloader_num_workers=0",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    "actor_rollout_ref.actor.use_torch_compile=false", "actor_rollout_ref.actor.optim.lr=1e-4",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+    "actor_rollout_ref.rollout.name=cpu", "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
+    "actor_rollout_ref.rollout.multi_turn.max_user_turns=5", "actor_rollout_ref.rollout.agent.num_workers=2",
+    "reward.num_workers=1", "trainer.n_gpus_per_node=2", "trainer.save_freq=2", "trainer.test_freq=2",
+
+    "trainer.logger=[console,file]", "ray_kwargs.ray_init.num_cpus=16", "+ray_kwargs.ray_init.num_gpus=2",
+    "+ray_kwargs.ray_init.include_dashboard=false",
+)  # fmt: skip
+#: verl 0.7.1 derives FSDP's wrap policy from the model's _no_split_modules, which transformers 5 no longer
+#: exposes where 0.7.1 looks: name the decoder layer (the GPU image's transformers 4.57 does not need it).
+WRAP_07 = tuple(
+    f"+actor_rollout_ref.{role}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap=[Qwen2DecoderLayer]"
+    for role in ("actor", "ref")
+)
+EXPERIMENT = "rehearsal"
+
+
+@dataclass
+class RehearsalOptions:
+    """What ``webshop-train rehearse`` runs (the defaults fit a 2-core machine in a few minutes per line)."""
+
+    out_dir: Path = Path("outputs/rehearsal")
+    catalog: Path | None = None
+    goals: int = 12  # 3 steps of 4 prompts: the checkpoint at step 2 is inside the epoch
+    outage_s: float = 60.0  # every env replica stopped this long during step 2's rollout (0: no outage)
+    turn_tokens: int = 48
+    eval_goals: int = 4  # test goals the merged checkpoint plays
+
+
+def _line_env(line: str, work: Path, url: str, turn_tokens: int) -> tuple[dict[str, str], list[str]]:
+    """Environment and Ray overrides that put the CPU seams into every process of the run."""
+    shared = {"WEBSHOP_URL": url, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+              "WEBSHOP_TURN_TOKENS": str(turn_tokens), "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
+              ENV_DIRECTION: str(work / "direction.jsonl"),
+              # a reply without an action costs 0.1: rewards then differ within a GRPO group even before the warm
+              # model's first purchase, so the update has advantages of both signs to follow
+              "WEBSHOP_INVALID_ACTION_PENALTY": "0.1"}  # fmt: skip
+    if line == "0.7":
+        hook = "webshop_trainer.rehearsal.cpu_verl07.setup"
+        env = dict(shared)
+    else:
+        hook = "webshop_trainer.rehearsal.cpu_platform.setup"
+        env = {
+            **shared,
+            "VERL_PLATFORM": "cpu",
+            "VERL_USE_EXTERNAL_MODULES": "webshop_trainer.rehearsal.cpu_platform",
+        }
+    ray = [f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={hook}"]
+    ray += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in env.items()]
+    return env, ray
+
+
+def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
+    """Catalog, the tiny model (warm-started on the oracle's episodes) and the parquet files."""
+    from webshop_env.catalog.store import open_catalog
+
+    from ..data import build_dataset
+    from ..preflight import _default_catalog, pick_oracle_goals
+    from ..tiny_model import build_tiny_model
+    from .warm_start import warm_start
+
+    catalog = (options.catalog or _default_catalog(work)).resolve()
+    model = build_tiny_model(work / "tiny_model", catalog)
+    plans = pick_oracle_goals(catalog, "synthetic", "train", options.goals + 2, max_turns=5)
+    warmed = warm_start(model, catalog, plans)
+    goals = sorted(plans)
+    data = work / "data"
+    # 0.7.1: training rows for ToolAgentLoop + WebshopInteraction (the line's default, tool_agent), validation rows
+    # for the WebShop agent loop (one loop per batch: verl concatenates the workers' outputs, and the two report
+    # different reward keys); 0.9.1: the agent loop for both
+    train_loop = AGENT_NAME if line == "0.7" else AGENT_LOOP_NAME
+    files = {}
+    for split, name, ids in (
+        ("train", train_loop, goals[: options.goals]),
+        ("val", AGENT_LOOP_NAME, goals[-2:]),
+    ):
+        path = data / f"{split}_{name}.parquet"
+        build_dataset(catalog, "train", path, goal_ids=ids, progress=False, agent_name=name)
+        files[split] = str(path)
+    return {"catalog": catalog, "fingerprint": open_catalog(catalog).fingerprint, "model": model,
+            "warm_start": warmed, **files}  # fmt: skip
+
+
+class Outage:
+    """Stops every env replica (SIGSTOP to its process group) as soon as the run has logged its first step (the
+    trainer then starts step 2 with its rollout), for ``seconds``, then resumes them (SIGCONT); the moments are
+    recorded for the summary."""
+
+    def __init__(self, cluster_dir: Path, metrics: Path, seconds: float) -> None:
+        self.cluster_dir, self.metrics, self.seconds = cluster_dir, metrics, seconds
+        self.started: float | None = None
+        self.ended: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> Outage:
+        if self.seconds > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.seconds + 10)
+        self._signal(signal.SIGCONT)  # never leave a replica stopped
+
+    def _replica_groups(self) -> list[int]:
+        record = json.loads((self.cluster_dir / "pids.json").read_text())
+        return [int(r["pgid"]) for r in record.get("replicas", [])]
+
+    def _signal(self, sig: signal.Signals) -> None:
+        for group in self._replica_groups():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, sig)
+
+    def _watch(self) -> None:
+        # verl's file logger writes each step's line unbuffered, right before the next step's rollout begins
+        while not self._stop.is_set() and not any(row["step"] >= 1 for row in _metrics(self.metrics)):
+            time.sleep(0.1)
+        if self._stop.is_set():
+            return
+        self._signal(signal.SIGSTOP)
+        self.started = time.time()
+        print(f"[rehearsal] env outage: every env replica stopped for {self.seconds:.0f} s", flush=True)
+        self._stop.wait(self.seconds)
+        self._signal(signal.SIGCONT)
+        self.ended = time.time()
+        print(
+            f"[rehearsal] env outage over after {self.ended - self.started:.0f} s: replicas resumed",
+            flush=True,
+        )
+
+
+def _train(work: Path, steps: int, overrides: list[str], env: dict[str, str], log: Path) -> int:
+    """``webshop-train train --config test`` (the user's launcher) up to ``steps`` training steps."""
+    command = [sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test", "--experiment", EXPERIMENT,
+               "--output-dir", str(work / "runs"), *overrides, f"trainer.total_training_steps={steps}"]  # fmt: skip
+    with open(log, "ab") as out:
+        out.write(f"\n[rehearsal] {' '.join(command)}\n".encode())
+        out.flush()
+        return subprocess.run(command, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+                              cwd=work, timeout=1800).returncode  # fmt: skip
+
+
+def _metrics(path: Path) -> list[dict[str, Any]]:
+    """verl's file logger: one JSON line per step ({"step": N, "data": {...}})."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            row = json.loads(line)
+            if "step" in row:
+                rows.append({"step": int(row["step"]), **row.get("data", {})})
+    return rows
+
+
+def _all_metrics(directory: Path) -> list[dict[str, Any]]:
+    """Every invocation's steps (``webshop-train train`` keeps the earlier files next to the current one)."""
+    rows = [row for path in sorted(directory.glob("metrics*.jsonl")) for row in _metrics(path)]
+    return sorted(rows, key=lambda row: row["step"])
+
+
+def _evaluate(
+    work: Path, checkpoint: Path, url: str, env: dict[str, str], log: Path, goals: int
+) -> dict[str, Any]:
+    """``webshop-train eval --policy checkpoint --server cpu`` on the first test goals; its metrics.json."""
+    out = work / "eval"
+    command = [sys.executable, "-m", "webshop_trainer.cli", "eval", "--policy", "checkpoint", "--server", "cpu",
+               "--model-path", str(checkpoint), "--url", url, "--split", "test", "--max-samples", str(goals),
+               "--max-steps", "4", "--out", str(out), "--overwrite", "--no-progress", "--startup-timeout", "300"]  # fmt: skip
+    with open(log, "ab") as output:
+        output.write(f"\n[rehearsal] {' '.join(command)}\n".encode())
+        output.flush()
+        done = subprocess.run(command, env={**os.environ, **env}, stdout=output, stderr=subprocess.STDOUT, cwd=work,
+                              timeout=900)  # fmt: skip
+    metrics = out / "metrics.json"
+    if done.returncode != 0 or not metrics.exists():
+        raise RuntimeError(f"webshop-train eval of {checkpoint} failed (exit {done.returncode}); see {log}")
+    data = json.loads(metrics.read_text())
+    return {"episodes": data.get("episodes"), "score": data.get("score"), "success_rate": data.get("success_rate"),
+            "out": str(out)}  # fmt: skip
+
+
+def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
+    """The whole rehearsal for the installed verl line; returns (and writes) the summary."""
+    from importlib.metadata import version
+
+    from webshop_env import cluster
+
+    from ..evaluation.model_path import resolve_model_path
+    from ..preflight import start_or_reuse_cluster
+
+    started = time.monotonic()
+    line = installed_verl_line()
+    work = (options.out_dir / f"verl{line}").resolve()
+    shutil.rmtree(work / "runs", ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "rehearsal.log"
+    log.write_text("")
+    (work / "direction.jsonl").unlink(missing_ok=True)
+    summary: dict[str, Any] = {"ok": False, "verl_version": version("verl"), "verl_line": line,
+                               "steps_completed": 0, "resumed_from_step": None, "checkpoint": None,
+                               "merged_model": None, "eval_episodes": 0, "env_outage_survived": False,
+                               "update_direction_ok": False, "substituted": list(SUBSTITUTED), "errors": [],
+                               "checks": {}, "log": str(log)}  # fmt: skip
+    errors, checks = summary["errors"], summary["checks"]
+    stop = None
+    try:
+        prepared = _prepare(options, work, line)
+        summary["catalog"] = {"dir": str(prepared["catalog"]), "fingerprint": prepared["fingerprint"]}
+        summary["warm_start"] = prepared["warm_start"]
+        running = start_or_reuse_cluster(prepared["catalog"], prepared["fingerprint"], work / "cluster", None)
+        stop = running.stop
+        env, ray = _line_env(line, work, running.url, options.turn_tokens)
+        env["WEBSHOP_AGENT_LOOP_CONFIG"] = str(config_dir() / "webshop_agent_loop.yaml")
+        env["WEBSHOP_INTERACTION_CONFIG"] = str(config_dir() / "webshop_interaction.yaml")
+        overrides = [*SCALE, *(WRAP_07 if line == "0.7" else ()), *ray,
+                     f"actor_rollout_ref.model.path={prepared['model']}",
+                     f"data.train_files={prepared['train']}", f"data.val_files={prepared['val']}",
+                     f"data.train_max_samples={options.goals}"]  # fmt: skip
+        run = work / "runs" / EXPERIMENT
+        checkpoints = run / "checkpoints"
+        overrides.append(f"trainer.default_local_dir={checkpoints}")
+
+        # first invocation: steps 1-2, the outage during step 2's rollout, a checkpoint at step 2
+        with Outage(work / "cluster", run / "metrics" / "metrics.jsonl", options.outage_s) as outage:
+            first = _train(work, 2, overrides, env, log)
+        if first != 0:
+            raise RuntimeError(f"the first training invocation failed (exit {first}); see {log}")
+        marker = checkpoints / "latest_checkpointed_iteration.txt"
+        saved = int(marker.read_text().strip()) if marker.exists() else None
+        checks["checkpoint_at_step_2"] = saved == 2 and (checkpoints / "global_step_2").is_dir()
+        summary["env_outage"] = {"seconds": round(outage.ended - outage.started, 1)} if outage.ended else None
+        checks["env_outage_happened"] = options.outage_s <= 0 or outage.ended is not None
+
+        # second invocation: resumes from the checkpoint, step 3
+        second = _train(work, 3, overrides, env, log)
+        if second != 0:
+            raise RuntimeError(f"the resumed training invocation failed (exit {second}); see {log}")
+        summary["resumed_from_step"] = saved
+        steps = _all_metrics(run / "metrics")
+        summary["steps"] = steps
+        summary["steps_completed"] = len({row["step"] for row in steps if row["step"] >= 1})  # 0: validation
+        checks["three_steps"] = {row["step"] for row in steps} >= {1, 2, 3}
+        resumed_log = log.read_text(errors="replace").split("trainer.total_training_steps=3", 1)[-1]
+        checks["resumed"] = f"global_step_{saved}" in resumed_log and (
+            "Resuming from" in resumed_log or "Load from checkpoint" in resumed_log
+        )
+        last = checkpoints / "global_step_3"
+        checks["checkpoint_at_step_3"] = last.is_dir()
+        summary["checkpoint"] = str(last)
+        summary["env_outage_survived"] = checks["env_outage_happened"] and checks["three_steps"]
+        direction = work / "direction.jsonl"
+        records = [json.loads(x) for x in direction.read_text().splitlines()] if direction.exists() else []
+        summary["update_direction"] = records
+        summary["update_direction_ok"] = checks["update_direction"] = any(right_way(r) for r in records)
+
+        # verl's merger on the last checkpoint, and the merged model loads
+        merged = resolve_model_path(last)
+        summary["merged_model"] = merged.serve
+        from transformers import AutoModelForCausalLM
+
+        AutoModelForCausalLM.from_pretrained(merged.serve)
+        checks["merged_model_loads"] = True
+
+        # eval of that checkpoint: `webshop-train eval --policy checkpoint`, served on CPU instead of by sglang
+        evaluated = _evaluate(work, last, running.url, env, log, options.eval_goals)
+        summary["eval"] = evaluated
+        summary["eval_episodes"] = int(evaluated.get("episodes") or 0)
+        checks["eval"] = summary["eval_episodes"] == options.eval_goals
+    except Exception as error:  # every failure goes into the summary
+        errors.append(f"{type(error).__name__}: {error}")
+    finally:
+        if stop is not None:
+            stop()
+        cluster.down(work / "cluster", quiet=True)
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    summary["ok"] = not errors and bool(checks) and all(checks.values())
+    (work / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    summary["summary_path"] = str(work / "summary.json")
+    return summary

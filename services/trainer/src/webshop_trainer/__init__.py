@@ -2,7 +2,8 @@
 
 Modules: ``interaction`` (WebshopInteraction), ``actions`` (action extraction), ``prompts`` (every text the
 policy sees), ``reward`` (verl custom reward function), ``data`` (parquet builder), ``preflight`` (CPU checks),
-``tiny_model`` and ``local_rollout`` (verl's agent loop on CPU), ``cli`` (``webshop-train``).
+``tiny_model``, ``rehearsal`` (verl on CPU: the preflight's in-process workers and the whole training run,
+``make rehearse``), ``cli`` (``webshop-train``).
 Heavy imports (verl, torch) happen in the modules that need them, not here.
 """
 

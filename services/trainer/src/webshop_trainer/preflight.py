@@ -402,7 +402,12 @@ async def _run_rollouts(config: Any, samples: list[dict[str, Any]], n: int, serv
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
     from .interaction import close_shared_clients
-    from .local_rollout import LocalAgentLoopWorker, generation_batch, step_metrics_v07, summarize_output
+    from .rehearsal.local_rollout import (
+        LocalAgentLoopWorker,
+        generation_batch,
+        step_metrics_v07,
+        summarize_output,
+    )
 
     worker = LocalAgentLoopWorker(config, server, RewardLoopWorker(config))
     batch = generation_batch(samples, n)
@@ -499,7 +504,7 @@ async def _run_agent_loop_rollouts(
     0.9.1's ``AgentLoopWorkerTQ`` through a real TransferQueue and the v1 trainer's metric computation."""
     from .agent_loop import record_trajectories
     from .interaction import close_shared_clients
-    from .local_rollout import (
+    from .rehearsal.local_rollout import (
         LocalAgentLoopWorker,
         generation_batch,
         local_transfer_queue,
@@ -589,7 +594,7 @@ def run_agent_loop_stage(options: PreflightOptions, directory: Path, out_dir: Pa
 
     from .data import build_dataset
     from .interaction import EPISODES
-    from .local_rollout import ScriptedServer, TinyModelServer
+    from .rehearsal.local_rollout import ScriptedServer, TinyModelServer
 
     result: dict[str, Any] = {"agent_loop": AGENT_LOOP_NAME, "errors": [], "checks": {}}
     errors, checks = result["errors"], result["checks"]
@@ -846,7 +851,7 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
 
         # 4. rollouts: tiny model, then the scripted oracle
         from .interaction import EPISODES
-        from .local_rollout import ScriptedServer, TinyModelServer
+        from .rehearsal.local_rollout import ScriptedServer, TinyModelServer
 
         EPISODES.clear()
         tiny = asyncio.run(_run_rollouts(rollout_config, samples, options.rollouts,

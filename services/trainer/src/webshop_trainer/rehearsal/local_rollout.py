@@ -97,33 +97,17 @@ class TinyModelServer:
     def _generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any]
     ) -> tuple[list[int], list[float]]:
-        temperature = float(sampling_params.get("temperature") or 0.0)
-        top_k = int(sampling_params.get("top_k") or -1)
+        from .generation import generate_tokens
+
         limit = min(self.max_new_tokens, int(sampling_params.get("max_tokens") or self.max_new_tokens))
-        eos = self.tokenizer.eos_token_id
-        with self._lock, torch.no_grad():
+        with self._lock:
             self.calls += 1
-            input_ids = torch.tensor([prompt_ids], dtype=torch.long)
-            out = self.model(input_ids=input_ids, use_cache=True)
-            past, logits = out.past_key_values, out.logits[0, -1]
-            produced: list[int] = []
-            log_probs: list[float] = []
-            for _ in range(limit):
-                if temperature > 0:
-                    scaled = logits / temperature
-                    if top_k > 0:
-                        kth = torch.topk(scaled, min(top_k, scaled.numel())).values[-1]
-                        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-                    token = int(torch.multinomial(torch.softmax(scaled, -1), 1, generator=self.generator))
-                else:
-                    token = int(torch.argmax(logits))
-                produced.append(token)
-                log_probs.append(float(torch.log_softmax(logits, -1)[token]))
-                if token == eos:
-                    break
-                out = self.model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
-                past, logits = out.past_key_values, out.logits[0, -1]
-        return produced, log_probs
+            tokens, log_probs, _ = generate_tokens(
+                self.model, prompt_ids, limit, temperature=float(sampling_params.get("temperature") or 0.0),
+                top_k=int(sampling_params.get("top_k") or -1), top_p=float(sampling_params.get("top_p") or 1.0),
+                generator=self.generator, eos_ids={self.tokenizer.eos_token_id},
+            )  # fmt: skip
+        return tokens, log_probs
 
 
 class ScriptedServer:
@@ -250,7 +234,7 @@ def step_metrics_v07(
     from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.reward import extract_reward
 
-    from .verl_main import install_step_metrics
+    from ..verl_main import install_step_metrics
 
     install_step_metrics()
     batch = output

@@ -298,3 +298,28 @@ def test_generation_fields_merge_like_tool_agent_loop() -> None:
     later = generation_fields(first, {"global_steps": 2, "min_global_steps": 2, "max_global_steps": 2})
     assert later == {"global_steps": 1, "min_global_steps": 1, "max_global_steps": 2}
     assert generation_fields(later, {}) == later and generation_fields({}, None) == {}
+
+
+def test_importing_the_loop_never_replaces_its_declared_settings() -> None:
+    """verl's worker puts configs/webshop_agent_loop.yaml's entries (with their settings) into its registry; the
+    first instantiation then imports this module. A verl @register decorator there would replace the entry with
+    a bare one, and every later trajectory of the worker would run with default settings."""
+    import importlib
+
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop import agent_loop as verl_agent_loop
+
+    import webshop_trainer.agent_loop as ours
+
+    entry = {e.name: e for e in OmegaConf.load(config_dir() / AGENT_LOOP_CONFIG)}[AGENT_LOOP_NAME]
+    registry = verl_agent_loop._agent_loop_registry
+    previous = registry.get(AGENT_LOOP_NAME)
+    registry[AGENT_LOOP_NAME] = entry
+    try:
+        importlib.reload(ours)  # what a worker process's first instantiation does
+        assert registry[AGENT_LOOP_NAME] is entry
+    finally:
+        if previous is None:
+            registry.pop(AGENT_LOOP_NAME, None)
+        else:
+            registry[AGENT_LOOP_NAME] = previous

@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 from verl.utils.profiler import simple_timer
 
 from webshop_env.client import WebShopRequestError
@@ -81,7 +81,10 @@ def _settings(items: tuple[tuple[str, Any], ...]) -> InteractionSettings:
     return InteractionSettings.from_config(dict(items))
 
 
-@register(AGENT_LOOP_NAME)
+# Declared in configs/webshop_agent_loop.yaml only, never with verl's @register: verl's worker loads the file's
+# entries (with their settings) into its registry, and a @register decorator runs again when this module is first
+# imported, by the first instantiation, replacing the entry with a bare one: every later trajectory of the worker
+# would then run with the defaults (turn budget, retry budget, URL...) instead of the file's settings.
 class WebShopAgentLoop(AgentLoopBase):
     """Plays one WebShop episode through the env service (see the module docstring).
 

@@ -30,4 +30,6 @@ SUBSTITUTED = (
     "in RolloutReplicaRegistry as 'cpu'), CpuServerAdapter (verl.workers.rollout.base.BaseRollout: resume, "
     "release, update_weights; registered in _ROLLOUT_REGISTRY)",
     "attention: PyTorch SDPA on CPU (the configs' attn_implementation: sdpa)",
+    "verl 0.9.1: TransferQueue with 2 storage units instead of 8 (a Ray actor process each; "
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units)",
 )

@@ -31,6 +31,7 @@ from ..config import AGENT_LOOP_NAME, AGENT_NAME, config_dir, installed_verl_lin
 from . import SUBSTITUTED
 from .direction import ENV as ENV_DIRECTION
 from .direction import right_way
+from .local_rollout import LOCAL_STORAGE_UNITS
 
 #: The test config scaled down to two cores (each a Hydra override of configs/webshop_grpo_test.yaml).
 SCALE = (
@@ -41,6 +42,8 @@ SCALE = (
     "actor_rollout_ref.actor.use_torch_compile=false", "actor_rollout_ref.actor.optim.lr=1e-4",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.rollout.name=cpu", "actor_rollout_ref.rollout.n=4",
+    # the warm-started model is near-deterministic at 1.0: a hotter sampler gives its 4 rollouts different rewards
+    "actor_rollout_ref.rollout.temperature=1.5",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
     "actor_rollout_ref.rollout.multi_turn.max_user_turns=5", "actor_rollout_ref.rollout.agent.num_workers=2",
@@ -89,6 +92,8 @@ def _line_env(line: str, work: Path, url: str, turn_tokens: int) -> tuple[dict[s
             "VERL_USE_EXTERNAL_MODULES": "webshop_trainer.rehearsal.cpu_platform",
         }
     ray = [f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={hook}"]
+    if line == "0.9":  # TransferQueue's storage units are a Ray actor process each (~400 MB): 2, not verl's 8
+        ray.append(f"transfer_queue.backend.SimpleStorage.num_data_storage_units={LOCAL_STORAGE_UNITS}")
     ray += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in env.items()]
     return env, ray
 

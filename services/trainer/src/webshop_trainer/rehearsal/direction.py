@@ -31,9 +31,10 @@ def summarize(before: list[torch.Tensor], after: list[torch.Tensor], advantages:
 
 
 def right_way(record: dict[str, Any]) -> bool:
-    """Both signs present; positive-advantage responses more likely, negative ones less, on average."""
+    """Both signs present; positive-advantage responses more likely, negative ones less, on average; and the
+    advantage-weighted change (what the policy-gradient step maximises to first order) positive."""
     return bool(record["positive"] and record["negative"] and record["positive_mean_change"] > 0
-                and record["negative_mean_change"] < 0)  # fmt: skip
+                and record["negative_mean_change"] < 0 and record["advantage_weighted_change"] > 0)  # fmt: skip
 
 
 def _mean(values: list[float]) -> float | None:

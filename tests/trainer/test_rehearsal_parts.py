@@ -14,7 +14,7 @@ pytest.importorskip("verl")
 
 
 def test_the_direction_record_tells_right_from_wrong() -> None:
-    from webshop_trainer.rehearsal.direction import right_way, summarize
+    from webshop_trainer.rehearsal.direction import right_way, strict_way, summarize
 
     before = [torch.tensor([-1.0, -2.0]), torch.tensor([-1.0]), torch.tensor([-3.0, -3.0])]
     advantages = [1.0, -1.0, 0.0]
@@ -26,6 +26,9 @@ def test_the_direction_record_tells_right_from_wrong() -> None:
     assert right_way(right) and right["advantage_weighted_change"] == pytest.approx(0.75)
     wrong = summarize(before, [before[0] - 0.5, before[1] + 0.25, before[2]], advantages, step=1)
     assert not right_way(wrong)
+    # every response a little less likely, the positive one least so: the right way, not in absolute terms
+    shifted = summarize(before, [before[0] - 0.01, before[1] - 0.3, before[2] - 0.1], advantages, step=1)
+    assert right_way(shifted) and not strict_way(shifted) and strict_way(right)
     assert not right_way(summarize(before, before, [0.0, 0.0, 0.0], step=1))  # no advantage: nothing shown
 
 

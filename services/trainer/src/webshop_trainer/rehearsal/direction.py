@@ -31,10 +31,19 @@ def summarize(before: list[torch.Tensor], after: list[torch.Tensor], advantages:
 
 
 def right_way(record: dict[str, Any]) -> bool:
-    """Both signs present; positive-advantage responses more likely, negative ones less, on average; and the
-    advantage-weighted change (what the policy-gradient step maximises to first order) positive."""
-    return bool(record["positive"] and record["negative"] and record["positive_mean_change"] > 0
-                and record["negative_mean_change"] < 0 and record["advantage_weighted_change"] > 0)  # fmt: skip
+    """Both signs present; positive-advantage responses became more likely than negative-advantage ones (their
+    mean change is higher), and the advantage-weighted change, what the policy-gradient step increases to first
+    order, is positive. The two groups are compared with each other: an update can also move every sampled
+    response's log-probability by the same small amount (verl 0.9.1 does: all slightly down), which says nothing
+    about the sign of the reward-to-gradient pipe. ``strict_way`` asks for the absolute signs too."""
+    return bool(record["positive"] and record["negative"]
+                and record["positive_mean_change"] > record["negative_mean_change"]
+                and record["advantage_weighted_change"] > 0)  # fmt: skip
+
+
+def strict_way(record: dict[str, Any]) -> bool:
+    """:func:`right_way`, and positive-advantage responses more likely, negative ones less, in absolute terms."""
+    return right_way(record) and record["positive_mean_change"] > 0 > record["negative_mean_change"]
 
 
 def _mean(values: list[float]) -> float | None:

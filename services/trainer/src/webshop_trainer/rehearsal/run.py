@@ -30,7 +30,7 @@ from typing import Any
 from ..config import AGENT_LOOP_NAME, AGENT_NAME, config_dir, installed_verl_line
 from . import SUBSTITUTED
 from .direction import ENV as ENV_DIRECTION
-from .direction import right_way
+from .direction import right_way, strict_way
 from .local_rollout import LOCAL_STORAGE_UNITS
 
 #: The test config scaled down to two cores (each a Hydra override of configs/webshop_grpo_test.yaml).
@@ -305,6 +305,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         records = [json.loads(x) for x in direction.read_text().splitlines()] if direction.exists() else []
         summary["update_direction"] = records
         summary["update_direction_ok"] = checks["update_direction"] = any(right_way(r) for r in records)
+        summary["update_direction_strict"] = any(strict_way(r) for r in records)  # reported, not required
 
         # verl's merger on the last checkpoint, and the merged model loads
         merged = resolve_model_path(last)

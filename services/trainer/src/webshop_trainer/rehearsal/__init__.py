@@ -33,3 +33,28 @@ SUBSTITUTED = (
     "verl 0.9.1: TransferQueue with 2 storage units instead of 8 (a Ray actor process each; "
     "transfer_queue.backend.SimpleStorage.num_data_storage_units)",
 )
+
+
+_SET_UP = False
+
+
+def setup_process(line: str, *seams: object) -> None:
+    """What every process of a rehearsal run needs, once (Ray's ``worker_process_setup_hook`` and the driver):
+    one intra-op thread, the torch seams, the line's own ``seams`` (callables), the rollout engine ``cpu`` and,
+    when asked for, the update-direction check."""
+    import os
+
+    global _SET_UP
+    if _SET_UP:
+        return
+    _SET_UP = True
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from . import cpu_torch
+    from .cpu_rollout import register
+    from .direction import install
+
+    cpu_torch.apply()
+    for seam in seams:
+        seam()  # type: ignore[operator]
+    register()
+    install(line)

@@ -9,7 +9,6 @@ finished, since registering imports ``verl.workers``.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -19,8 +18,6 @@ from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
 
 from . import cpu_torch
-
-_DONE = False
 
 
 @PlatformRegistry.register(platform="cpu")
@@ -117,21 +114,11 @@ def register_engines() -> None:
 
 def setup() -> None:
     """The registrations, once per process (after ``import verl``)."""
-    global _DONE
-    if _DONE:
-        return
-    _DONE = True
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     import verl  # noqa: F401  (loads this module as a platform plugin first, where it is configured)
 
-    from .cpu_rollout import register
+    from . import setup_process
 
-    cpu_torch.apply()
-    register()
-    register_engines()
-    from .direction import install
-
-    install("0.9")
+    setup_process("0.9", register_engines)
 
 
 cpu_torch.apply()

@@ -8,12 +8,9 @@ which ``run_ppo`` passes to ``ray.init``; 0.7.1 has no platform registry) and in
 
 from __future__ import annotations
 
-import os
 import sys
 
 from . import cpu_torch
-
-_DONE = False
 
 
 def patch_device_helpers() -> None:
@@ -33,16 +30,6 @@ def patch_device_helpers() -> None:
 
 def setup() -> None:
     """Every seam, once per process."""
-    global _DONE
-    if _DONE:
-        return
-    _DONE = True
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    cpu_torch.apply()
-    patch_device_helpers()
-    from .cpu_rollout import register
+    from . import setup_process
 
-    register()
-    from .direction import install
-
-    install("0.7")
+    setup_process("0.7", patch_device_helpers)

@@ -51,12 +51,29 @@ _INSTRUCTION = re.compile(r"<\|im_start\|>user\nInstruction: (.*?)\n")
 _ASSISTANT_TURN = "<|im_start|>assistant\n"
 
 
-class TinyModelServer:
+class _StandInServer:
+    """What both in-process rollout servers share: the weights version (verl 0.9.1 tells its servers at every
+    weight sync, and they report it in each ``TokenOutput``) and a call count."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.global_steps: int | None = None
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    def _output(self, token_ids: list[int], log_probs: list[float] | None) -> TokenOutput:
+        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed",
+                           extra_fields=_version_fields(self.global_steps))  # fmt: skip
+
+
+class TinyModelServer(_StandInServer):
     """Generates with a local HF causal LM on CPU (one generation at a time; greedy or sampled)."""
 
     def __init__(self, model_dir: str, max_new_tokens: int = 24, seed: int = 0) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        super().__init__()
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(
             model_dir, attn_implementation="sdpa", dtype=torch.float32
@@ -64,13 +81,7 @@ class TinyModelServer:
         self.model.eval()
         self.max_new_tokens = max_new_tokens
         self.generator = torch.Generator().manual_seed(seed)
-        self.calls = 0
-        self.global_steps: int | None = None
         self._lock = threading.Lock()
-
-    async def set_global_steps(self, global_steps: int) -> None:
-        """The weights version (verl 0.9.1's rollout servers are told it at every weight sync)."""
-        self.global_steps = global_steps
 
     async def generate(
         self,
@@ -87,12 +98,7 @@ class TinyModelServer:
             None, self._generate, list(prompt_ids), dict(sampling_params)
         )
         wanted = bool(sampling_params.get("logprobs"))  # verl 0.9.1 asks by default (calculate_log_probs)
-        return TokenOutput(
-            token_ids=token_ids,
-            log_probs=log_probs if wanted else None,
-            stop_reason="completed",
-            extra_fields=_version_fields(self.global_steps),
-        )
+        return self._output(token_ids, log_probs if wanted else None)
 
     def _generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any]
@@ -110,20 +116,16 @@ class TinyModelServer:
         return tokens, log_probs
 
 
-class ScriptedServer:
+class ScriptedServer(_StandInServer):
     """Replies ``Action: <plan[k]>`` at the k-th assistant turn of the goal whose instruction the prompt shows.
 
     ``plans`` maps instruction text -> actions; after the plan it keeps clicking ``buy now``.
     """
 
     def __init__(self, tokenizer: Any, plans: Mapping[str, Sequence[str]]) -> None:
+        super().__init__()
         self.tokenizer = tokenizer
         self.plans = {k: list(v) for k, v in plans.items()}
-        self.calls = 0
-        self.global_steps: int | None = None
-
-    async def set_global_steps(self, global_steps: int) -> None:
-        self.global_steps = global_steps
 
     async def generate(
         self,
@@ -146,8 +148,7 @@ class ScriptedServer:
         reply = f"I will do this next.\nAction: {action}"
         token_ids = [*self.tokenizer.encode(reply, add_special_tokens=False), self.tokenizer.eos_token_id]
         log_probs = [0.0] * len(token_ids) if sampling_params.get("logprobs") else None
-        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed",
-                           extra_fields=_version_fields(self.global_steps))  # fmt: skip
+        return self._output(token_ids, log_probs)
 
 
 def _version_fields(global_steps: int | None) -> dict[str, Any]:

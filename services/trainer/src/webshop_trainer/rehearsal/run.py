@@ -183,11 +183,16 @@ def _train(work: Path, steps: int, overrides: list[str], env: dict[str, str], lo
     """``webshop-train train --config test`` (the user's launcher) up to ``steps`` training steps."""
     command = [sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test", "--experiment", EXPERIMENT,
                "--output-dir", str(work / "runs"), *overrides, f"trainer.total_training_steps={steps}"]  # fmt: skip
+    return _webshop_train(command, env, log, work, timeout=1800)
+
+
+def _webshop_train(command: list[str], env: dict[str, str], log: Path, cwd: Path, timeout: float) -> int:
+    """Run a ``webshop-train`` command with the run's environment, its output appended to the rehearsal log."""
     with open(log, "ab") as out:
         out.write(f"\n[rehearsal] {' '.join(command)}\n".encode())
         out.flush()
-        return subprocess.run(command, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
-                              cwd=work, timeout=1800).returncode  # fmt: skip
+        return subprocess.run(command, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                              timeout=timeout).returncode  # fmt: skip
 
 
 def _metrics(path: Path) -> list[dict[str, Any]]:
@@ -219,14 +224,10 @@ def _evaluate(
     command = [sys.executable, "-m", "webshop_trainer.cli", "eval", "--policy", "checkpoint", "--server", "cpu",
                "--model-path", str(checkpoint), "--url", url, "--split", "test", "--max-samples", str(goals),
                "--max-steps", "4", "--out", str(out), "--overwrite", "--no-progress", "--startup-timeout", "300"]  # fmt: skip
-    with open(log, "ab") as output:
-        output.write(f"\n[rehearsal] {' '.join(command)}\n".encode())
-        output.flush()
-        done = subprocess.run(command, env={**os.environ, **env}, stdout=output, stderr=subprocess.STDOUT, cwd=work,
-                              timeout=900)  # fmt: skip
+    code = _webshop_train(command, env, log, work, timeout=900)
     metrics = out / "metrics.json"
-    if done.returncode != 0 or not metrics.exists():
-        raise RuntimeError(f"webshop-train eval of {checkpoint} failed (exit {done.returncode}); see {log}")
+    if code != 0 or not metrics.exists():
+        raise RuntimeError(f"webshop-train eval of {checkpoint} failed (exit {code}); see {log}")
     data = json.loads(metrics.read_text())
     return {"episodes": data.get("episodes"), "score": data.get("score"), "success_rate": data.get("success_rate"),
             "out": str(out)}  # fmt: skip

@@ -38,12 +38,25 @@ def default_env_url() -> str:
     return os.environ.get("WEBSHOP_URL") or DEFAULT_ENV_URL
 
 
+#: How the trainer reaches the env (``WEBSHOP_ENV``): ``http`` (``env_url``: the balancer) or ``ray`` (the env as
+#: a Ray Serve app on the training cluster: each process's own node's proxy, the other nodes' as fallbacks).
+ENV_MODES = ("http", "ray")
+
+
+def default_env_mode() -> str:
+    """``WEBSHOP_ENV`` from the environment, else ``http``."""
+    return (os.environ.get("WEBSHOP_ENV") or "http").strip().lower()
+
+
 @dataclass(frozen=True)
 class InteractionSettings:
     """What ``WebshopInteraction`` reads from its config (all optional).
 
     Attributes:
+        env: ``http`` (reach the env at ``env_url``) or ``ray`` (this node's Ray Serve proxy,
+            ``http://127.0.0.1:<ray_port>``, then the other nodes'); default ``$WEBSHOP_ENV`` or ``http``.
         env_url: the balancer (or one replica); default ``$WEBSHOP_URL`` or ``http://127.0.0.1:36003``.
+        ray_port: the Serve proxies' port with ``env: ray`` (None: ``$WEBSHOP_RAY_PORT`` or 36080).
         goal_set: goal list used when a row names none (None: the server's default).
         timeout: seconds per HTTP attempt.
         retries: at most this many attempts after the first on connection errors, timeouts and 5xx
@@ -64,6 +77,8 @@ class InteractionSettings:
     """
 
     env_url: str = dataclasses.field(default_factory=default_env_url)
+    env: str = dataclasses.field(default_factory=default_env_mode)
+    ray_port: int | None = None
     goal_set: str | None = None
     timeout: float = 10.0
     retries: int | None = None
@@ -87,9 +102,12 @@ class InteractionSettings:
             raise ValueError(
                 f"unknown WebshopInteraction setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
-        if values.get("env_url") in (None, ""):
-            values.pop("env_url", None)
+        for key in ("env_url", "env"):
+            if values.get(key) in (None, ""):
+                values.pop(key, None)
         settings = cls(**values)
+        if settings.env not in ENV_MODES:
+            raise ValueError(f"env (WEBSHOP_ENV) must be one of {', '.join(ENV_MODES)}, not {settings.env!r}")
         if settings.on_env_error not in ("terminate", "raise"):
             raise ValueError(f"on_env_error must be 'terminate' or 'raise', not {settings.on_env_error!r}")
         if settings.state_ttl_s <= 0:

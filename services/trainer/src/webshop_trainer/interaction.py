@@ -183,16 +183,28 @@ _READY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[str]] = weakref
 _READY_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
+def env_urls(settings: InteractionSettings) -> list[str]:
+    """Where this process reaches the env, in order of preference (``env: ray``: its own node's Serve proxy
+    first, then the other nodes' proxies; ``env: http``: ``env_url``)."""
+    if settings.env == "ray":
+        from webshop_env.ray_serve.nodes import node_proxy_urls
+
+        return node_proxy_urls(settings.ray_port)
+    return [settings.env_url]
+
+
 def shared_client(settings: InteractionSettings) -> WebShopClient:
     """The process's client for these settings on the running event loop (created on first use)."""
     loop = asyncio.get_running_loop()
-    key = (settings.env_url, settings.timeout, settings.retries, settings.retry_budget_s, settings.backoff,
-           settings.max_backoff, settings.max_connections)  # fmt: skip
+    key = (settings.env, settings.env_url, settings.ray_port, settings.timeout, settings.retries,
+           settings.retry_budget_s, settings.backoff, settings.max_backoff, settings.max_connections)  # fmt: skip
     clients = _CLIENTS.setdefault(loop, {})
     client = clients.get(key)
     if client is None:
+        urls = env_urls(settings)
         client = WebShopClient(
-            settings.env_url,
+            urls[0],
+            fallback_urls=urls[1:],
             timeout=settings.timeout,
             retries=settings.retries,
             retry_budget=settings.retry_budget_s,
@@ -217,19 +229,24 @@ async def ensure_ready(settings: InteractionSettings, client: WebShopClient) -> 
     """Wait (once per process and URL) until the service answers; fail fast with a clear message."""
     loop = asyncio.get_running_loop()
     ready = _READY.setdefault(loop, set())
-    if settings.env_url in ready or settings.ready_timeout <= 0:
+    if client.base_url in ready or settings.ready_timeout <= 0:
         return
     lock = _READY_LOCKS.setdefault(loop, asyncio.Lock())
     async with lock:
-        if settings.env_url in ready:
+        if client.base_url in ready:
             return
         if not await client.health():
+            hint = (
+                "is the env deployed on this Ray cluster? `webshop-env serve-ray`"
+                if settings.env == "ray"
+                else "set env_url in the interaction config or WEBSHOP_URL; `make up-local` starts one locally"
+            )
             logger.warning(
-                "waiting up to %.0f s for the WebShop service at %s (set env_url in the interaction config "
-                "or WEBSHOP_URL; `make up-local` starts one locally)", settings.ready_timeout, settings.env_url,
+                "waiting up to %.0f s for the WebShop service at %s (%s)",
+                settings.ready_timeout, " / ".join(client.urls), hint,
             )  # fmt: skip
             await client.wait_until_ready(settings.ready_timeout)
-        ready.add(settings.env_url)
+        ready.add(client.base_url)
 
 
 def parse_goal(kwargs: Mapping[str, Any]) -> int:

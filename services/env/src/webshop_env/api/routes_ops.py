@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
 from .errors import error_response
@@ -19,13 +19,23 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+NOT_READY = "the catalog is not open yet (or any more)"
+
+
+def catalog_fingerprint(app: FastAPI) -> str | None:
+    """The open catalog's fingerprint, or None while the app is not ready (``/readyz`` and Serve's health
+    check ask this one question)."""
+    runtime = getattr(app.state, "runtime", None)
+    return None if runtime is None else runtime.catalog.fingerprint
+
+
 @router.get("/readyz", responses={503: {"description": "catalog not open"}})
 async def readyz(request: Request) -> Response:
     """Readiness: 200 once the catalog is open (and until shutdown begins), else 503."""
-    runtime = getattr(request.app.state, "runtime", None)
-    if runtime is None:
-        return error_response(503, "not_ready", "the catalog is not open yet (or any more)")
-    return json_response({"status": "ready", "fingerprint": runtime.catalog.fingerprint})
+    fingerprint = catalog_fingerprint(request.app)
+    if fingerprint is None:
+        return error_response(503, "not_ready", NOT_READY)
+    return json_response({"status": "ready", "fingerprint": fingerprint})
 
 
 @router.get("/metrics", response_class=Response)

@@ -286,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .serve import add_commands as add_serve_commands
 
     add_serve_commands(commands)  # serve, bench-http
+    from .ray_serve import add_commands as add_ray_commands
+
+    add_ray_commands(commands)  # serve-ray
     from .conformance import add_commands as add_conformance_commands
 
     add_conformance_commands(commands)  # conformance record|check

@@ -67,6 +67,10 @@ class WebShopClient:
         max_connections: connection pool size (at least the number of concurrent requests you make).
         transport: an httpx transport; default: ``LeanTransport`` for ``http://`` URLs (much cheaper per
             request than httpx's pool at high concurrency), httpx's own for ``https://``.
+        fallback_urls: other addresses of the same service (e.g. the other Ray nodes' Serve proxies). A
+            failed attempt moves the client to the next address; it goes back to ``base_url`` once
+            ``primary_retry_s`` have passed. Steps are stateless, so any address serves any episode.
+        primary_retry_s: seconds on a fallback address before ``base_url`` is tried again.
     """
 
     def __init__(
@@ -79,8 +83,14 @@ class WebShopClient:
         max_backoff: float = 5.0,
         max_connections: int = 512,
         transport: httpx.AsyncBaseTransport | None = None,
+        fallback_urls: Iterable[str] = (),
+        primary_retry_s: float = 30.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.urls = [self.base_url, *(u.rstrip("/") for u in fallback_urls if u.rstrip("/") != self.base_url)]
+        self.primary_retry_s = primary_retry_s
+        self._current = 0
+        self._moved_at = 0.0
         if retry_budget < 0 or timeout <= 0:
             raise ValueError("retry_budget must be >= 0 and timeout > 0 (seconds)")
         self.retries = None if retries is None else max(0, retries)
@@ -92,9 +102,7 @@ class WebShopClient:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         if transport is None and self.base_url.startswith("http://"):
             transport = LeanTransport(max_connections=max_connections)
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, timeout=httpx.Timeout(timeout), limits=limits, transport=transport
-        )
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits, transport=transport)
 
     # ---- lifecycle -------------------------------------------------------------------------------------
     async def __aenter__(self) -> WebShopClient:
@@ -143,8 +151,9 @@ class WebShopClient:
     async def health(self) -> bool:
         """True when the server is ready (``/readyz`` answers 200); one attempt, never raises."""
         try:
-            response = await self._http.get("/readyz")
+            response = await self._http.get(self.url + "/readyz")
         except httpx.HTTPError:
+            self._failed(self.url)
             return False
         return response.status_code == 200
 
@@ -153,27 +162,44 @@ class WebShopClient:
         deadline = time.monotonic() + timeout
         last = "no answer"
         while True:
+            url = self.url
             try:
-                response = await self._http.get("/readyz")
+                response = await self._http.get(url + "/readyz")
                 if response.status_code == 200:
                     return
-                last = f"HTTP {response.status_code}"
+                last = f"HTTP {response.status_code} from {url}"
             except httpx.HTTPError as error:
-                last = f"{type(error).__name__}: {error}"
+                last = f"{type(error).__name__} from {url}: {error}"
+            self._failed(url)
             if time.monotonic() + interval > deadline:
                 raise WebShopUnavailable(
-                    f"{self.base_url} was not ready within {timeout:.0f} s (last: {last}); is the environment "
+                    f"{' / '.join(self.urls)} was not ready within {timeout:.0f} s (last: {last}); is the environment "
                     "service (or its balancer) running? `make up-local` starts one locally"
                 )
             await asyncio.sleep(interval)
 
     # ---- transport -------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """The address requests go to now: ``base_url``, or a fallback while ``base_url`` is failing."""
+        if self._current and time.monotonic() - self._moved_at >= self.primary_retry_s:
+            self._current = 0
+        return self.urls[self._current]
+
+    def _failed(self, url: str) -> None:
+        """An attempt on ``url`` failed: later requests go to the next address (if there is another)."""
+        if len(self.urls) > 1 and self.urls[self._current] == url:
+            self._current = (self._current + 1) % len(self.urls)
+            self._moved_at = time.monotonic()
+            logger.info("WebShop env: %s failed; moving to %s", url, self.urls[self._current])
+
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         attempt = 0
         started = time.monotonic()
         while True:
+            url = self.url
             try:
-                response = await self._http.request(method, path, **kwargs)
+                response = await self._http.request(method, url + path, **kwargs)
             except httpx.HTTPError as error:  # connection refused/reset, timeouts, protocol errors
                 problem = f"{type(error).__name__}: {error}"
             else:
@@ -182,11 +208,12 @@ class WebShopClient:
                 if response.status_code < 500:
                     raise _request_error(response)
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
+            self._failed(url)
             elapsed = time.monotonic() - started
             delay = self._random.uniform(0.0, min(self.max_backoff, self.backoff * 2 ** min(attempt, 30)))
             if (self.retries is not None and attempt >= self.retries) or elapsed + delay > self.retry_budget:
                 raise WebShopUnavailable(
-                    f"{method} {self.base_url}{path} failed after {attempt + 1} attempt(s) in {elapsed:.1f} s "
+                    f"{method} {url}{path} failed after {attempt + 1} attempt(s) in {elapsed:.1f} s "
                     f"(retry budget {self.retry_budget:g} s): {problem}. Is the environment service (or its "
                     "balancer) up? A longer retry_budget rides out longer restarts"
                 )
@@ -195,7 +222,7 @@ class WebShopClient:
                 self._warned_at = now
                 logger.warning(
                     "WebShop env unreachable: %s %s%s has failed for %.0f s (%d attempts; last: %s); retrying for up "
-                    "to %.0f s more (retry budget %g s)", method, self.base_url, path, elapsed, attempt + 1, problem,
+                    "to %.0f s more (retry budget %g s)", method, url, path, elapsed, attempt + 1, problem,
                     self.retry_budget - elapsed, self.retry_budget,
                 )  # fmt: skip
             await asyncio.sleep(delay)

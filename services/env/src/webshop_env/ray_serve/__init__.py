@@ -1,0 +1,23 @@
+"""The environment as a Ray Serve application on the training job's own Ray cluster.
+
+An adapter, like ``api``: it wraps the same FastAPI app (``api.app.create_app``) in a Serve deployment, with
+replicas on every node and Serve's HTTP proxy on every node, so each node's trainer processes reach the env
+at ``http://127.0.0.1:<port>`` and stay on their own node's replicas (Serve's proxies prefer local replicas).
+
+- ``app``: the deployment (one replica = one FastAPI app over the prepared catalog) and ``build``, the
+  application builder that ``serve deploy`` / ``serve run`` import.
+- ``deploy``: what ``webshop-env serve-ray`` does from a driver: the state secret into the cluster's
+  key-value store, the catalog onto every node (shared path, or a per-node copy made by Ray tasks), deploy,
+  wait until every node serves, print the per-node URLs.
+- ``nodes``: the per-node proxy URLs a client uses (its own node's first), for ``WEBSHOP_ENV=ray``.
+
+Ray is imported lazily: the core, the HTTP service and the env image do not need it.
+"""
+
+#: Serve's HTTP proxy port on every node (``WEBSHOP_RAY_PORT``); Serve's own default is 8000.
+DEFAULT_PORT = 36080
+#: The Serve application's name and route prefix.
+DEFAULT_APP_NAME = "webshop"
+#: Where the shared state secret lives in Ray's key-value store (namespace, key).
+SECRET_KV_NAMESPACE = "webshop_env"
+SECRET_KV_KEY = "state_secret"

@@ -1,0 +1,266 @@
+"""``webshop-env serve-ray`` from a driver: secret, catalog, deploy, wait until every node serves.
+
+Steps, each of which can be re-run (a second deploy updates the app in place):
+
+1. ``store_state_secret``: the shared state secret goes into the cluster's key-value store (GCS), where the
+   replicas read it; an existing one is kept, so a redeploy never invalidates running episodes' tokens.
+2. ``stage_catalog`` (optional): a copy of the prepared catalog on every node, written by a Ray task pinned
+   to that node; nodes that already hold a copy with the same fingerprint are skipped. Without it the catalog
+   path must be on a filesystem every node reads.
+3. ``deploy``: Serve's proxies on every node on one port, the app with ``replicas_per_node`` replicas per node.
+4. ``wait_every_node``: until every node has its replicas running and its own proxy answers ``/readyz`` from
+   that node (``http://127.0.0.1:<port>``, asked by a task pinned there).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from . import DEFAULT_APP_NAME, DEFAULT_PORT, SECRET_KV_KEY, SECRET_KV_NAMESPACE
+from .app import ServeArgs, bind, schedulable_nodes
+
+#: Files of a catalog travel to the nodes in chunks of this size (objects in Ray's object store).
+CHUNK_BYTES = 32 * 1024 * 1024
+DEFAULT_STAGE_ROOT = "/tmp/webshop-catalog"
+
+
+class DeployError(RuntimeError):
+    """The app could not be deployed or did not come up on every node; the message says what to do."""
+
+
+def connect(address: str | None) -> None:
+    """Attach this process to a running Ray cluster (``auto``: the one this machine is part of)."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address or "auto", log_to_driver=False, logging_level="WARNING")
+    except ConnectionError as error:
+        raise DeployError(
+            f"no Ray cluster at {address or 'auto'}: start one (`ray start --head`, `make up-ray`) or pass "
+            f"--address HOST:PORT ({error})"
+        ) from error
+
+
+def store_state_secret(secret: str | None) -> str:
+    """Put the state secret into the cluster's key-value store; returns where it came from (never the value).
+
+    ``secret`` None: keep the cluster's secret if it has one, else draw a new one.
+    """
+    from ray.experimental import internal_kv
+
+    if secret:
+        internal_kv._internal_kv_put(
+            SECRET_KV_KEY, secret.encode(), overwrite=True, namespace=SECRET_KV_NAMESPACE
+        )
+        return "given"
+    if internal_kv._internal_kv_exists(SECRET_KV_KEY, namespace=SECRET_KV_NAMESPACE):
+        return "kept"
+    internal_kv._internal_kv_put(
+        SECRET_KV_KEY, secrets.token_urlsafe(32).encode(), overwrite=False, namespace=SECRET_KV_NAMESPACE
+    )
+    return "generated"
+
+
+# ---- catalog on every node -------------------------------------------------------------------------------
+def _fingerprint(catalog: Path) -> str:
+    return str(json.loads((catalog / "manifest.json").read_text())["fingerprint"])
+
+
+def _has_catalog(dest: str, fingerprint: str) -> bool:
+    try:
+        return _fingerprint(Path(dest)) == fingerprint
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+_node_has_catalog = ray.remote(num_cpus=0)(_has_catalog)
+
+
+@ray.remote(num_cpus=0)
+def _write_catalog(dest: str, fingerprint: str, files: list[tuple[str, int, list[Any]]]) -> str:
+    """Write the catalog's files under ``dest`` (into a temporary sibling, renamed when complete)."""
+    target = Path(dest)
+    if _has_catalog(dest, fingerprint):  # another deploy got here first
+        return "present"
+    partial = target.with_name(f"{target.name}.partial-{uuid.uuid4().hex[:8]}")
+    try:
+        for relative, size, chunks in files:
+            path = partial / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("wb") as out:
+                for chunk in chunks:
+                    out.write(ray.get(chunk))
+            if path.stat().st_size != size:
+                raise OSError(f"{relative}: wrote {path.stat().st_size} bytes, expected {size}")
+        if _fingerprint(partial) != fingerprint:
+            raise OSError("the copied manifest does not carry the expected fingerprint")
+        if target.exists():
+            shutil.rmtree(target)
+        partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return "copied"
+
+
+def _on_node(function: Any, node_id: str) -> Any:
+    return function.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+
+
+def stage_catalog(
+    catalog: Path, stage_root: str = DEFAULT_STAGE_ROOT, nodes: list[dict[str, Any]] | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> tuple[str, dict[str, str]]:  # fmt: skip
+    """Copy ``catalog`` to ``<stage_root>/<fingerprint>`` on every node; returns (that path, node IP -> what
+    happened there: ``present`` or ``copied``)."""
+    catalog = Path(catalog)
+    if not (catalog / "manifest.json").is_file():
+        raise DeployError(f"{catalog} is not a prepared catalog (no manifest.json): `make data` builds one")
+    fingerprint = _fingerprint(catalog)
+    dest = f"{stage_root.rstrip('/')}/{fingerprint}"
+    nodes = nodes if nodes is not None else [node for node in ray.nodes() if node.get("Alive")]
+    present = ray.get(
+        [_on_node(_node_has_catalog, node["NodeID"]).remote(dest, fingerprint) for node in nodes]
+    )
+    outcome = {node["NodeManagerAddress"]: "present" for node, has in zip(nodes, present, strict=True) if has}
+    missing = [node for node, has in zip(nodes, present, strict=True) if not has]
+    if missing:
+        files = sorted(path for path in catalog.rglob("*") if path.is_file())
+        total = sum(path.stat().st_size for path in files)
+        progress(
+            f"copying the catalog ({total / 2**20:.1f} MiB, {len(files)} files) to {len(missing)} node(s)"
+        )
+        payload = []
+        for path in files:
+            chunks = []
+            with path.open("rb") as source:
+                while block := source.read(CHUNK_BYTES):
+                    chunks.append(ray.put(block))
+            payload.append((str(path.relative_to(catalog)), path.stat().st_size, chunks))
+        results = ray.get(
+            [_on_node(_write_catalog, node["NodeID"]).remote(dest, fingerprint, payload) for node in missing]
+        )
+        outcome.update(
+            {node["NodeManagerAddress"]: result for node, result in zip(missing, results, strict=True)}
+        )
+    return dest, outcome
+
+
+# ---- deploy and check ------------------------------------------------------------------------------------
+def deploy(
+    args: ServeArgs, app_name: str = DEFAULT_APP_NAME, port: int = DEFAULT_PORT, host: str = "0.0.0.0"
+) -> int:
+    """Start Serve (proxies on every node, on ``host:port``) and deploy the app; returns the node count."""
+    from ray import serve
+
+    args.validate()
+    nodes = args.nodes or len(schedulable_nodes(args.replica_cpus))
+    if nodes < 1:
+        raise DeployError(f"no alive node of this Ray cluster has {args.replica_cpus} CPU free for a replica")
+    serve.start(proxy_location="EveryNode", http_options={"host": host, "port": port})
+    serve.run(bind(args, nodes), name=app_name, route_prefix="/", blocking=False)
+    return nodes
+
+
+@ray.remote(num_cpus=0)
+def _local_readyz(port: int) -> dict[str, Any]:
+    """Ask this node's own proxy (loopback) whether the app answers."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+            return {"status": response.status, "body": json.loads(response.read())}
+    except urllib.error.HTTPError as error:
+        return {"status": error.code}
+    except OSError as error:
+        return {"status": None, "error": str(error)}
+
+
+def replicas_by_node(app_name: str = DEFAULT_APP_NAME) -> dict[str, int]:
+    """Node IP -> RUNNING replicas of the app (from Serve's controller)."""
+    from ray import serve
+
+    controller = serve.context._get_global_client()._controller
+    details = ray.get(controller.get_serve_instance_details.remote())
+    counts: dict[str, int] = {}
+    for deployment in details.get("applications", {}).get(app_name, {}).get("deployments", {}).values():
+        for replica in deployment.get("replicas", []):
+            if replica.get("state") == "RUNNING" and replica.get("node_ip"):
+                counts[replica["node_ip"]] = counts.get(replica["node_ip"], 0) + 1
+    return counts
+
+
+def wait_every_node(
+    args: ServeArgs, app_name: str = DEFAULT_APP_NAME, port: int = DEFAULT_PORT, timeout: float = 300.0,
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Wait until every schedulable node runs its replicas and answers on its own proxy; returns per node
+    ``{node_ip, url, replicas, fingerprint}``."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while True:
+        nodes = schedulable_nodes(args.replica_cpus)
+        counts = replicas_by_node(app_name)
+        answers = ray.get([_on_node(_local_readyz, node["NodeID"]).remote(port) for node in nodes])
+        report = [
+            {
+                "node_ip": node["NodeManagerAddress"],
+                "url": f"http://{node['NodeManagerAddress']}:{port}",
+                "replicas": counts.get(node["NodeManagerAddress"], 0),
+                "fingerprint": (answer.get("body") or {}).get("fingerprint"),
+                "readyz": answer.get("status"),
+            }
+            for node, answer in zip(nodes, answers, strict=True)
+        ]
+        waiting = [r for r in report if r["replicas"] < args.replicas_per_node or r["readyz"] != 200]
+        if nodes and not waiting:
+            return report
+        state = ", ".join(f"{r['node_ip']}: {r['replicas']} replica(s), readyz {r['readyz']}" for r in report)
+        if state != last:
+            progress(f"waiting for every node: {state or 'no node'}")
+            last = state
+        if time.monotonic() > deadline:
+            raise DeployError(
+                f"the WebShop app did not come up on every node within {timeout:.0f} s ({state}); see the "
+                "replica logs (Ray's session logs, serve/ directory) and `serve status`"
+            )
+        time.sleep(1.0)
+
+
+def undeploy(app_name: str = DEFAULT_APP_NAME) -> bool:
+    """Delete the app (Serve itself keeps running for other apps); False when it was not deployed."""
+    from ray import serve
+
+    if app_name not in serve.status().applications:
+        return False
+    serve.delete(app_name)
+    return True
+
+
+def serve_config(
+    args: ServeArgs, app_name: str = DEFAULT_APP_NAME, port: int = DEFAULT_PORT
+) -> dict[str, Any]:
+    """A Serve config file's content for ``serve deploy`` (the same app; no secret in it)."""
+    values = {key: value for key, value in args.as_dict().items() if value not in (None, {})}
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": "0.0.0.0", "port": port},
+        "applications": [
+            {
+                "name": app_name,
+                "route_prefix": "/",
+                "import_path": "webshop_env.ray_serve.app:build",
+                "args": values,
+            }
+        ],
+    }

@@ -26,7 +26,7 @@ TRAIN_VENV = $(if $(filter 0.9,$(VERL_LINE)),$(VENV09),$(VENV))
 export VERL_LINE
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
-.PHONY: help setup nginx redis debootstrap chromium lucene spacy data test lint format up-local down-local status-local preflight rehearse bench bench-readme clean
+.PHONY: help setup nginx redis slurm debootstrap chromium lucene spacy data test lint format up-local down-local status-local preflight rehearse bench bench-readme clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
@@ -65,6 +65,10 @@ nginx: ## install nginx (Debian package) when it is missing
 redis: ## install redis-server (Debian package; the AgentGym session store of up-local and the tests) when it is missing
 	@command -v redis-server >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+slurm: ## install Slurm and munge (Debian packages slurm-wlm, munge; the multi-node tests' real cluster) when they are missing
+	@command -v slurmctld >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq slurm-wlm munge >/dev/null; }
+	@slurmctld -V
 
 debootstrap: ## install debootstrap (Debian package; make docker-standins builds stand-in base images with it) when it is missing
 	@[ -x /usr/sbin/debootstrap ] || command -v debootstrap >/dev/null 2>&1 || { $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq debootstrap >/dev/null; }

@@ -69,7 +69,7 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
         if args.write_config:
             _write_config(args.write_config, deploy.serve_config(serve_args, args.app_name, args.port))
             return 0
-        nodes = deploy.deploy(serve_args, args.app_name, args.port, args.host)
+        nodes = deploy.deploy(serve_args, args.app_name, args.port, args.host, progress=_progress)
         _progress(
             f"deployed {args.app_name!r}: {serve_args.replicas_per_node} replica(s) on each of {nodes} node(s)"
         )

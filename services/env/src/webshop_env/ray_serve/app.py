@@ -157,7 +157,9 @@ class WebShopReplica:
                 "filesystem every node reads, or copy it to every node (`webshop-env serve-ray --stage-catalog`)"
             )
         _set_replica_settings(
-            Settings(**parsed.settings, catalog=catalog, state_secret=read_state_secret(parsed.state_secret_file))
+            Settings(
+                **parsed.settings, catalog=catalog, state_secret=read_state_secret(parsed.state_secret_file)
+            )
         )
 
     def check_health(self) -> None:

@@ -14,7 +14,9 @@ Steps, each of which can be re-run (a second deploy updates the app in place):
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
 import shutil
 import time
@@ -32,6 +34,8 @@ from .app import ServeArgs, bind, schedulable_nodes
 #: Files of a catalog travel to the nodes in chunks of this size (objects in Ray's object store).
 CHUNK_BYTES = 32 * 1024 * 1024
 DEFAULT_STAGE_ROOT = "/tmp/webshop-catalog"
+#: Where Ray keeps this user's cluster auth token (Ray's own default path).
+DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
 
 
 class DeployError(RuntimeError):
@@ -42,6 +46,7 @@ def connect(address: str | None) -> None:
     """Attach this process to a running Ray cluster (``auto``: the one this machine is part of)."""
     if ray.is_initialized():
         return
+    use_cluster_token()
     try:
         ray.init(address=address or "auto", log_to_driver=False, logging_level="WARNING")
     except ConnectionError as error:
@@ -49,6 +54,26 @@ def connect(address: str | None) -> None:
             f"no Ray cluster at {address or 'auto'}: start one (`ray start --head`, `make up-ray`) or pass "
             f"--address HOST:PORT ({error})"
         ) from error
+
+
+def use_cluster_token() -> None:
+    """Send this machine's Ray auth token when there is one and ``RAY_AUTH_MODE`` is unset.
+
+    Why: Ray 2.60 turns token auth on for a cluster that ``ray start --head`` makes where
+    ``~/.ray/auth_token`` exists (a local ``ray.init`` writes it), but a client given an explicit address
+    (``--address``, ``RAY_ADDRESS``) never sends the token unless ``RAY_AUTH_MODE=token``: it then fails with
+    "Authentication token is missing or incorrect". A server without token auth ignores the token.
+    """
+    if os.environ.get("RAY_AUTH_MODE") is None and (
+        os.environ.get("RAY_AUTH_TOKEN")
+        or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        or DEFAULT_TOKEN_PATH.is_file()
+    ):
+        os.environ["RAY_AUTH_MODE"] = "token"
+        with contextlib.suppress(ImportError, AttributeError):  # Ray caches the mode; 2.49 has no token auth
+            from ray._private.authentication.authentication_token_setup import _enable_token_auth
+
+            _enable_token_auth()
 
 
 def store_state_secret(secret: str | None) -> str:
@@ -104,9 +129,15 @@ def _write_catalog(dest: str, fingerprint: str, files: list[tuple[str, int, list
                 raise OSError(f"{relative}: wrote {path.stat().st_size} bytes, expected {size}")
         if _fingerprint(partial) != fingerprint:
             raise OSError("the copied manifest does not carry the expected fingerprint")
-        if target.exists():
-            shutil.rmtree(target)
-        partial.rename(target)
+        if target.exists() and not _has_catalog(dest, fingerprint):
+            shutil.rmtree(target)  # an incomplete copy of an older, killed deploy
+        try:
+            partial.rename(target)
+        except OSError:
+            # another node finished first: the same filesystem (a shared /tmp) holds one copy for both
+            if not _has_catalog(dest, fingerprint):
+                raise
+            return "present"
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return "copied"
@@ -157,8 +188,9 @@ def stage_catalog(
 
 # ---- deploy and check ------------------------------------------------------------------------------------
 def deploy(
-    args: ServeArgs, app_name: str = DEFAULT_APP_NAME, port: int = DEFAULT_PORT, host: str = "0.0.0.0"
-) -> int:
+    args: ServeArgs, app_name: str = DEFAULT_APP_NAME, port: int = DEFAULT_PORT, host: str = "0.0.0.0",
+    progress: Callable[[str], None] = lambda message: None,
+) -> int:  # fmt: skip
     """Start Serve (proxies on every node, on ``host:port``) and deploy the app; returns the node count."""
     from ray import serve
 
@@ -167,8 +199,32 @@ def deploy(
     if nodes < 1:
         raise DeployError(f"no alive node of this Ray cluster has {args.replica_cpus} CPU free for a replica")
     serve.start(proxy_location="EveryNode", http_options={"host": host, "port": port})
+    running = serve.context._get_global_client().http_config
+    if running.port != port:  # Serve was already running: it keeps its own options
+        raise DeployError(
+            f"Ray Serve already runs on this cluster with its proxies on port {running.port}, not {port}: "
+            f"deploy with --port {running.port} (and WEBSHOP_RAY_PORT={running.port} for the trainer), or "
+            "`serve shutdown` first"
+        )
+    deployed = (
+        _serve_details().get("applications", {}).get(app_name, {}).get("deployments", {}).get("WebShop")
+    )
+    if deployed and deployed["deployment_config"].get("max_replicas_per_node") != args.replicas_per_node:
+        # Serve's rolling update starts the new replicas next to the old ones, and the per-node cap (of the old
+        # and the new version together) would leave some of them unplaceable forever: replace the app instead
+        # (clients retry across the gap; the trainer's retry budget is minutes).
+        progress(f"replicas per node change: deleting {app_name!r} before deploying it again")
+        serve.delete(app_name)
     serve.run(bind(args, nodes), name=app_name, route_prefix="/", blocking=False)
     return nodes
+
+
+def _serve_details() -> dict[str, Any]:
+    """Serve's controller's view of the applications (what the dashboard shows; no dashboard needed)."""
+    from ray import serve
+
+    controller = serve.context._get_global_client()._controller
+    return ray.get(controller.get_serve_instance_details.remote())
 
 
 @ray.remote(num_cpus=0)
@@ -188,10 +244,7 @@ def _local_readyz(port: int) -> dict[str, Any]:
 
 def replicas_by_node(app_name: str = DEFAULT_APP_NAME) -> dict[str, int]:
     """Node IP -> RUNNING replicas of the app (from Serve's controller)."""
-    from ray import serve
-
-    controller = serve.context._get_global_client()._controller
-    details = ray.get(controller.get_serve_instance_details.remote())
+    details = _serve_details()
     counts: dict[str, int] = {}
     for deployment in details.get("applications", {}).get(app_name, {}).get("deployments", {}).values():
         for replica in deployment.get("replicas", []):

@@ -1,0 +1,124 @@
+"""A real multi-node Ray cluster on one machine: one ``ray start`` per test host (network namespace).
+
+Each node is small (1 CPU, the minimum object store, no dashboard) so three fit the 2-core CI machine, has a
+temp dir of its own (socket and session files must not collide on one filesystem), and runs ``ray start
+--block`` in a session of its own, so the test can SIGKILL exactly one node's Ray processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _netns import Hosts
+
+RAY_PORT = 6379
+OBJECT_STORE_BYTES = 80 * 1024 * 1024
+BIN = Path(sys.executable).parent
+
+
+def ray_env() -> dict[str, str]:
+    """The nodes' and drivers' environment: token auth off (explicit on every side, whatever ~/.ray holds),
+    no usage stats, no memory monitor killing workers on a busy CI machine."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update({
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_memory_monitor_refresh_ms": "0",
+        "RAY_DEDUP_LOGS": "0",
+        "PYTHONUNBUFFERED": "1",
+    })  # fmt: skip
+    return env
+
+
+@dataclass
+class RayNodes:
+    hosts: Hosts
+    root: Path
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return f"{self.hosts.ips[0]}:{RAY_PORT}"
+
+    def start(self, cpus: int = 1, timeout: float = 180.0) -> None:
+        for i, ip in enumerate(self.hosts.ips):
+            role = ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"] if i == 0 else [
+                f"--address={self.address}"
+            ]  # fmt: skip
+            temp = self.root / f"n{i}"
+            temp.mkdir(parents=True, exist_ok=True)
+            log = (self.root / f"ray-start-{i}.log").open("wb")
+            self.processes.append(
+                self.hosts.popen(
+                    i,
+                    [str(BIN / "ray"), "start", *role, f"--node-ip-address={ip}", f"--num-cpus={cpus}",
+                     f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
+                     f"--temp-dir={temp}", "--block"],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ray_env(),
+                    start_new_session=True,
+                )
+            )  # fmt: skip
+            if i == 0:
+                self.wait_nodes(1, timeout)
+        self.wait_nodes(len(self.hosts.ips), timeout)
+
+    def driver(self, i: int, code: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run Python ``code`` in host ``i`` with ``ADDRESS`` set to the cluster's address."""
+        return self.hosts.run(
+            i, [sys.executable, "-c", f"ADDRESS = {self.address!r}\n{code}"], timeout=timeout, env=ray_env()
+        )
+
+    def alive_nodes(self) -> int:
+        done = self.driver(
+            0,
+            "import ray\nray.init(address=ADDRESS, logging_level='ERROR', log_to_driver=False)\n"
+            "print(sum(1 for n in ray.nodes() if n['Alive']))",
+            timeout=60,
+        )
+        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
+
+    def wait_nodes(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.alive_nodes() < count:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
+                raise RuntimeError(f"the Ray cluster did not reach {count} node(s):\n{self.logs()}")
+            time.sleep(1.0)
+
+    def kill_node(self, i: int) -> None:
+        """SIGKILL every Ray process of node ``i`` (its ``ray start`` session: raylet, workers, proxy, replicas)."""
+        process = self.processes[i]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        # Ray's own children that left the session (none expected) are still in the node's temp dir's session
+        for pid in self.hosts.pids(i):
+            with contextlib.suppress(OSError):
+                if f"{self.root / f'n{i}'}" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                    os.kill(pid, signal.SIGKILL)
+
+    def logs(self, lines: int = 30) -> str:
+        out = []
+        for path in sorted(self.root.glob("ray-start-*.log")):
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {path.name}\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in self.processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.1, deadline - time.monotonic()))
+        for i, process in enumerate(self.processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            self.kill_node(i)

@@ -4,10 +4,13 @@
                                    [--verl-line 0.7|0.9] [--require-driver] [--skip M ...]
 
 1. Imports every module a GPU run imports: the verl entry point and its FSDP workers, the agent loop, the sglang
-   server (verl's async sglang server and sglang's own launch_server, which eval runs), Ray, the merger, the
-   WebShop trainer modules, TensorBoard's writer. flash_attn is required when a training config asks for it
-   (attn_implementation flash_attention_2, verl's default, or use_remove_padding, which imports
-   flash_attn.bert_padding). A missing or broken module fails the build, not the first GPU hour.
+   server (verl's async sglang server and sglang's own launch_server, which eval runs), Ray, Ray Serve and the
+   env's Serve app (WEBSHOP_ENV=ray: webshop-env[ray] on the training cluster; its fastapi/starlette must suit
+   the image's Ray), the merger, the WebShop trainer modules, TensorBoard's writer. flash_attn is required when a
+   training config asks for it (attn_implementation flash_attention_2, verl's default, or use_remove_padding,
+   which imports flash_attn.bert_padding). A missing or broken module fails the build, not the first GPU hour.
+   Ray Serve is also put through what it does when it deploys, short of a cluster: a deployment config to
+   protobuf and back (Ray 2.49's Serve imports under protobuf 7 but cannot deploy anything).
 2. Reads `pip check`'s output and fails on any conflict that is not listed, with its reason, in the accepted
    conflicts file (one regular expression per line, then ` # ` and the reason). With --baseline FILE (the
    base image's own `pip check`, taken before anything was installed), a conflict the base image already
@@ -35,6 +38,10 @@ from pathlib import Path
 _COMMON_MODULES = (
     "torch",
     "ray",
+    # WEBSHOP_ENV=ray: the env as a Ray Serve app on this cluster (`webshop-env serve-ray`); a Serve whose web stack
+    # does not fit the image's Ray fails here, not when the first replica starts
+    "ray.serve",
+    "webshop_env.ray_serve.app",
     "transformers",
     "verl.trainer.main_ppo",
     "verl.experimental.agent_loop.tool_agent_loop",
@@ -113,6 +120,22 @@ def import_errors(modules: tuple[str, ...] | list[str], deferred: list[str] | No
     return errors
 
 
+def serve_problems() -> list[str]:
+    """Ray Serve's deploy path without a cluster: its controller reads every deployment's config from protobuf.
+    Ray 2.49's Serve does that through ``FieldDescriptor.label``, which protobuf 7 removed (Ray 2.60 handles both):
+    under protobuf 7 it imports, and fails when the env's app is deployed (`webshop-env serve-ray`)."""
+    try:
+        from ray.serve._private.config import DeploymentConfig
+
+        config = DeploymentConfig(num_replicas=2, max_ongoing_requests=64)
+        if DeploymentConfig.from_proto_bytes(config.to_proto_bytes()).num_replicas != 2:
+            return ["ray.serve: a deployment config does not survive protobuf and back"]
+    except Exception as error:
+        last = traceback.format_exception_only(type(error), error)[-1].strip()
+        return [f"ray.serve: a deployment config does not go through protobuf and back: {last}"]
+    return []
+
+
 def read_accepted(path: Path) -> list[tuple[re.Pattern[str], str]]:
     accepted = []
     for line in path.read_text().splitlines():
@@ -178,7 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"image check (verl {line} line): imported {imported}/{len(modules)} modules"
           + (f" (skipped: {', '.join(args.skip)})" if args.skip else ""))  # fmt: skip
     for item in deferred:
-        print(f"image check: deferred to the job's start (needs the NVIDIA driver, absent at build time): {item}")
+        print(
+            f"image check: deferred to the job's start (needs the NVIDIA driver, absent at build time): {item}"
+        )
+    if "ray.serve" in modules and not any(
+        item.startswith(("import ray:", "import ray.serve:")) for item in problems + deferred
+    ):
+        problems += serve_problems()
 
     if args.pip_check_output is not None:
         if args.accepted_conflicts is None:

@@ -29,18 +29,24 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /opt/webshop
 
 # 1. Freeze everything the base image ships (torch, sglang, flash-attn, CUDA wheels, numpy 2...): no later step
-#    may move it, except two packages left out of the lock and pinned by the constraints file:
+#    may move it, except the packages left out of the lock and pinned by the constraints file:
 #    - TransferQueue: verl's sgl0512 image was built with TransferQueue 0.1.8, below verl 0.9.1's floor (0.1.10);
 #    - transformers: sglang 0.5.12 pins transformers==5.6.0, which verl 0.9.1 excludes (transformers!=5.6.0,
 #      >=5.5.3,<5.11), so a frozen base would make the install below unresolvable; pinned to 5.9.0, verl 0.9.1's
-#      own [sglang] pin (its tokenizers range is 5.6.0's, so tokenizers stays frozen).
+#      own [sglang] pin (its tokenizers range is 5.6.0's, so tokenizers stays frozen);
+#    - fastapi and starlette: the trainer package pulls in webshop-env[ray], and ray[serve] 2.60 needs
+#      fastapi>=0.133 and starlette>=1.0.1 (so does every ray[serve] from 2.57 on, should the base ship its own
+#      Ray). sglang 0.5.12 leaves both open, and starlette 1.0.1 is newer than sglang 0.5.12 (May 2026), so the
+#      base can ship an older starlette, which, frozen, would make the install below unresolvable. Pinned to the
+#      versions the env's API is tested with (../constraints.txt), since Serve runs that API in this image;
+#      sglang's HTTP server (imported by verl's sglang server) is import-checked under them (step 3).
 #    The base image's documented package set is docker/trainer-verl09-base-packages.txt (sglang 0.5.12's exact
 #    pins); tests/deploy/test_trainer_verl09_resolution.py runs pip's resolver over this rule against it. The
 #    other pins of trainer-verl09-constraints.txt apply only to packages the image lacks (names compared
 #    PEP 503-normalised), so the two constraint sets never disagree.
 COPY docker/trainer-verl09-constraints.txt ./trainer-constraints.txt
 RUN { python3 -m pip check > base-pip-check.txt || true; } \
- && python3 -m pip list --format=freeze | grep -viE '^(transfer[-_.]?queue|transformers)==' > image-lock.txt \
+ && python3 -m pip list --format=freeze | grep -viE '^(transfer[-_.]?queue|transformers|fastapi|starlette)==' > image-lock.txt \
  && awk -F'==' ' \
       function norm(n) { n = tolower(n); gsub(/[-_.]+/, "-", n); return n } \
       FNR == NR { have[norm($1)] = 1; next } \
@@ -72,8 +78,9 @@ COPY configs/ /opt/webshop/configs/
 
 # 3. Checks that fail the build rather than the first GPU hour (docker/trainer-image-check.py, as in the 0.7.1
 #    image): every module a 0.9 run imports (engine workers, the v1 trainer and TransferQueue, sglang's server,
-#    the agent loop, the merger), and no `pip check` conflict beyond the base image's own (base-pip-check.txt)
-#    and those listed with their reasons. Imports that need the NVIDIA driver are rerun at the job's start.
+#    the agent loop, the merger, Ray Serve and the env's Serve app), and no `pip check` conflict beyond the base
+#    image's own (base-pip-check.txt) and those listed with their reasons. Imports that need the NVIDIA driver
+#    are rerun at the job's start.
 ARG IMAGE_CHECK_SKIP=""
 # the check's --skip, here and in the job's rerun of the imports (with the GPU driver)
 ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}

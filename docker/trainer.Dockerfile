@@ -52,8 +52,12 @@ RUN { python3 -m pip check > base-pip-check.txt || true; } \
 #    Its base dependencies are resolved in step 3, under both constraint files.
 RUN python3 -m pip install --no-deps verl==0.7.1
 
-# 3. The env package (client side), the trainer package and verl's remaining dependencies. Nothing the image
-#    ships can move (image-lock.txt).
+# 3. The env package (its client, and its API as a Ray Serve app), the trainer package and verl's remaining
+#    dependencies. Nothing the image ships can move (image-lock.txt). The trainer package pulls in
+#    webshop-env[ray], i.e. Ray Serve at this image's Ray (2.49.2): its [serve] extra sets no floor on fastapi or
+#    starlette, so the base's stay (the verl 0.9 image's Ray 2.60 needs newer ones and unlocks them); step 4
+#    imports Ray Serve and the env's Serve app. tests/deploy/test_trainer_verl09_resolution.py runs pip's
+#    resolver over this step against the base's documented package set (docker/trainer-base-packages.txt).
 COPY services/env/ services/env/
 COPY services/trainer/ services/trainer/
 # DL3013 (pin pip versions): every version comes from image-lock.txt or trainer-extra.txt (--constraint).
@@ -66,11 +70,13 @@ RUN python3 -m pip install --constraint image-lock.txt --constraint trainer-extr
 COPY configs/ /opt/webshop/configs/
 
 # 4. Checks that fail the build rather than the first GPU hour: every module a GPU run imports imports here
-#    (sglang's server, verl's FSDP workers and agent loop, Ray, the merger, flash_attn when a config needs it),
-#    and `pip check` reports nothing beyond the conflicts the base image already had (base-pip-check.txt, step 1)
-#    and those listed with their reasons in trainer-accepted-conflicts.txt. An import that fails only for want of
-#    the NVIDIA driver (not mounted during a build) is deferred: the trainer job reruns the imports with
-#    --require-driver before its preflight. IMAGE_CHECK_SKIP: modules to leave out; empty by default.
+#    (sglang's server, verl's FSDP workers and agent loop, Ray and Ray Serve with the env's Serve app, the merger,
+#    flash_attn when a config needs it; Serve also turns a deployment config into protobuf and back, as it does
+#    when it deploys), and `pip check` reports nothing beyond the conflicts the base image already had
+#    (base-pip-check.txt, step 1) and those listed with their reasons in trainer-accepted-conflicts.txt. An import
+#    that fails only for want of the NVIDIA driver (not mounted during a build) is deferred: the trainer job reruns
+#    the imports with --require-driver before its preflight. IMAGE_CHECK_SKIP: modules to leave out; empty by
+#    default.
 ARG IMAGE_CHECK_SKIP=""
 # the check's --skip, here and in the job's rerun of the imports (with the GPU driver)
 ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}

@@ -92,6 +92,46 @@ def test_pip_check_fails_on_any_conflict_not_listed_with_a_reason(tmp_path: Path
         check.read_accepted(unreasoned)
 
 
+def test_a_serve_that_does_not_fit_the_images_web_stack_fails_the_build(tmp_path: Path) -> None:
+    """Both lines import Ray Serve and the env's Serve app (WEBSHOP_ENV=ray): a fastapi that Ray Serve cannot use
+    (here one that fails to import, as a version outside Serve's range would) fails the check, not deferred."""
+    check = _check_module()
+    serve = ["ray.serve", "webshop_env.ray_serve.app"]
+    for line in ("0.7", "0.9"):
+        assert set(serve) <= set(check.GPU_RUN_MODULES[line]), line
+    fake = tmp_path / "site" / "fastapi"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('fastapi 0.0.0: outside what Ray Serve supports')\n")
+    (tmp_path / "webshop_grpo_test.yaml").write_text("attn_implementation: sdpa\n")
+    others = [m for m in check.GPU_RUN_MODULES["0.7"] if m not in serve]
+    result = subprocess.run([sys.executable, str(SCRIPT), "--configs", str(tmp_path), "--verl-line", "0.7",
+                             "--skip", *others], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    for module in serve:
+        assert f"FAILED: import {module}: ImportError: fastapi 0.0.0" in result.stderr, result.stderr
+    assert "deferred" not in result.stdout
+
+
+def test_a_serve_that_imports_but_cannot_deploy_fails_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray 2.49's Serve under protobuf 7 imports, then fails to read its own deployment configs: the check puts a
+    config through protobuf and back, as Serve's controller does when the env's app is deployed."""
+    pytest.importorskip("ray.serve")
+    from ray.serve._private.config import DeploymentConfig
+
+    check = _check_module()
+    assert check.serve_problems() == []  # this environment's Ray and protobuf
+
+    def unreadable(cls: type, data: bytes) -> None:
+        raise AttributeError("'google._upb._message.FieldDescriptor' object has no attribute 'label'")
+
+    monkeypatch.setattr(DeploymentConfig, "from_proto_bytes", classmethod(unreadable))
+    assert check.serve_problems() == [
+        "ray.serve: a deployment config does not go through protobuf and back: AttributeError: "
+        "'google._upb._message.FieldDescriptor' object has no attribute 'label'"
+    ]
+
+
 def test_the_verl09_image_runs_the_same_checks() -> None:
     text = (REPO / "docker" / "trainer-verl09.Dockerfile").read_text()
     check = text.index("trainer-image-check.py --configs /opt/webshop/configs/verl09")

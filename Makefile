@@ -26,7 +26,7 @@ TRAIN_VENV = $(if $(filter 0.9,$(VERL_LINE)),$(VENV09),$(VENV))
 export VERL_LINE
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
-.PHONY: help setup nginx redis slurm debootstrap chromium lucene spacy data test lint format up-local down-local status-local preflight rehearse bench bench-readme clean
+.PHONY: help setup nginx redis slurm debootstrap chromium lucene spacy data test lint format up-local down-local status-local preflight rehearse bench bench-ray bench-readme clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
@@ -130,6 +130,9 @@ rehearse: setup nginx redis data ## the test training run on CPU through verl's 
 
 bench: setup data ## in-process simulator benchmark (JSON)
 	$(VENV)/bin/webshop-env bench --catalog $(CATALOG_DIR) --json
+
+bench-ray: setup nginx redis data ## Ray Serve against nginx on this machine (same replicas, alternating rounds): steps/s, latency, CPU per step -> markdown table (BENCH_RAY_ARGS=--json ...)
+	$(PY) scripts/bench_ray_vs_nginx.py --catalog $(CATALOG_DIR) $(BENCH_RAY_ARGS)
 
 bench-readme: setup data nginx redis ## the README's performance figures: bench --products 100000,1200000 (catalogs built once, cached) and bench-http --calibrate per kind
 	$(VENV)/bin/webshop-env bench --products 100000,1200000

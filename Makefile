@@ -13,6 +13,7 @@ CATALOG_SEED ?= 0
 REPLICAS ?= 2
 WORKERS ?= 2
 WEBSHOP_PORT ?= 36003
+WEBSHOP_RAY_PORT ?= 36080
 export CATALOG_DIR
 
 STAMP := $(VENV)/.installed
@@ -26,7 +27,7 @@ TRAIN_VENV = $(if $(filter 0.9,$(VERL_LINE)),$(VENV09),$(VENV))
 export VERL_LINE
 APT_GET := $(shell command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo) apt-get
 
-.PHONY: help setup nginx redis slurm debootstrap chromium lucene spacy data test lint format up-local down-local status-local preflight rehearse bench bench-ray bench-readme clean
+.PHONY: help setup nginx redis slurm debootstrap chromium lucene spacy data test lint format up-local down-local status-local up-ray down-ray preflight rehearse bench bench-ray bench-readme clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-14s\033[0m %s\n", $$1, $$2}'
@@ -99,7 +100,7 @@ else
 endif
 	$(SPACY_CHECK)
 
-test: setup nginx redis chromium lucene ## run the whole test suite
+test: setup nginx redis chromium lucene slurm ## run the whole test suite
 	$(VENV)/bin/pytest
 	$(VENV09)/bin/pytest tests/trainer/test_agent_loop.py tests/trainer/verl09  # the verl 0.9.1 line (its own environment)
 
@@ -110,6 +111,12 @@ lint: setup ## ruff (lint + format check)
 format: setup ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix services tests scripts
 	$(VENV)/bin/ruff format services tests scripts
+
+up-ray: setup data ## a one-node Ray cluster here (ray start --head, run/ray) with the env on it as a Ray Serve app on :$(WEBSHOP_RAY_PORT)
+	$(PY) -m webshop_env.ray_serve.local up --catalog $(CATALOG_DIR) --port $(WEBSHOP_RAY_PORT) --replicas-per-node $(REPLICAS)
+
+down-ray: setup ## stop make up-ray's Ray head (only that one; other Ray clusters of the machine stay up)
+	$(PY) -m webshop_env.ray_serve.local down
 
 up-local: setup nginx redis data ## start REPLICAS env replicas + nginx on :$(WEBSHOP_PORT) in the background
 	$(PY) -m webshop_env.cluster up --replicas $(REPLICAS) --workers $(WORKERS) --catalog $(CATALOG_DIR) --port $(WEBSHOP_PORT)

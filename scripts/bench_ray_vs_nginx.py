@@ -51,11 +51,11 @@ from typing import Any
 from webshop_env import cluster
 from webshop_env.cli.serve import bench_http
 from webshop_env.client.native import WebShopClient
+from webshop_env.ray_serve.local import LocalRayHead, all_pids, proc_stat
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-OBJECT_STORE_BYTES = 100 * 1000 * 1000  # Ray's minimum is about 75 MiB; nothing goes through the object store
 
 
 def log(message: str) -> None:
@@ -81,25 +81,11 @@ def machine_busy_s() -> float:
     return (user + nice + system + irq + softirq) / CLOCK_TICKS
 
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (index 0 is the state), or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def _pids() -> list[int]:
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-
-
 def processes_cpu_s(selector: Callable[[int, list[str]], bool]) -> dict[int, float]:
     """pid -> CPU seconds (user + system) of the live processes that ``selector(pid, stat_fields)`` picks."""
     result = {}
-    for pid in _pids():
-        fields = _stat(pid)
+    for pid in all_pids():
+        fields = proc_stat(pid)
         if fields is not None and selector(pid, fields):
             result[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
     return result
@@ -230,119 +216,7 @@ def ray_env() -> dict[str, str]:
     return env
 
 
-class RayHead:
-    """A private one-node Ray cluster: ``ray start --head --block`` in a session of its own."""
-
-    def __init__(self, temp_dir: Path, cpus: int) -> None:
-        self.temp_dir = temp_dir
-        self.cpus = cpus
-        self.port = cluster.free_ports(1)[0]
-        self.log_path = temp_dir.parent / f"{temp_dir.name}-ray-start.log"
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 180.0) -> None:
-        command = [
-            _binary("ray"), "start", "--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}",
-            "--node-ip-address=127.0.0.1", "--include-dashboard=false", "--disable-usage-stats",
-            f"--num-cpus={self.cpus}", f"--object-store-memory={OBJECT_STORE_BYTES}", "--block",
-        ]  # fmt: skip
-        log(f"ray: starting a head on {self.address} (temp dir {self.temp_dir}, {self.cpus} CPUs)")
-        started = time.monotonic()
-        with self.log_path.open("wb") as out:
-            self.process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ray_env(),
-                cwd=str(REPO), start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while "Ray runtime started" not in self.log_path.read_text(errors="replace"):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Ray head did not start:\n{self.tail()}")
-            time.sleep(0.2)
-        log(f"ray: head up after {time.monotonic() - started:.1f} s")
-
-    def tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    def session_pids(self) -> list[int]:
-        """This head's processes: its session (workers included), and anything naming its temp dir."""
-        if self.process is None:
-            return []
-        mine = {os.getpid(), *_ancestors()}
-        found = []
-        for pid in _pids():
-            fields = _stat(pid)
-            if pid in mine or fields is None:
-                continue
-            if int(fields[3]) == self.process.pid:
-                found.append(pid)
-                continue
-            with contextlib.suppress(OSError):
-                if str(self.temp_dir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                    found.append(pid)
-        return found
-
-    def stop(self, grace: float = 10.0) -> None:
-        """Stop the head in the order of ``ray stop``, but only this head's processes: SIGTERM the raylet (it
-        stops its workers) and wait, then the others but the GCS, then the GCS, each for up to ``grace``; then
-        ``ray start --block`` (it outlives a SIGTERM), and SIGKILL whatever is left."""
-        if self.process is None:
-            return
-        log("ray: stopping the head")
-        started = time.monotonic()
-
-        def kind(pid: int) -> str:
-            try:
-                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-            except OSError:
-                return "gone"
-            if pid == self.process.pid:  # type: ignore[union-attr]
-                return "ray start"
-            return {"raylet": "raylet", "gcs_server": "gcs"}.get(Path(argv0).name, "other")
-
-        for bucket in ("raylet", "other", "gcs", "ray start"):
-            pids = [pid for pid in self.session_pids() if kind(pid) == bucket]
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + (1.0 if bucket == "ray start" else grace)
-            while any((_stat(pid) or ["Z"])[0] != "Z" for pid in pids):  # a zombie is gone
-                self.process.poll()  # reap ``ray start`` when it goes
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-        for pid in self.session_pids():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(5)
-        deadline = time.monotonic() + 5
-        while self.session_pids() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        left = self.session_pids()
-        if left:
-            log(f"ray: WARNING: processes of the head still alive: {left}")
-        else:
-            log(f"ray: head stopped after {time.monotonic() - started:.1f} s")
-
-
-def _ancestors() -> list[int]:
-    found, pid = [], os.getppid()
-    while pid > 1:
-        found.append(pid)
-        fields = _stat(pid)
-        if fields is None:
-            break
-        pid = int(fields[1])
-    return found
-
-
-def deploy_serve(head: RayHead, catalog: Path, replicas: int, timeout: float = 600.0) -> str:
+def deploy_serve(head: LocalRayHead, catalog: Path, replicas: int, timeout: float = 600.0) -> str:
     """``webshop-env serve-ray`` on the head; returns the local URL once every node serves."""
     port = cluster.free_ports(1)[0]
     command = [
@@ -499,12 +373,12 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     cpus = os.cpu_count() or 1
     load_before = [round(value, 2) for value in os.getloadavg()]
     # a short temp dir: Ray's socket paths under it must stay within the 107 bytes of a Unix socket name
-    head = RayHead(Path(tempfile.mkdtemp(prefix="wsray", dir="/tmp")), cpus)
+    head = LocalRayHead(Path(tempfile.mkdtemp(prefix="wsray", dir="/tmp")), cpus=cpus, env=ray_env())
     record: dict[str, Any] | None = None
     failed = False
     try:
         record = start_nginx(args.catalog, args.replicas, workdir / "nginx")
-        head.start()
+        head.start(log=log)
         serve_url = deploy_serve(head, args.catalog, args.replicas)
         assert head.process is not None
         selectors = {"nginx": in_groups(nginx_groups(record)), "serve": in_session(head.process.pid)}
@@ -563,7 +437,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     }
 
 
-def teardown(record: dict[str, Any] | None, head: RayHead, keep_logs: bool) -> None:
+def teardown(record: dict[str, Any] | None, head: LocalRayHead, keep_logs: bool) -> None:
     """Stop both paths (a second Ctrl-C does not interrupt it); Ray's temp dir stays when ``keep_logs``."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

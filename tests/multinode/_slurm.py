@@ -432,6 +432,8 @@ PartitionName={self.partition} Nodes={",".join(self.names)} Default=YES MaxTime=
                     self.log_dir.mkdir(parents=True, exist_ok=True)
                     for name, path in self.logs().items():
                         shutil.copyfile(path, self.log_dir / name)
+                    for path in (self.dir / "jobs").glob("*.out"):  # the jobs' own output
+                        shutil.copyfile(path, self.log_dir / path.name)
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
         if self._own_hosts is not None:

@@ -16,7 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .config import (
@@ -212,6 +212,47 @@ def keep_earlier_metrics(path: Path) -> Path | None:
     return target
 
 
+#: Settings the launcher never forwards to the cluster's workers (they do not need them, and a runtime
+#: environment is visible to everyone on the cluster).
+PRIVATE_SETTINGS = frozenset({"WEBSHOP_STATE_SECRET"})
+
+
+def worker_env_overrides(env: Mapping[str, str]) -> list[str]:
+    """Hydra overrides that give every Ray worker of the run the launcher's ``WEBSHOP_*`` settings.
+
+    Why: on a cluster made with ``ray start`` a node's workers inherit that node's ``ray start`` environment,
+    not the launcher's, so ``WEBSHOP_ENV``, ``WEBSHOP_TURN_TOKENS``, ... would silently fall back to their
+    defaults on every node. verl passes ``ray_kwargs.ray_init.runtime_env`` to ``ray.init``: its ``env_vars``
+    reach every worker of the job, on every node.
+    """
+    return [
+        f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}='{value}'"
+        for key, value in ((k, v.replace("'", "\\'")) for k, v in worker_env(env).items())
+    ]  # Hydra's quoted string: only the quote is escaped
+
+
+def worker_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``WEBSHOP_*`` settings a run's Ray workers get on every node (all but ``PRIVATE_SETTINGS``)."""
+    return {k: env[k] for k in sorted(env) if k.startswith("WEBSHOP_") and k not in PRIVATE_SETTINGS}
+
+
+def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
+    """``WEBSHOP_ENV=ray``: deploy the env app on the training cluster (or find it there) and wait until every
+    node serves it, before verl starts (``webshop-env serve-ray``: idempotent). Returns its exit status."""
+    command = [
+        sys.executable,
+        "-m",
+        "webshop_env.cli",
+        "serve-ray",
+        "--wait",
+        env.get("WEBSHOP_RAY_WAIT_S", "600"),
+    ]
+    if env.get("WEBSHOP_RAY_STAGE_CATALOG", "").strip().lower() in ("1", "true", "yes"):
+        command.append("--stage-catalog")
+    print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
+    return subprocess.run(command, env=dict(env), stdout=sys.stderr).returncode
+
+
 def _train(args: argparse.Namespace) -> int:
     directory = (args.config_dir or training_config_dir()).resolve()
     experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or TRAINING_CONFIGS[args.config]
@@ -220,6 +261,13 @@ def _train(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if env.get("WANDB_API_KEY") and not any(o.startswith("trainer.logger=") for o in overrides):
         overrides.append("trainer.logger=[console,file,tensorboard,wandb]")
+    on_ray = env.get("WEBSHOP_ENV", "").strip().lower() == "ray"
+    if on_ray:
+        from webshop_env.ray_serve import needs_token_mode
+
+        if needs_token_mode(env):
+            env["RAY_AUTH_MODE"] = "token"  # verl's ray.init joins the cluster with this machine's token
+        overrides = worker_env_overrides(env) + overrides
     run_dir = output_root.resolve() / experiment
     command = train_command(args.config, overrides, directory, run_dir)
     log_path = run_dir / "logs" / "train.log"
@@ -240,6 +288,10 @@ def _train(args: argparse.Namespace) -> int:
               f"  train it further: raise trainer.total_epochs (TRAIN_EXTRA_ARGS=\"trainer.total_epochs=N\")",
               file=sys.stderr)  # fmt: skip
         return 0
+    if on_ray and deploy_env_on_cluster(env) != 0:
+        print("webshop-train train: the env is not serving on every node of the Ray cluster (see above); "
+              "nothing was trained", file=sys.stderr)  # fmt: skip
+        return 1
     kept = keep_earlier_metrics(Path(env["VERL_FILE_LOGGER_PATH"]))
     if kept is not None:
         print(f"  the earlier invocation's metrics: {kept}", file=sys.stderr)
@@ -263,6 +315,28 @@ def _train(args: argparse.Namespace) -> int:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _env_check(args: argparse.Namespace) -> int:
+    from .env_check import run_env_check
+
+    if args.episodes < 1:
+        print("webshop-train env-check: error: --episodes must be at least 1", file=sys.stderr)
+        return 2
+    report = run_env_check(os.environ, episodes=args.episodes, goal_set=args.goal_set)
+    text = json.dumps(report)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    for node in report["nodes"]:
+        if "error" in node:
+            print(f"webshop-train env-check: node {node['node_ip']}: {node['error']}", file=sys.stderr)
+        else:
+            rewards = [episode[1] for episode in node["episodes"]]
+            print(f"webshop-train env-check: node {node['node_ip']}: {len(rewards)} episode(s) through "
+                  f"{node['urls'][0]}, mean reward {sum(rewards) / max(1, len(rewards)):.3f}", file=sys.stderr)  # fmt: skip
+    return 0 if report["ok"] else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -329,6 +403,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the command and exit")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_epochs=2")
     p.set_defaults(func=_train)
+
+    p = commands.add_parser(
+        "env-check",
+        help="from every node of the running Ray cluster, play expert episodes through the trainer's own client "
+        "(WEBSHOP_ENV=ray: each node's Serve proxy); exit 1 if a node cannot",
+    )  # fmt: skip
+    p.add_argument("--episodes", type=int, default=8, help="expert episodes per node (default: 8)")
+    p.add_argument("--goal-set", default="synthetic", help="goal list (default: synthetic)")
+    p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    p.set_defaults(func=_env_check)
 
     p = commands.add_parser("tiny-model", help="build the tiny local model + tokenizer used by the preflight")
     p.add_argument("--catalog", type=Path, required=True)

@@ -55,6 +55,8 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
             _write_config(args.write_config, deploy.serve_config(serve_args, args.app_name, args.port))
             return 0
         deploy.connect(args.address)
+        if args.wait_nodes:
+            deploy.wait_nodes(args.wait_nodes, args.wait, progress=_progress)
         if args.down:
             removed = deploy.undeploy(args.app_name)
             _print({"app": args.app_name, "removed": removed})
@@ -167,6 +169,10 @@ def add_commands(subparsers: Any) -> None:
         help="another service setting for every replica (e.g. max_steps=50; see `webshop-env serve --help`)",
     )  # fmt: skip
     p.add_argument("--wait", type=float, default=300.0, help="seconds to wait for every node (default: 300)")
+    p.add_argument(
+        "--wait-nodes", type=int, default=0, metavar="N",
+        help="first wait until the cluster has N alive nodes (a job script starting its nodes; default: no wait)",
+    )  # fmt: skip
     p.add_argument(
         "--write-config", type=Path, default=None,
         help="write a Serve config file for `serve deploy` instead of deploying (with --stage-catalog: after "

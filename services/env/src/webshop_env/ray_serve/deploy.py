@@ -28,14 +28,12 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from . import DEFAULT_APP_NAME, DEFAULT_PORT, SECRET_KV_KEY, SECRET_KV_NAMESPACE
+from . import DEFAULT_APP_NAME, DEFAULT_PORT, SECRET_KV_KEY, SECRET_KV_NAMESPACE, needs_token_mode
 from .app import ServeArgs, bind, schedulable_nodes
 
 #: Files of a catalog travel to the nodes in chunks of this size (objects in Ray's object store).
 CHUNK_BYTES = 32 * 1024 * 1024
 DEFAULT_STAGE_ROOT = "/tmp/webshop-catalog"
-#: Where Ray keeps this user's cluster auth token (Ray's own default path).
-DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
 
 
 class DeployError(RuntimeError):
@@ -57,23 +55,31 @@ def connect(address: str | None) -> None:
 
 
 def use_cluster_token() -> None:
-    """Send this machine's Ray auth token when there is one and ``RAY_AUTH_MODE`` is unset.
-
-    Why: Ray 2.60 turns token auth on for a cluster that ``ray start --head`` makes where
-    ``~/.ray/auth_token`` exists (a local ``ray.init`` writes it), but a client given an explicit address
-    (``--address``, ``RAY_ADDRESS``) never sends the token unless ``RAY_AUTH_MODE=token``: it then fails with
-    "Authentication token is missing or incorrect". A server without token auth ignores the token.
-    """
-    if os.environ.get("RAY_AUTH_MODE") is None and (
-        os.environ.get("RAY_AUTH_TOKEN")
-        or os.environ.get("RAY_AUTH_TOKEN_PATH")
-        or DEFAULT_TOKEN_PATH.is_file()
-    ):
+    """Send this machine's Ray auth token when there is one and no mode is set (``needs_token_mode``)."""
+    if needs_token_mode():
         os.environ["RAY_AUTH_MODE"] = "token"
         with contextlib.suppress(ImportError, AttributeError):  # Ray caches the mode; 2.49 has no token auth
             from ray._private.authentication.authentication_token_setup import _enable_token_auth
 
             _enable_token_auth()
+
+
+def wait_nodes(count: int, timeout: float, progress: Callable[[str], None] = lambda message: None) -> None:
+    """Wait until the cluster has ``count`` alive nodes (a job script's workers join after its head)."""
+    deadline = time.monotonic() + timeout
+    alive = -1
+    while True:
+        now = sum(1 for node in ray.nodes() if node.get("Alive"))
+        if now >= count:
+            return
+        if now != alive:
+            progress(f"{now} of {count} Ray node(s) alive")
+            alive = now
+        if time.monotonic() > deadline:
+            raise DeployError(
+                f"only {now} of {count} Ray nodes joined within {timeout:.0f} s: see their logs"
+            )
+        time.sleep(1.0)
 
 
 def store_state_secret(secret: str | None) -> str:
@@ -242,9 +248,11 @@ def _local_readyz(port: int) -> dict[str, Any]:
         return {"status": None, "error": str(error)}
 
 
-def replicas_by_node(app_name: str = DEFAULT_APP_NAME) -> dict[str, int]:
+def replicas_by_node(
+    app_name: str = DEFAULT_APP_NAME, details: dict[str, Any] | None = None
+) -> dict[str, int]:
     """Node IP -> RUNNING replicas of the app (from Serve's controller)."""
-    details = _serve_details()
+    details = _serve_details() if details is None else details
     counts: dict[str, int] = {}
     for deployment in details.get("applications", {}).get(app_name, {}).get("deployments", {}).values():
         for replica in deployment.get("replicas", []):
@@ -263,7 +271,9 @@ def wait_every_node(
     last = ""
     while True:
         nodes = schedulable_nodes(args.replica_cpus)
-        counts = replicas_by_node(app_name)
+        details = _serve_details()
+        counts = replicas_by_node(app_name, details)
+        proxies = {p.get("node_ip"): p.get("status") for p in details.get("proxies", {}).values()}
         answers = ray.get([_on_node(_local_readyz, node["NodeID"]).remote(port) for node in nodes])
         report = [
             {
@@ -272,13 +282,22 @@ def wait_every_node(
                 "replicas": counts.get(node["NodeManagerAddress"], 0),
                 "fingerprint": (answer.get("body") or {}).get("fingerprint"),
                 "readyz": answer.get("status"),
+                "proxy": proxies.get(node["NodeManagerAddress"]),
             }
             for node, answer in zip(nodes, answers, strict=True)
         ]
-        waiting = [r for r in report if r["replicas"] < args.replicas_per_node or r["readyz"] != 200]
+        # the proxy's own status too: a proxy that could not bind the port is not HEALTHY, while another
+        # process on that port (an older Serve, a stray server) might still answer /readyz
+        waiting = [
+            r for r in report
+            if r["replicas"] < args.replicas_per_node or r["readyz"] != 200 or r["proxy"] != "HEALTHY"
+        ]  # fmt: skip
         if nodes and not waiting:
             return report
-        state = ", ".join(f"{r['node_ip']}: {r['replicas']} replica(s), readyz {r['readyz']}" for r in report)
+        state = ", ".join(
+            f"{r['node_ip']}: {r['replicas']} replica(s), proxy {r['proxy']}, readyz {r['readyz']}"
+            for r in report
+        )
         if state != last:
             progress(f"waiting for every node: {state or 'no node'}")
             last = state

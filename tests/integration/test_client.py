@@ -198,3 +198,46 @@ def test_client_against_a_replica(replica) -> None:
             assert results[0]["info"]["steps"] == 1 and results[1]["error"] == "invalid_token"
 
     asyncio.run(main())
+
+
+def test_failed_address_moves_the_client_to_a_fallback_and_back_to_its_own_later() -> None:
+    """Its own node's proxy refuses (a dead node): requests go to the next address at once, stay there while
+    the own address is failing, and go back to it after ``primary_retry_s`` once it answers again."""
+    port = cluster.free_ports(1)[0]
+
+    async def fallback_handler(reader, writer, n: int) -> None:
+        respond(writer, 200, b'{"observation":"fallback","state":"s"}')
+        await writer.drain()
+
+    async def own_handler(reader, writer, n: int) -> None:
+        respond(writer, 200, b'{"observation":"own","state":"s"}')
+        await writer.drain()
+
+    async def main() -> None:
+        fallback, fallback_url, fallback_count = await serve(fallback_handler)
+        async with fallback, WebShopClient(
+            f"http://127.0.0.1:{port}", fallback_urls=[fallback_url], retry_budget=10, backoff=0.01,
+            primary_retry_s=0.5,
+        ) as client:  # fmt: skip
+            assert (await client.reset(1))["observation"] == "fallback"
+            assert (await client.step("s", "search[x]"))["observation"] == "fallback"
+            assert fallback_count[0] == 2 and client.url == fallback_url  # no new attempt at the dead address
+            own, _, own_count = await serve(own_handler, port)
+            async with own:
+                await asyncio.sleep(0.6)
+                assert (await client.reset(1))["observation"] == "own"
+                assert own_count[0] == 1 and client.url == f"http://127.0.0.1:{port}"
+
+    asyncio.run(main())
+
+
+def test_every_address_failing_spends_the_budget_and_names_the_last_one() -> None:
+    async def main() -> None:
+        urls = [closed_port_url(), closed_port_url()]
+        async with WebShopClient(urls[0], fallback_urls=urls[1:], retry_budget=0.5, backoff=0.02) as client:
+            assert client.urls == urls
+            with pytest.raises(WebShopUnavailable, match="ConnectError"):
+                await client.reset(1)
+            assert await client.health() is False
+
+    asyncio.run(main())

@@ -110,6 +110,9 @@ class LocalRayHead:
             time.sleep(0.2)
 
     def alive(self) -> bool:
+        if self.leader is not None:
+            with contextlib.suppress(ChildProcessError):  # our own child (a test's up and down): reap it
+                os.waitpid(self.leader, os.WNOHANG)
         fields = None if self.leader is None else proc_stat(self.leader)
         return fields is not None and fields[0] != "Z"
 
@@ -126,7 +129,7 @@ class LocalRayHead:
         found = []
         for pid in all_pids():
             fields = proc_stat(pid)
-            if pid in mine or fields is None:
+            if pid in mine or fields is None or fields[0] == "Z":  # a zombie is gone (its parent reaps it)
                 continue
             if int(fields[3]) == self.leader:
                 found.append(pid)

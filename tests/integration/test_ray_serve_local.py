@@ -1,0 +1,125 @@
+"""``make up-ray``'s one-node Ray cluster (``webshop_env.ray_serve.local``) with the env as a Ray Serve app, for
+real: a native episode and an AgentGym episode (sessions in a Redis every replica reaches) through Serve's
+proxy, both with the rewards of the in-process env; the Serve config file that ``--write-config`` writes runs
+with Ray's own ``serve run``; ``down`` stops that head and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _agentgym import AgentGymClient
+
+from webshop_env import cluster
+from webshop_env.client import WebShopClient
+from webshop_env.ray_serve import local
+
+pytestmark = pytest.mark.timeout(600)
+SECRET = "ray-serve-local-test-secret-0123456789"
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is missing (make redis)")
+    port = cluster.free_ports(1)[0]
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while not cluster.redis_ping("127.0.0.1", port):
+        assert time.monotonic() < deadline, "redis-server did not start"
+        time.sleep(0.1)
+    yield f"redis://127.0.0.1:{port}/0"
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("WEBSHOP_STATE_SECRET", SECRET)
+    path = tmp_path / "run"
+    yield path
+    local.down(path)
+
+
+def expert(catalog_dir: Path, goal: int) -> tuple[list[str], float]:
+    from webshop_env.catalog.store import open_catalog
+    from webshop_env.core.env import WebShopEnv
+    from webshop_env.core.oracle import expert_actions, run_actions
+
+    env = WebShopEnv(open_catalog(catalog_dir))
+    actions = expert_actions(env, goal, "synthetic")
+    return actions, run_actions(env, goal, actions, "synthetic")[-1].reward
+
+
+def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
+    run_dir: Path, generated_catalog_dir: Path, redis_url: str, tmp_path: Path
+) -> None:
+    serve_port = cluster.free_ports(1)[0]
+    record = local.up(run_dir, generated_catalog_dir, serve_port, replicas_per_node=2, cpus=2,
+                      extra=["--redis-url", redis_url])  # fmt: skip
+    (node,) = record["env"]["nodes"]
+    assert node["replicas"] == 2 and node["readyz"] == 200 and node["proxy"] == "HEALTHY"
+    url = record["env"]["local_url"]
+    assert url == f"http://127.0.0.1:{serve_port}"
+
+    actions, reward = expert(generated_catalog_dir, 3)
+
+    async def native() -> float:
+        async with WebShopClient(url) as client:
+            step = await client.reset(3, goal_set="synthetic")
+            for action in actions:
+                step = await client.step(step["state"], action)
+            return step["reward"]
+
+    assert asyncio.run(native()) == pytest.approx(reward)
+
+    gym = AgentGymClient(url)  # /create, /reset, /step: the session lives in Redis, any replica serves a step
+    gym.reset(3)
+    for action in actions:
+        _, step_reward, done = gym.step(action)
+    assert done and step_reward == pytest.approx(reward)
+
+    # The config file for `serve deploy`/`serve run`: no secret in it; Ray's own CLI deploys it.
+    config = tmp_path / "webshop-serve.yaml"
+    env = {**os.environ, "WEBSHOP_STATE_SECRET": SECRET}
+    written = subprocess.run(
+        [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", record["address"], "--catalog",
+         str(generated_catalog_dir), "--port", str(serve_port), "--app-name", "webshop2",
+         "--write-config", str(config)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert written.returncode == 0, written.stderr[-2000:]
+    text = config.read_text()
+    assert SECRET not in text and "webshop_env.ray_serve.app:build" in text
+    text = text.replace("route_prefix: /\n", "route_prefix: /second\n")  # beside the first app
+    config.write_text(text)
+    from webshop_env.ray_serve import needs_token_mode
+
+    serve_env = {**env, **({"RAY_AUTH_MODE": "token"} if needs_token_mode(env) else {})}
+    ran = subprocess.run(
+        [str(Path(sys.executable).parent / "serve"), "run", str(config), "--address", record["address"],
+         "--non-blocking"],
+        capture_output=True, text=True, env=serve_env, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    deadline = time.monotonic() + 120
+    while cluster.http_status(f"{url}/second/readyz") != 200:
+        assert time.monotonic() < deadline, "the app deployed from the config file never answered"
+        time.sleep(1.0)
+
+    head = local.LocalRayHead(Path(record["temp_dir"]), port=record["port"], leader=record["pid"])
+    assert head.session_pids()
+    local.down(run_dir)
+    assert not head.alive() and not head.session_pids()
+    assert cluster.http_status(f"{url}/readyz") is None

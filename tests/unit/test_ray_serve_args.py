@@ -1,0 +1,53 @@
+"""The Ray Serve app's arguments and the Serve config file: checked before anything is deployed."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from webshop_env.ray_serve import needs_token_mode
+from webshop_env.ray_serve.app import ServeArgs
+from webshop_env.ray_serve.deploy import serve_config
+
+
+def test_defaults_and_known_settings_pass() -> None:
+    args = ServeArgs.parse({"catalog": "/shared/catalog", "settings": {"redis_url": "redis://h:6379/0"}})
+    assert (args.replicas_per_node, args.replica_cpus, args.state_secret_file) == (1, 0.25, None)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"catalog": "/c", "settings": {"state_secret": "x" * 40}}, "must not be written into the Serve arguments"),
+        ({"catalog": "/c", "settings": {"catalog": "/other"}}, "catalog argument"),
+        ({"catalog": "/c", "settings": {"max_stepz": 5}}, "unknown service setting"),
+        ({"catalog": "/c", "replicas_per_node": 0}, "at least 1"),
+        ({"catalog": "/c", "replica_cpus": -1}, "between 0 and 64"),
+        ({"catalog": "/c", "colour": "red"}, "unknown webshop Serve argument"),
+    ],
+)
+def test_bad_arguments_are_refused_with_the_reason(values: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ServeArgs.parse(values)
+
+
+def test_serve_config_names_the_builder_and_carries_no_secret() -> None:
+    args = ServeArgs.parse({"catalog": "/shared/catalog", "replicas_per_node": 2, "state_secret_file": "/s/secret"})
+    config = serve_config(args, "webshop", 36080)
+    text = yaml.safe_dump(config)
+    app = config["applications"][0]
+    assert app["import_path"] == "webshop_env.ray_serve.app:build"
+    assert config["proxy_location"] == "EveryNode" and config["http_options"]["port"] == 36080
+    assert ServeArgs.parse(app["args"]) == args  # what `serve run/deploy` hands the builder round-trips
+    assert "state_secret:" not in text
+
+
+def test_token_mode_only_when_a_token_exists_and_no_mode_is_set(tmp_path, monkeypatch) -> None:
+    import webshop_env.ray_serve as module
+
+    monkeypatch.setattr(module, "DEFAULT_TOKEN_PATH", tmp_path / "auth_token")
+    assert needs_token_mode({}) is False
+    assert needs_token_mode({"RAY_AUTH_TOKEN": "t"}) is True
+    (tmp_path / "auth_token").write_text("t")
+    assert needs_token_mode({}) is True
+    assert needs_token_mode({"RAY_AUTH_MODE": "disabled"}) is False

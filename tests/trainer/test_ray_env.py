@@ -28,7 +28,9 @@ def test_ray_mode_goes_to_this_nodes_proxy_first(monkeypatch) -> None:
     monkeypatch.setenv("WEBSHOP_RAY_PORT", "36123")
     settings = InteractionSettings.from_config({"env": "ray", "env_url": "http://balancer:1"})
     assert env_urls(settings)[0] == "http://127.0.0.1:36123"  # not connected to Ray here: only its own node
-    assert env_urls(InteractionSettings.from_config({"env_url": "http://balancer:1"})) == ["http://balancer:1"]
+    assert env_urls(InteractionSettings.from_config({"env_url": "http://balancer:1"})) == [
+        "http://balancer:1"
+    ]
 
 
 def test_both_yaml_configs_read_webshop_env(monkeypatch) -> None:

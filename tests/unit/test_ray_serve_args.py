@@ -18,7 +18,10 @@ def test_defaults_and_known_settings_pass() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"catalog": "/c", "settings": {"state_secret": "x" * 40}}, "must not be written into the Serve arguments"),
+        (
+            {"catalog": "/c", "settings": {"state_secret": "x" * 40}},
+            "must not be written into the Serve arguments",
+        ),
         ({"catalog": "/c", "settings": {"catalog": "/other"}}, "catalog argument"),
         ({"catalog": "/c", "settings": {"max_stepz": 5}}, "unknown service setting"),
         ({"catalog": "/c", "replicas_per_node": 0}, "at least 1"),
@@ -32,7 +35,9 @@ def test_bad_arguments_are_refused_with_the_reason(values: dict, message: str) -
 
 
 def test_serve_config_names_the_builder_and_carries_no_secret() -> None:
-    args = ServeArgs.parse({"catalog": "/shared/catalog", "replicas_per_node": 2, "state_secret_file": "/s/secret"})
+    args = ServeArgs.parse(
+        {"catalog": "/shared/catalog", "replicas_per_node": 2, "state_secret_file": "/s/secret"}
+    )
     config = serve_config(args, "webshop", 36080)
     text = yaml.safe_dump(config)
     app = config["applications"][0]

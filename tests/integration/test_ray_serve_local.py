@@ -90,6 +90,17 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
         _, step_reward, done = gym.step(action)
     assert done and step_reward == pytest.approx(reward)
 
+    # The launcher's step before verl (WEBSHOP_ENV=ray): serve-ray against the cluster finds the app serving.
+    from webshop_trainer.cli import deploy_env_on_cluster
+
+    launcher_env = {**os.environ, "RAY_ADDRESS": record["address"], "WEBSHOP_CATALOG": str(generated_catalog_dir),
+                    "WEBSHOP_RAY_PORT": str(serve_port), "WEBSHOP_RAY_REPLICAS_PER_NODE": "2",
+                    "WEBSHOP_REDIS_URL": redis_url, "WEBSHOP_RAY_WAIT_S": "120"}  # fmt: skip
+    assert deploy_env_on_cluster(launcher_env) == 0
+    assert (
+        deploy_env_on_cluster({**launcher_env, "WEBSHOP_RAY_PORT": str(serve_port + 1)}) != 0
+    )  # says so, fails
+
     # The config file for `serve deploy`/`serve run`: no secret in it; Ray's own CLI deploys it.
     config = tmp_path / "webshop-serve.yaml"
     env = {**os.environ, "WEBSHOP_STATE_SECRET": SECRET}

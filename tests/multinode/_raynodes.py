@@ -19,6 +19,8 @@ from pathlib import Path
 from _netns import Hosts
 
 RAY_PORT = 6379
+#: Figures measured by the multi-node tests; conftest prints them at the end of the run.
+FIGURES: list[str] = []
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
 BIN = Path(sys.executable).parent
 
@@ -122,3 +124,9 @@ class RayNodes:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             self.kill_node(i)
+
+
+def figure(line: str) -> None:
+    """Record a measured figure for the end-of-run summary (and print it for -s runs)."""
+    FIGURES.append(line)
+    print(line)

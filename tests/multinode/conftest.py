@@ -18,3 +18,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """``item.rep_setup``/``rep_call``/``rep_teardown``: fixtures see whether the test failed."""
     outcome = yield
     setattr(item, f"rep_{call.when}", outcome.get_result())
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    import _raynodes
+
+    if _raynodes.FIGURES:
+        terminalreporter.section("multi-node figures")
+        for line in _raynodes.FIGURES:
+            terminalreporter.write_line(line)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from _netns import make_hosts
-from _raynodes import RayNodes, ray_env
+from _raynodes import RayNodes, figure, ray_env
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -31,10 +31,6 @@ SLOTS = 64  # episodes in flight at once, over the three nodes
 RUN_S = 14.0  # each slot runs episodes back to back this long
 FAULT_AFTER_S = 4.0
 DRIVE = Path(__file__).with_name("_drive.py")
-
-
-def figure(line: str) -> None:
-    print(line)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _raynodes import figure
 from _slurm import SlurmCluster, slurm_fixture
 
 pytestmark = pytest.mark.timeout(900)
@@ -76,4 +77,7 @@ def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
     summary = json.loads((preflight_out / "verl0.7" / "summary.json").read_text())
     assert summary["errors"] == [], summary["errors"]
     assert "webshop-grpo: training command exited with 0" in output
-    print(f"Slurm job {job}: {info['JobState']} on {info['NodeList']}; env-check {check}")
+    figure(
+        f"Slurm job {job}: {info['JobState']} on {info['NodeList']} in {info['RunTime']}; env-check: "
+        + ", ".join(f"{ip} {len(node['episodes'])} episodes via its own proxy" for ip, node in served.items())
+    )

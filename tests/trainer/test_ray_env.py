@@ -41,13 +41,18 @@ def test_both_yaml_configs_read_webshop_env(monkeypatch) -> None:
     assert interaction.interaction[0].config.env == "ray"
 
 
-def test_workers_get_the_runs_settings_but_never_the_state_secret() -> None:
+def test_workers_get_the_runs_settings_and_log_paths_but_never_the_state_secret() -> None:
     from webshop_trainer.cli import training_config_dir
     from webshop_trainer.preflight import compose_training_config
 
     env = {"WEBSHOP_ENV": "ray", "WEBSHOP_TURN_TOKENS": "256", "WEBSHOP_STATE_SECRET": "s" * 40, "HOME": "/root",
-           "WEBSHOP_URL": "http://a:1/it's"}  # fmt: skip
-    assert sorted(worker_env(env)) == ["WEBSHOP_ENV", "WEBSHOP_TURN_TOKENS", "WEBSHOP_URL"]
+           "WEBSHOP_URL": "http://a:1/it's", "VERL_FILE_LOGGER_PATH": "/out/metrics.jsonl", "PATH": "/bin"}  # fmt: skip
+    assert sorted(worker_env(env)) == [
+        "VERL_FILE_LOGGER_PATH",
+        "WEBSHOP_ENV",
+        "WEBSHOP_TURN_TOKENS",
+        "WEBSHOP_URL",
+    ]
     _, config = compose_training_config("webshop_grpo_test", worker_env_overrides(env), training_config_dir())
     env_vars = OmegaConf.to_container(config.ray_kwargs.ray_init.runtime_env.env_vars)
     assert env_vars == worker_env(env)  # strings, exactly (a quote included): what Ray's runtime_env needs

@@ -72,7 +72,7 @@ def _rehearse(args: argparse.Namespace) -> int:
     from .rehearsal.run import RehearsalOptions, run_rehearsal
 
     summary = run_rehearsal(RehearsalOptions(out_dir=args.out, catalog=args.catalog, goals=args.goals,
-                                             outage_s=args.outage_s))  # fmt: skip
+                                             outage_s=args.outage_s, env=args.env))  # fmt: skip
     brief = {k: summary.get(k) for k in ("ok", "verl_version", "steps_completed", "resumed_from_step", "checkpoint",
                                          "merged_model", "eval_episodes", "env_outage_survived",
                                          "update_direction_ok", "seconds", "checks", "errors", "summary_path")}  # fmt: skip
@@ -218,7 +218,7 @@ PRIVATE_SETTINGS = frozenset({"WEBSHOP_STATE_SECRET"})
 
 
 def worker_env_overrides(env: Mapping[str, str]) -> list[str]:
-    """Hydra overrides that give every Ray worker of the run the launcher's ``WEBSHOP_*`` settings.
+    """Hydra overrides that give every Ray worker of the run the launcher's settings (``worker_env``).
 
     Why: on a cluster made with ``ray start`` a node's workers inherit that node's ``ray start`` environment,
     not the launcher's, so ``WEBSHOP_ENV``, ``WEBSHOP_TURN_TOKENS``, ... would silently fall back to their
@@ -231,9 +231,14 @@ def worker_env_overrides(env: Mapping[str, str]) -> list[str]:
     ]  # Hydra's quoted string: only the quote is escaped
 
 
+#: What a run's Ray workers must see on every node: the WebShop settings, where verl's loggers write (its task
+#: runner is a Ray actor: without these its metrics go to a relative path on some node), W&B and Hugging Face.
+WORKER_SETTINGS = ("WEBSHOP_", "VERL_FILE_LOGGER_PATH", "TENSORBOARD_DIR", "WANDB_", "HF_")
+
+
 def worker_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The ``WEBSHOP_*`` settings a run's Ray workers get on every node (all but ``PRIVATE_SETTINGS``)."""
-    return {k: env[k] for k in sorted(env) if k.startswith("WEBSHOP_") and k not in PRIVATE_SETTINGS}
+    """The settings a run's Ray workers get on every node (``WORKER_SETTINGS``, less ``PRIVATE_SETTINGS``)."""
+    return {k: env[k] for k in sorted(env) if k.startswith(WORKER_SETTINGS) and k not in PRIVATE_SETTINGS}
 
 
 def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
@@ -267,7 +272,9 @@ def _train(args: argparse.Namespace) -> int:
 
         if needs_token_mode(env):
             env["RAY_AUTH_MODE"] = "token"  # verl's ray.init joins the cluster with this machine's token
-        overrides = worker_env_overrides(env) + overrides
+        given = {o.split("runtime_env.env_vars.", 1)[1].split("=", 1)[0] for o in overrides
+                 if "ray_kwargs.ray_init.runtime_env.env_vars." in o}  # fmt: skip
+        overrides = worker_env_overrides({k: v for k, v in env.items() if k not in given}) + overrides
     run_dir = output_root.resolve() / experiment
     command = train_command(args.config, overrides, directory, run_dir)
     log_path = run_dir / "logs" / "train.log"
@@ -393,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--goals", type=int, default=12, help="training goals (4 per step)")
     p.add_argument("--outage-s", type=float, default=60.0,
                    help="seconds every env replica is stopped during step 2's rollout (0: none)")  # fmt: skip
+    p.add_argument("--env", choices=["http", "ray"], default="http",
+                   help="http: a local cluster (replicas + nginx) at WEBSHOP_URL; ray: the env as a Ray Serve app on "
+                   "a Ray head of its own that verl joins, reached with WEBSHOP_ENV=ray (default: http)")  # fmt: skip
     p.set_defaults(func=_rehearse)
 
     p = commands.add_parser("train", help="launch verl's trainer with configs/webshop_grpo_{test,train}.yaml")

@@ -75,13 +75,14 @@ class LocalRayHead:
     """
 
     def __init__(self, temp_dir: Path, port: int = 0, cpus: int | None = None, env: Mapping[str, str] | None = None,
-                 node_ip: str = "127.0.0.1", leader: int | None = None) -> None:  # fmt: skip
+                 node_ip: str = "127.0.0.1", leader: int | None = None, gpus: int = 0) -> None:  # fmt: skip
         self.temp_dir = Path(temp_dir)
         self.port = port or cluster.free_ports(1)[0]
         self.cpus = cpus or os.cpu_count() or 1
         self.env = dict(env if env is not None else os.environ)
         self.node_ip = node_ip
         self.leader = leader
+        self.gpus = gpus  # a GPU count Ray schedules by (a CPU rehearsal declares some; nothing checks them)
         self.log_path = self.temp_dir.parent / f"{self.temp_dir.name}-ray-start.log"
         self.process: subprocess.Popen | None = None
 
@@ -93,7 +94,8 @@ class LocalRayHead:
         command = [
             _binary("ray"), "start", "--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}",
             f"--node-ip-address={self.node_ip}", "--include-dashboard=false", "--disable-usage-stats",
-            f"--num-cpus={self.cpus}", f"--object-store-memory={OBJECT_STORE_BYTES}", "--block",
+            f"--num-cpus={self.cpus}", f"--num-gpus={self.gpus}", f"--object-store-memory={OBJECT_STORE_BYTES}",
+            "--block",
         ]  # fmt: skip
         log(f"ray: starting a head on {self.address} (temp dir {self.temp_dir}, {self.cpus} CPUs)")
         self.temp_dir.mkdir(parents=True, exist_ok=True)

@@ -21,8 +21,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,7 @@ class RehearsalOptions:
     catalog: Path | None = None
     goals: int = 12  # 3 steps of 4 prompts: the checkpoint at step 2 is inside the epoch
     outage_s: float = 60.0  # every env replica stopped this long during step 2's rollout (0: no outage)
+    env: str = "http"  # http: a local cluster (replicas + nginx); ray: the env as a Ray Serve app (ServeEnv)
     turn_tokens: int = 48
     eval_goals: int = 4  # test goals the merged checkpoint plays
 
@@ -130,12 +133,15 @@ def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]
 
 
 class Outage:
-    """Stops every env replica (SIGSTOP to its process group) as soon as the run has logged its first step (the
-    trainer then starts step 2 with its rollout), for ``seconds``, then resumes them (SIGCONT); the moments are
-    recorded for the summary."""
+    """Stops every env replica (SIGSTOP) as soon as the run has logged its first step (the trainer then starts
+    step 2 with its rollout), for ``seconds``, then resumes them (SIGCONT); the moments are recorded for the
+    summary. ``signal_replicas(sig)`` reaches the replicas: the local cluster's process groups, or the Serve
+    replica actors of a Ray head (Serve's health check replaces a stopped one: the outage ends sooner there)."""
 
-    def __init__(self, cluster_dir: Path, metrics: Path, seconds: float) -> None:
-        self.cluster_dir, self.metrics, self.seconds = cluster_dir, metrics, seconds
+    def __init__(
+        self, signal_replicas: Callable[[signal.Signals], None], metrics: Path, seconds: float
+    ) -> None:
+        self._signal, self.metrics, self.seconds = signal_replicas, metrics, seconds
         self.started: float | None = None
         self.ended: float | None = None
         self._stop = threading.Event()
@@ -151,15 +157,6 @@ class Outage:
         if self._thread.is_alive():
             self._thread.join(timeout=self.seconds + 10)
         self._signal(signal.SIGCONT)  # never leave a replica stopped
-
-    def _replica_groups(self) -> list[int]:
-        record = json.loads((self.cluster_dir / "pids.json").read_text())
-        return [int(r["pgid"]) for r in record.get("replicas", [])]
-
-    def _signal(self, sig: signal.Signals) -> None:
-        for group in self._replica_groups():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, sig)
 
     def _watch(self) -> None:
         # verl's file logger writes each step's line unbuffered, right before the next step's rollout begins
@@ -177,6 +174,76 @@ class Outage:
             f"[rehearsal] env outage over after {self.ended - self.started:.0f} s: replicas resumed",
             flush=True,
         )
+
+
+def cluster_replicas(cluster_dir: Path) -> Callable[[signal.Signals], None]:
+    """Signal the local cluster's replicas (each one's process group: its uvicorn workers too)."""
+
+    def send(sig: signal.Signals) -> None:
+        record = json.loads((cluster_dir / "pids.json").read_text())
+        for replica in record.get("replicas", []):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(replica["pgid"]), sig)
+
+    return send
+
+
+def serve_replicas(head: Any) -> Callable[[signal.Signals], None]:
+    """Signal the Serve replica actors (``ray::ServeReplica:...``) of a ``LocalRayHead``."""
+
+    def send(sig: signal.Signals) -> None:
+        for pid in head.session_pids():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::ServeReplica"):
+                    os.kill(pid, sig)
+
+    return send
+
+
+class ServeEnv:
+    """``--env ray``: a one-node Ray cluster of its own (``LocalRayHead``: 16 CPUs and 2 declared GPUs, what the
+    rehearsal's local cluster has) with the env deployed on it by ``webshop-env serve-ray``; verl's trainer joins
+    that cluster (``RAY_ADDRESS``) and reaches the env through ``WEBSHOP_ENV=ray``."""
+
+    def __init__(self, catalog: Path) -> None:
+        from webshop_env import cluster
+        from webshop_env.ray_serve.local import LocalRayHead
+
+        self.head = LocalRayHead(Path(tempfile.mkdtemp(prefix="wsreh-", dir="/tmp")), cpus=16, gpus=2)
+        self.port = cluster.free_ports(1)[0]
+        self.catalog = catalog
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, log: Path) -> None:
+        self.head.start()
+        command = [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", self.head.address,
+                   "--catalog", str(self.catalog), "--port", str(self.port), "--replicas-per-node", "2",
+                   "--wait", "300"]  # fmt: skip
+        with open(log, "ab") as out:
+            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=600).returncode != 0:
+                raise RuntimeError(f"webshop-env serve-ray failed; see {log}")
+
+    def env(self) -> dict[str, str]:
+        """What the launcher needs: the one setting, the cluster, and serve-ray's own arguments (it checks the
+        app; the same catalog and replicas leave it as it is)."""
+        return {"WEBSHOP_ENV": "ray", "WEBSHOP_RAY_PORT": str(self.port), "RAY_ADDRESS": self.head.address,
+                "WEBSHOP_CATALOG": str(self.catalog), "WEBSHOP_RAY_REPLICAS_PER_NODE": "2",
+                "WEBSHOP_URL": DEAD_URL}  # fmt: skip
+
+    def stop(self) -> None:
+        self.head.stop()
+        shutil.rmtree(self.head.temp_dir, ignore_errors=True)
+        self.head.log_path.unlink(missing_ok=True)
+
+
+#: ``--env ray``'s WEBSHOP_URL: nothing may reach the env another way (a request there is refused at once).
+DEAD_URL = "http://127.0.0.1:9"
+#: With ``--env ray`` verl joins a running cluster: ``ray.init`` then refuses resource and dashboard arguments.
+JOINED_CLUSTER = {
+    "ray_kwargs.ray_init.num_cpus=16": "ray_kwargs.ray_init.num_cpus=null",
+    "+ray_kwargs.ray_init.num_gpus=2": None,
+    "+ray_kwargs.ray_init.include_dashboard=false": None,
+}
 
 
 def _train(work: Path, steps: int, overrides: list[str], env: dict[str, str], log: Path) -> int:
@@ -261,12 +328,25 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         prepared = _prepare(options, work, line)
         summary["catalog"] = {"dir": str(prepared["catalog"]), "fingerprint": prepared["fingerprint"]}
         summary["warm_start"] = prepared["warm_start"]
-        running = start_or_reuse_cluster(prepared["catalog"], prepared["fingerprint"], work / "cluster", None)
-        stop = running.stop
-        env, ray = _line_env(line, work, running.url, options.turn_tokens)
+        if options.env == "ray":
+            serve = ServeEnv(prepared["catalog"])
+            stop = serve.stop
+            serve.start(log)
+            url, replicas = serve.url, serve_replicas(serve.head)
+        else:
+            running = start_or_reuse_cluster(
+                prepared["catalog"], prepared["fingerprint"], work / "cluster", None
+            )
+            stop = running.stop
+            url, replicas = running.url, cluster_replicas(work / "cluster")
+        summary["env"] = options.env
+        env, ray = _line_env(line, work, url if options.env == "http" else DEAD_URL, options.turn_tokens)
+        if options.env == "ray":
+            env.update(serve.env())
         env["WEBSHOP_AGENT_LOOP_CONFIG"] = str(config_dir() / "webshop_agent_loop.yaml")
         env["WEBSHOP_INTERACTION_CONFIG"] = str(config_dir() / "webshop_interaction.yaml")
-        overrides = [*SCALE, *(WRAP_07 if line == "0.7" else ()), *ray,
+        scale = [JOINED_CLUSTER.get(o, o) for o in SCALE] if options.env == "ray" else list(SCALE)
+        overrides = [*(o for o in scale if o is not None), *(WRAP_07 if line == "0.7" else ()), *ray,
                      f"actor_rollout_ref.model.path={prepared['model']}",
                      f"data.train_files={prepared['train']}", f"data.val_files={prepared['val']}",
                      f"data.train_max_samples={options.goals}"]  # fmt: skip
@@ -275,7 +355,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         overrides.append(f"trainer.default_local_dir={checkpoints}")
 
         # first invocation: steps 1-2, the outage during step 2's rollout, a checkpoint at step 2
-        with Outage(work / "cluster", run / "metrics" / "metrics.jsonl", options.outage_s) as outage:
+        with Outage(replicas, run / "metrics" / "metrics.jsonl", options.outage_s) as outage:
             first = _train(work, 2, overrides, env, log)
         if first != 0:
             raise RuntimeError(f"the first training invocation failed (exit {first}); see {log}")
@@ -317,7 +397,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         checks["merged_model_loads"] = True
 
         # eval of that checkpoint: `webshop-train eval --policy checkpoint`, served on CPU instead of by sglang
-        evaluated = _evaluate(work, last, running.url, env, log, options.eval_goals)
+        evaluated = _evaluate(work, last, url, env, log, options.eval_goals)
         summary["eval"] = evaluated
         summary["eval_episodes"] = int(evaluated.get("episodes") or 0)
         checks["eval"] = summary["eval_episodes"] == options.eval_goals

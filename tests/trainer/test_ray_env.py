@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from webshop_trainer.cli import worker_env, worker_env_overrides
-from webshop_trainer.config import InteractionSettings
+from webshop_trainer.cli import worker_env_overrides
+from webshop_trainer.config import InteractionSettings, worker_env
 from webshop_trainer.interaction import env_urls
 
 REPO = Path(__file__).resolve().parents[2]

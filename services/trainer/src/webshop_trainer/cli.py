@@ -28,6 +28,7 @@ from .config import (
     config_dir,
     installed_verl_line,
     training_config_dir,
+    worker_env,
 )
 
 
@@ -212,11 +213,6 @@ def keep_earlier_metrics(path: Path) -> Path | None:
     return target
 
 
-#: Settings the launcher never forwards to the cluster's workers (they do not need them, and a runtime
-#: environment is visible to everyone on the cluster).
-PRIVATE_SETTINGS = frozenset({"WEBSHOP_STATE_SECRET"})
-
-
 def worker_env_overrides(env: Mapping[str, str]) -> list[str]:
     """Hydra overrides that give every Ray worker of the run the launcher's settings (``worker_env``).
 
@@ -229,16 +225,6 @@ def worker_env_overrides(env: Mapping[str, str]) -> list[str]:
         f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}='{value}'"
         for key, value in ((k, v.replace("'", "\\'")) for k, v in worker_env(env).items())
     ]  # Hydra's quoted string: only the quote is escaped
-
-
-#: What a run's Ray workers must see on every node: the WebShop settings, where verl's loggers write (its task
-#: runner is a Ray actor: without these its metrics go to a relative path on some node), W&B and Hugging Face.
-WORKER_SETTINGS = ("WEBSHOP_", "VERL_FILE_LOGGER_PATH", "TENSORBOARD_DIR", "WANDB_", "HF_")
-
-
-def worker_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The settings a run's Ray workers get on every node (``WORKER_SETTINGS``, less ``PRIVATE_SETTINGS``)."""
-    return {k: env[k] for k in sorted(env) if k.startswith(WORKER_SETTINGS) and k not in PRIVATE_SETTINGS}
 
 
 def deploy_env_on_cluster(env: Mapping[str, str]) -> int:

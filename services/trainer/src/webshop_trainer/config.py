@@ -48,6 +48,19 @@ def default_env_mode() -> str:
     return (os.environ.get("WEBSHOP_ENV") or "http").strip().lower()
 
 
+#: What a run's Ray workers must see on every node (``ray start`` workers inherit their node's environment, not
+#: the launcher's): the WebShop settings, where verl's loggers write (its task runner is a Ray actor: without
+#: these its metrics go to a relative path on some node), W&B and Hugging Face.
+WORKER_SETTINGS = ("WEBSHOP_", "VERL_FILE_LOGGER_PATH", "TENSORBOARD_DIR", "WANDB_", "HF_")
+#: Never forwarded to the workers: they do not need it, and a runtime environment is visible to the whole cluster.
+PRIVATE_SETTINGS = frozenset({"WEBSHOP_STATE_SECRET"})
+
+
+def worker_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The settings a run's Ray workers get on every node (``WORKER_SETTINGS``, less ``PRIVATE_SETTINGS``)."""
+    return {k: env[k] for k in sorted(env) if k.startswith(WORKER_SETTINGS) and k not in PRIVATE_SETTINGS}
+
+
 @dataclass(frozen=True)
 class InteractionSettings:
     """What ``WebshopInteraction`` reads from its config (all optional).

@@ -53,7 +53,7 @@ def run_env_check(env: Mapping[str, str], episodes: int = 8, goal_set: str = "sy
 
     from webshop_env.ray_serve.deploy import use_cluster_token
 
-    from .cli import worker_env
+    from .config import worker_env
 
     use_cluster_token()
     ray.init(

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from ..ray_serve import DEFAULT_APP_NAME, DEFAULT_PORT
+from ..ray_serve.nodes import serve_port
 
 EPILOG = """\
 Examples:
@@ -148,7 +149,7 @@ def add_commands(subparsers: Any) -> None:
         help="Ray CPUs each replica reserves (default: $WEBSHOP_RAY_REPLICA_CPUS or 0.25)",
     )  # fmt: skip
     p.add_argument(
-        "--port", type=int, default=int(os.environ.get("WEBSHOP_RAY_PORT", DEFAULT_PORT)),
+        "--port", type=int, default=serve_port(),
         help=f"Serve's HTTP proxy port on every node (default: $WEBSHOP_RAY_PORT or {DEFAULT_PORT})",
     )  # fmt: skip
     p.add_argument("--host", default="0.0.0.0", help="the proxies' bind address (default: %(default)s)")

@@ -23,6 +23,7 @@ from ray import serve
 from ..api.app import create_app
 from ..api.routes_ops import NOT_READY, catalog_fingerprint
 from ..api.settings import Settings, SettingsError
+from ..catalog.store import MANIFEST
 from . import DEFAULT_APP_NAME, SECRET_KV_KEY, SECRET_KV_NAMESPACE
 
 log = logging.getLogger("webshop_env.ray_serve")
@@ -151,7 +152,7 @@ class WebShopReplica:
     def __init__(self, args: dict[str, Any]) -> None:
         parsed = ServeArgs.parse(args)
         catalog = Path(parsed.catalog)
-        if not (catalog / "manifest.json").is_file():
+        if not (catalog / MANIFEST).is_file():
             raise SettingsError(
                 f"no prepared catalog at {catalog} on node {ray.util.get_node_ip_address()}: put it on a "
                 "filesystem every node reads, or copy it to every node (`webshop-env serve-ray --stage-catalog`)"

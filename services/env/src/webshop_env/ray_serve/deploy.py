@@ -28,6 +28,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ..catalog.store import MANIFEST
 from . import DEFAULT_APP_NAME, DEFAULT_PORT, SECRET_KV_KEY, SECRET_KV_NAMESPACE, needs_token_mode
 from .app import ServeArgs, bind, schedulable_nodes
 
@@ -104,7 +105,7 @@ def store_state_secret(secret: str | None) -> str:
 
 # ---- catalog on every node -------------------------------------------------------------------------------
 def _fingerprint(catalog: Path) -> str:
-    return str(json.loads((catalog / "manifest.json").read_text())["fingerprint"])
+    return str(json.loads((catalog / MANIFEST).read_text())["fingerprint"])
 
 
 def _has_catalog(dest: str, fingerprint: str) -> bool:
@@ -160,8 +161,8 @@ def stage_catalog(
     """Copy ``catalog`` to ``<stage_root>/<fingerprint>`` on every node; returns (that path, node IP -> what
     happened there: ``present`` or ``copied``)."""
     catalog = Path(catalog)
-    if not (catalog / "manifest.json").is_file():
-        raise DeployError(f"{catalog} is not a prepared catalog (no manifest.json): `make data` builds one")
+    if not (catalog / MANIFEST).is_file():
+        raise DeployError(f"{catalog} is not a prepared catalog (no {MANIFEST}): `make data` builds one")
     fingerprint = _fingerprint(catalog)
     dest = f"{stage_root.rstrip('/')}/{fingerprint}"
     nodes = nodes if nodes is not None else [node for node in ray.nodes() if node.get("Alive")]

@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import cluster
-from . import DEFAULT_PORT
+from . import DEFAULT_PORT, nodes
 
 OBJECT_STORE_BYTES = 100 * 1000 * 1000  # Ray's minimum is about 75 MiB; the env puts nothing in it
 RECORD = "ray.json"
@@ -100,9 +101,10 @@ class LocalRayHead:
         log(f"ray: starting a head on {self.address} (temp dir {self.temp_dir}, {self.cpus} CPUs)")
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as out:
+            # cwd: its temp dir, so that a worker writing to a relative path never writes into the caller's tree
             self.process = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
-                start_new_session=True,
+                cwd=self.temp_dir, start_new_session=True,
             )  # fmt: skip
         self.leader = self.process.pid
         deadline = time.monotonic() + timeout
@@ -197,17 +199,18 @@ def _read(run_dir: Path) -> dict[str, Any] | None:
     return None
 
 
-def _head(record: Mapping[str, Any]) -> LocalRayHead:
+def head_of(record: Mapping[str, Any]) -> LocalRayHead:
+    """The head an ``up`` record describes (to stop it, or find its processes)."""
     return LocalRayHead(Path(record["temp_dir"]), port=record["port"], leader=record["pid"])
 
 
 def up(run_dir: Path, catalog: Path, serve_port: int = DEFAULT_PORT, replicas_per_node: int = 1,
-       cpus: int | None = None, extra: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+       cpus: int | None = None, extra: Sequence[str] = (), gpus: int = 0) -> dict[str, Any]:  # fmt: skip
     """Start (or reuse) the head recorded in ``run_dir`` and deploy the env on it; returns the record."""
     run_dir.mkdir(parents=True, exist_ok=True)
     record = _read(run_dir)
-    if record is None or not _head(record).alive():
-        head = LocalRayHead(_temp_dir(run_dir), cpus=cpus)
+    if record is None or not head_of(record).alive():
+        head = LocalRayHead(_temp_dir(run_dir), cpus=cpus, gpus=gpus)
         head.start(log=lambda message: print(message, file=sys.stderr))
         record = {"pid": head.leader, "port": head.port, "address": head.address, "temp_dir": str(head.temp_dir),
                   "log": str(head.log_path)}  # fmt: skip
@@ -230,7 +233,7 @@ def down(run_dir: Path) -> list[str]:
     record = _read(run_dir)
     if record is None:
         return []
-    head = _head(record)
+    head = head_of(record)
     if head.alive():
         subprocess.run(
             [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", record["address"], "--down"],
@@ -239,6 +242,8 @@ def down(run_dir: Path) -> list[str]:
     left = head.stop()
     if left:
         raise RuntimeError(f"processes of the Ray head are still alive: {left}")
+    shutil.rmtree(head.temp_dir, ignore_errors=True)
+    head.log_path.unlink(missing_ok=True)
     (run_dir / RECORD).unlink(missing_ok=True)
     return [f"ray head {record['address']} (pid {record['pid']})"]
 
@@ -249,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--run-dir", type=Path, default=default_run_dir(), help="default: run/ray")
     parser.add_argument("--catalog", type=Path, default=Path(os.environ.get("CATALOG_DIR", "data/catalog")))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("WEBSHOP_RAY_PORT", DEFAULT_PORT)),
+    parser.add_argument("--port", type=int, default=nodes.serve_port(),
                         help=f"Serve's proxy port (default: $WEBSHOP_RAY_PORT or {DEFAULT_PORT})")  # fmt: skip
     parser.add_argument("--replicas-per-node", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=None, help="Ray CPUs of the node (default: all cores)")
@@ -269,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"stopped {line}")
         return 0
     record = _read(args.run_dir)
-    alive = record is not None and _head(record).alive()
+    alive = record is not None and head_of(record).alive()
     print(json.dumps({"running": alive, **(record or {})}))
     return 0 if alive else 3
 

@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -201,39 +200,40 @@ def serve_replicas(head: Any) -> Callable[[signal.Signals], None]:
 
 
 class ServeEnv:
-    """``--env ray``: a one-node Ray cluster of its own (``LocalRayHead``: 16 CPUs and 2 declared GPUs, what the
-    rehearsal's local cluster has) with the env deployed on it by ``webshop-env serve-ray``; verl's trainer joins
-    that cluster (``RAY_ADDRESS``) and reaches the env through ``WEBSHOP_ENV=ray``."""
+    """``--env ray``: ``make up-ray``'s one-node Ray cluster (``webshop_env.ray_serve.local``, in ``run_dir``),
+    with 16 CPUs and 2 declared GPUs (what the rehearsal's local cluster has) and the env deployed on it by
+    ``webshop-env serve-ray``; verl's trainer joins that cluster (``RAY_ADDRESS``) and reaches the env through
+    ``WEBSHOP_ENV=ray``."""
 
-    def __init__(self, catalog: Path) -> None:
+    def __init__(self, catalog: Path, run_dir: Path) -> None:
         from webshop_env import cluster
-        from webshop_env.ray_serve.local import LocalRayHead
 
-        self.head = LocalRayHead(Path(tempfile.mkdtemp(prefix="wsreh-", dir="/tmp")), cpus=16, gpus=2)
+        self.catalog, self.run_dir = catalog, run_dir
         self.port = cluster.free_ports(1)[0]
-        self.catalog = catalog
         self.url = f"http://127.0.0.1:{self.port}"
+        self.record: dict[str, Any] = {}
 
-    def start(self, log: Path) -> None:
-        self.head.start()
-        command = [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", self.head.address,
-                   "--catalog", str(self.catalog), "--port", str(self.port), "--replicas-per-node", "2",
-                   "--wait", "300"]  # fmt: skip
-        with open(log, "ab") as out:
-            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=600).returncode != 0:
-                raise RuntimeError(f"webshop-env serve-ray failed; see {log}")
+    def start(self) -> None:
+        from webshop_env.ray_serve import local
+
+        self.record = local.up(self.run_dir, self.catalog, self.port, replicas_per_node=2, cpus=16, gpus=2)
+
+    def head(self) -> Any:
+        from webshop_env.ray_serve import local
+
+        return local.head_of(self.record)
 
     def env(self) -> dict[str, str]:
         """What the launcher needs: the one setting, the cluster, and serve-ray's own arguments (it checks the
         app; the same catalog and replicas leave it as it is)."""
-        return {"WEBSHOP_ENV": "ray", "WEBSHOP_RAY_PORT": str(self.port), "RAY_ADDRESS": self.head.address,
+        return {"WEBSHOP_ENV": "ray", "WEBSHOP_RAY_PORT": str(self.port), "RAY_ADDRESS": self.record["address"],
                 "WEBSHOP_CATALOG": str(self.catalog), "WEBSHOP_RAY_REPLICAS_PER_NODE": "2",
                 "WEBSHOP_URL": DEAD_URL}  # fmt: skip
 
     def stop(self) -> None:
-        self.head.stop()
-        shutil.rmtree(self.head.temp_dir, ignore_errors=True)
-        self.head.log_path.unlink(missing_ok=True)
+        from webshop_env.ray_serve import local
+
+        local.down(self.run_dir)
 
 
 #: ``--env ray``'s WEBSHOP_URL: nothing may reach the env another way (a request there is refused at once).
@@ -329,10 +329,10 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         summary["catalog"] = {"dir": str(prepared["catalog"]), "fingerprint": prepared["fingerprint"]}
         summary["warm_start"] = prepared["warm_start"]
         if options.env == "ray":
-            serve = ServeEnv(prepared["catalog"])
+            serve = ServeEnv(prepared["catalog"], work / "ray")
             stop = serve.stop
-            serve.start(log)
-            url, replicas = serve.url, serve_replicas(serve.head)
+            serve.start()
+            url, replicas = serve.url, serve_replicas(serve.head())
         else:
             running = start_or_reuse_cluster(
                 prepared["catalog"], prepared["fingerprint"], work / "cluster", None

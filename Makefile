@@ -14,7 +14,11 @@ REPLICAS ?= 2
 WORKERS ?= 2
 WEBSHOP_PORT ?= 36003
 WEBSHOP_RAY_PORT ?= 36080
+# The environments the replicas serve (make up-local / up-ray / demo): webshop, textcraft, babyai, sciworld.
+# WebShop keeps its paths at the root (and /webshop); the others are served under /<env> (docs/environments/).
+ENVS ?= $(or $(WEBSHOP_ENVS),webshop)
 export CATALOG_DIR
+export WEBSHOP_ENVS := $(ENVS)
 
 STAMP := $(VENV)/.installed
 # The verl line that preflight and the train targets use: 0.7 (verl 0.7.1 in .venv, configs/, the interaction or
@@ -35,7 +39,7 @@ help: ## list the targets
 $(STAMP): constraints.txt requirements-dev.txt services/env/pyproject.toml services/trainer/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt -e services/env -e services/trainer -r requirements-dev.txt
+	$(PIP) install --quiet -c constraints.txt -e 'services/env[agentgym]' -e services/trainer -r requirements-dev.txt
 	touch $(STAMP)
 
 $(STAMP09): constraints.txt constraints-verl09.txt scripts/merge_constraints.py services/env/pyproject.toml services/trainer/pyproject.toml

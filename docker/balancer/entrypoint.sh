@@ -44,7 +44,9 @@ if [ -z "${WEBSHOP_UPSTREAMS:-}" ]; then
         resolver_timeout 5s;
         server ${WEBSHOP_BACKEND} max_fails=1 fail_timeout=10s resolve;"
 fi
-export WEBSHOP_UPSTREAMS WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR WEBSHOP_NGINX_ACCESS_LOG \
+# the SciWorld upstream (sticky by episode) has the same servers in a zone of its own
+WEBSHOP_AFFINITY_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed 's/zone webshop_upstreams/zone affinity_upstreams/')
+export WEBSHOP_UPSTREAMS WEBSHOP_AFFINITY_UPSTREAMS WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR WEBSHOP_NGINX_ACCESS_LOG \
     WEBSHOP_NGINX_ERROR_LOG
 
 if [ ! -r "$template" ]; then

@@ -59,7 +59,10 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
     conf = (tmp_path / "nginx.conf").read_text()
     assert "${WEBSHOP_" not in conf
     assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in conf
-    assert conf.count("resolver 127.0.0.11 valid=10s ipv6=off;") == 1  # one upstream block for both protocols
+    # two upstream blocks over the same replicas: least_conn for every route, sticky by episode for SciWorld;
+    # each in a zone of its own (nginx refuses two upstreams in one zone)
+    assert conf.count("resolver 127.0.0.11 valid=10s ipv6=off;") == 2
+    assert "zone webshop_upstreams " in conf and "zone affinity_upstreams " in conf
     assert "listen 8080 " in conf
     assert "$remote_addr" in conf, "nginx's own variables must survive the rendering"
 

@@ -83,9 +83,17 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+def affinity_upstreams(upstreams: str) -> str:
+    """The SciWorld upstream's body: the same servers in a shared-memory zone of its own."""
+    return upstreams.replace("zone webshop_upstreams", "zone affinity_upstreams")
+
+
 def render_nginx_conf(values: Mapping[str, str], template: Path = TEMPLATE) -> str:
-    """Substitute ``${WEBSHOP_*}`` placeholders; every one must have a value (nginx's own ``$vars`` stay)."""
+    """Substitute ``${WEBSHOP_*}`` placeholders; every one must have a value (nginx's own ``$vars`` stay).
+    ``WEBSHOP_AFFINITY_UPSTREAMS`` defaults to ``WEBSHOP_UPSTREAMS`` in a zone of its own."""
     text = template.read_text()
+    if "WEBSHOP_UPSTREAMS" in values and "WEBSHOP_AFFINITY_UPSTREAMS" not in values:
+        values = {**values, "WEBSHOP_AFFINITY_UPSTREAMS": affinity_upstreams(values["WEBSHOP_UPSTREAMS"])}
     missing = sorted({name for name in TEMPLATE_VARS.findall(text) if name not in values})
     if missing:
         raise ClusterError(f"no value for {', '.join(missing)} in {template}")
@@ -308,6 +316,7 @@ def up(
             render_nginx_conf(
                 {
                     "WEBSHOP_UPSTREAMS": upstreams,
+                    "WEBSHOP_AFFINITY_UPSTREAMS": affinity_upstreams(upstreams),
                     "WEBSHOP_LISTEN_PORT": f"{host}:{port}",
                     "WEBSHOP_NGINX_RUNTIME_DIR": str(nginx_dir),
                     "WEBSHOP_NGINX_ACCESS_LOG": str(logs / "nginx-access.log"),

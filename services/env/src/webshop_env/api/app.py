@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from ..catalog.store import open_catalog
-from . import routes_compat, routes_native, routes_ops
+from . import routes_compat, routes_envs, routes_native, routes_ops
 from .errors import BodyLimitMiddleware, install_error_handlers
 from .logs import configure_logging
 from .metrics import Metrics, ObservabilityMiddleware, RequestRecorder
@@ -55,11 +55,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     secret = settings.secret_bytes()
     metrics = Metrics()
 
+    serves_webshop = "webshop" in settings.env_ids()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.envs = routes_envs.build_runtimes(
+            settings, secret, metrics
+        )  # TextCraft, BabyAI, SciWorld...
+        if not serves_webshop:
+            log.info("environments ready", extra={"fields": {"envs": settings.env_ids()}})
+            sweeper = asyncio.create_task(_sweep_forever(app, min(settings.compat_idle_ttl_s / 2, 30.0)))
+            try:
+                yield
+            finally:
+                await _shut_down(app, sweeper, metrics)
+            return
         catalog = open_catalog(settings.catalog)
         catalog.index.warm_up()  # compiled search before the first request (and before /readyz says ready)
-        app.state.runtime = runtime = Runtime(settings, catalog, secret, metrics)
+        app.state.runtime = Runtime(settings, catalog, secret, metrics)
         for name, goal_set in (("DEFAULT_GOAL_SET", settings.default_goal_set),
                                ("COMPAT_GOAL_SET", settings.compat_goal_set)):  # fmt: skip
             if goal_set not in catalog.goal_sets:
@@ -77,12 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             with startup_objects_frozen():
                 yield
         finally:
-            app.state.runtime = None  # readyz answers 503 while the server drains
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
-            await runtime.sessions.aclose()
-            metrics.process_exit()
+            await _shut_down(app, sweeper, metrics)
 
     app = WebShopApp(
         title="WebShop environment",
@@ -93,10 +101,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.runtime = None
+    app.state.envs = None
     install_error_handlers(app)
     app.include_router(routes_ops.router)
-    app.include_router(routes_native.router)
-    app.include_router(routes_compat.router)
+    if serves_webshop:
+        app.include_router(routes_native.router)
+        app.include_router(routes_compat.router)
+        # the same routes under /webshop, so every environment has a prefix of its own (an AgentGym client's
+        # base URL is <balancer>/<env>); the root paths stay as they always were
+        app.include_router(routes_native.router, prefix="/webshop")
+        app.include_router(routes_compat.router, prefix="/webshop")
+    routes_envs.include_env_routes(app, settings)
     recorder = RequestRecorder(
         metrics,
         log_requests=settings.access_log,
@@ -152,11 +167,31 @@ def _hot_routes_first(app: FastAPI, paths: tuple[str, ...]) -> None:
     routes[:] = hot + [route for route in routes if route not in hot]
 
 
+async def _shut_down(app: FastAPI, sweeper: asyncio.Task[None], metrics: Metrics) -> None:
+    runtimes = _runtimes(app)
+    app.state.runtime = None  # readyz answers 503 while the server drains
+    app.state.envs = None
+    sweeper.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sweeper
+    for runtime in runtimes:
+        await runtime.sessions.aclose()
+        closer = getattr(getattr(runtime, "env", None), "shutdown", None)  # e.g. SciWorld's JVM pool
+        if callable(closer):
+            closer()
+    metrics.process_exit()
+
+
+def _runtimes(app: FastAPI) -> list:
+    """WebShop's runtime and the other environments', whichever are up."""
+    runtime = getattr(app.state, "runtime", None)
+    return [r for r in (runtime, *(getattr(app.state, "envs", None) or {}).values()) if r is not None]
+
+
 async def _sweep_forever(app: FastAPI, interval: float) -> None:
     """Expire idle AgentGym sessions even when no request comes (keeps the gauge and memory honest)."""
     while True:
         await asyncio.sleep(interval)
-        runtime = app.state.runtime
-        if runtime is not None:
+        for runtime in _runtimes(app):
             with contextlib.suppress(Exception):  # a store that is down is reported by the requests
                 await runtime.sessions.sweep()

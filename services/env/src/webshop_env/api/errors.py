@@ -40,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from ..core.env import EnvError, EpisodeFinished, InvalidState, UnknownGoal
+from ..envs.contract import EnvError as ContractEnvError
 from .compat_sessions import SessionConflict, SessionStoreFull, SessionStoreUnavailable, UnknownSession
 from .tokens import TokenError
 
@@ -99,6 +100,8 @@ def classify(error: Exception) -> tuple[int, str]:
         return 400, "invalid_state"
     if isinstance(error, EnvError):
         return 400, "bad_request"
+    if isinstance(error, ContractEnvError):  # the other environments' errors say their own status and kind
+        return error.status, error.kind
     return 500, "internal_error"
 
 
@@ -154,7 +157,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(error.status_code, kind, detail, headers=getattr(error, "headers", None))
 
     session_errors = (UnknownSession, SessionConflict, SessionStoreFull, SessionStoreUnavailable)
-    for error_class in (ApiError, TokenError, EnvError, *session_errors, Exception):
+    for error_class in (ApiError, TokenError, EnvError, ContractEnvError, *session_errors, Exception):
         app.add_exception_handler(error_class, on_known)
     app.add_exception_handler(RequestValidationError, on_validation)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, on_http)  # type: ignore[arg-type]

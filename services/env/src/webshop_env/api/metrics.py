@@ -51,6 +51,10 @@ class Metrics:
         )  # fmt: skip
         self.errors = Counter("webshop_errors_total", "Error responses by kind", ["kind"], registry=r)
         self.steps = Counter("webshop_env_steps_total", "Environment steps served", ["api"], registry=r)
+        self.env_steps = Counter(
+            "agentgym_env_steps_total", "Steps served by the other environments (/<env>/...)", ["env", "api"],
+            registry=r,
+        )  # fmt: skip
         self.finished = Counter(
             "webshop_episodes_finished_total", "Episodes ended by a purchase or truncation", ["api", "outcome"],
             registry=r,

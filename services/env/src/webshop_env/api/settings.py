@@ -68,6 +68,11 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="WEBSHOP_", extra="ignore", frozen=True)
 
+    envs: str = Field(
+        default="webshop",
+        description="comma-separated environments this replica serves (webshop, textcraft, babyai, sciworld); "
+        "WebShop keeps its paths at the root (and /webshop), the others are served under /<env>",
+    )
     catalog: Path = Field(default_factory=default_catalog_dir, description="prepared catalog directory")
     state_secret: SecretStr | None = Field(default=None, description="HMAC key for state tokens (shared)")
     allow_ephemeral_secret: bool = Field(default=False, description="accept a random per-process secret")
@@ -100,6 +105,22 @@ class Settings(BaseSettings):
     access_log_slow_ms: float = Field(
         default=500.0, ge=0, description="requests at least this slow are always logged"
     )
+
+    @field_validator("envs")
+    @classmethod
+    def _known_envs(cls, value: str) -> str:
+        from ..envs.registry import ids
+
+        names = [name.strip().lower() for name in value.split(",") if name.strip()]
+        known = ["webshop", *ids()]
+        unknown = [name for name in names if name not in known]
+        if not names or unknown:
+            raise ValueError(f"unknown environment(s) {unknown or value!r}: choose from {', '.join(known)}")
+        return ",".join(dict.fromkeys(names))
+
+    def env_ids(self) -> list[str]:
+        """The enabled environments, in the order given (duplicates removed)."""
+        return self.envs.split(",")
 
     @field_validator("log_level")
     @classmethod

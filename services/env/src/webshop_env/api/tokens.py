@@ -33,6 +33,8 @@ import binascii
 import hashlib
 import hmac
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -72,12 +74,25 @@ def _compress(data: bytes) -> bytes:
 
 
 class TokenCodec:
-    """Signs and verifies state tokens for one (secret, catalog) pair."""
+    """Signs and verifies state tokens for one (secret, catalog) pair.
 
-    def __init__(self, secret: bytes, fingerprint: str) -> None:
+    WebShop's ``EpisodeState`` by default; another environment passes its own ``to_data``/``from_data`` (for a
+    JSON state: the identity) and the fingerprint of its own data (``envs.contract.TextEnv.fingerprint``, with
+    its id), so a token of one environment never verifies as another's.
+    """
+
+    def __init__(
+        self,
+        secret: bytes,
+        fingerprint: str,
+        to_data: Callable[[Any], Any] = EpisodeState.to_dict,
+        from_data: Callable[[Any], Any] = EpisodeState.from_dict,
+        data_name: str = "catalog",
+    ) -> None:
         if not secret:
             raise ValueError("the state secret must not be empty")
         self.fingerprint = fingerprint
+        self._to_data, self._from_data, self._data_name = to_data, from_data, data_name
         self._prefix = fingerprint[:FINGERPRINT_PREFIX]
         self._suffix = ("." + fingerprint).encode()
         # Keyed once, copied per token (no key setup per MAC); OpenSSL's object itself where it backs hmac.
@@ -89,12 +104,12 @@ class TokenCodec:
         mac.update(signed + self._suffix)
         return mac.digest()
 
-    def encode(self, state: EpisodeState) -> str:
-        body = orjson.dumps({"f": self._prefix, "d": state.to_dict()})
+    def encode(self, state: Any) -> str:
+        body = orjson.dumps({"f": self._prefix, "d": self._to_data(state)})
         signed = _SIGNED_PREFIX + _b64(body if len(body) <= COMPRESS_ABOVE else _compress(body))
         return (signed + b"." + _b64(self._mac(signed))).decode("ascii")
 
-    def decode(self, token: object) -> EpisodeState:
+    def decode(self, token: object) -> Any:
         """The state in ``token``; raises ``TokenError`` for anything not signed by us for this catalog."""
         if not isinstance(token, str) or not token:
             raise TokenError(
@@ -121,7 +136,7 @@ class TokenCodec:
             raise TokenError(self._diagnose(version, payload))
         try:
             data = orjson.loads(self._body(version, payload))
-            return EpisodeState.from_dict(data["d"])
+            return self._from_data(data["d"])
         except (InvalidState, orjson.JSONDecodeError, KeyError, TypeError, ValueError, zlib.error) as error:
             raise TokenError(f"malformed state token payload: {error}") from None
 
@@ -147,7 +162,7 @@ class TokenCodec:
             prefix = None
         if isinstance(prefix, str) and prefix != self._prefix:
             return (
-                f"state token was made for another catalog (fingerprint {prefix[:FINGERPRINT_PREFIX]}…, this "
+                f"state token was made for another {self._data_name} (fingerprint {prefix[:FINGERPRINT_PREFIX]}…, this "
                 f"server serves {self._prefix}…); reset the episode on this deployment"
             )
         return (

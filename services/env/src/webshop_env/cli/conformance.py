@@ -75,6 +75,57 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if summary["equal"] == summary["steps"] and summary["goals_differ"] == 0 else 1
 
 
+def cmd_agentgym(args: argparse.Namespace) -> int:
+    """Replay AgentGym's recordings of one environment, in process or against a server's ``<url>/<env>``."""
+    from ..envs import registry
+    from ..envs.agentgym import InProcessAgentGym, replay_trace
+
+    traces_dir = args.traces or Path("tests/fixtures/conformance") / f"agentgym-{args.env}"
+    path = traces_dir / "traces.jsonl" if traces_dir.is_dir() else traces_dir
+    if not path.exists():
+        print(f"webshop-env: error: no traces at {path} (give --traces DIR)", file=sys.stderr)
+        return 2
+    episodes = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if args.limit:
+        episodes = episodes[: args.limit]
+    if args.url:
+        import httpx
+
+        base = args.url.rstrip("/") + f"/{args.env}"
+        http = httpx.Client(timeout=120.0)
+
+        def send(method: str, route: str, fields: dict | None) -> tuple[int, object]:
+            if method == "GET":
+                response = http.get(base + route, params=fields or {})
+            else:
+                response = (
+                    http.post(base + route, json=fields) if fields is not None else http.post(base + route)
+                )
+            try:
+                return response.status_code, response.json()
+            except ValueError:
+                return response.status_code, response.text
+    else:
+        env = registry.make(args.env)
+        routes = registry.agentgym_routes(args.env)
+    from tqdm import tqdm
+
+    failed: list[tuple[int, list[str]]] = []
+    for number, episode in enumerate(
+        tqdm(episodes, disable=args.quiet, desc=f"{args.env} traces", unit="episode")
+    ):
+        if not args.url:
+            send = InProcessAgentGym(env, routes).call  # a fresh server per episode, as the recordings were
+        differences = replay_trace(episode, send)
+        if differences:
+            failed.append((number, differences))
+    summary = {"env": args.env, "episodes": len(episodes), "equal": len(episodes) - len(failed),
+               "differ": [{"episode": n, "data_idx": episodes[n].get("data_idx"), "first": d[:3]}
+                          for n, d in failed[: args.max_differences]]}  # fmt: skip
+    print(json.dumps(summary, indent=1))
+    return 0 if not failed else 1
+
+
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Register ``conformance record`` and ``conformance check`` on the top-level parser."""
     conformance = commands.add_parser(
@@ -122,3 +173,23 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of the table")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_check)
+
+    p = actions.add_parser(
+        "agentgym",
+        help="replay AgentGym's recorded episodes of TextCraft, BabyAI or SciWorld (in process, or --url)",
+        description="Replays traces recorded from AgentGym's own server of an environment and compares every "
+        "response: in process by default, or over HTTP against a running service (its base URL; the "
+        "environment's prefix is added). Exit status 1 when any episode differs.",
+    )
+    p.add_argument(
+        "--env", required=True, choices=["textcraft", "babyai", "sciworld"], help="the environment"
+    )
+    p.add_argument("--traces", type=Path, default=None,
+                   help="traces.jsonl or its folder (default: tests/fixtures/conformance/agentgym-ENV)")  # fmt: skip
+    p.add_argument(
+        "--url", default=None, help="a running service, e.g. http://127.0.0.1:36003 (default: in process)"
+    )
+    p.add_argument("--limit", type=int, default=0, help="only the first N episodes")
+    p.add_argument("--max-differences", type=int, default=10, help="how many differing episodes to show")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_agentgym)

@@ -39,6 +39,8 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
     settings: dict[str, Any] = {}
     if args.redis_url:
         settings["redis_url"] = args.redis_url
+    if args.envs:
+        settings["envs"] = args.envs
     for item in args.setting or []:
         key, sep, value = item.partition("=")
         if not sep:
@@ -164,6 +166,11 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument(
         "--redis-url", default=os.environ.get("WEBSHOP_REDIS_URL") or None,
         help="Redis for the AgentGym endpoints' sessions, reachable from every node (default: $WEBSHOP_REDIS_URL)",
+    )  # fmt: skip
+    p.add_argument(
+        "--envs", default=os.environ.get("WEBSHOP_ENVS") or None,
+        help="environments every replica serves (webshop, textcraft, babyai, sciworld; default: $WEBSHOP_ENVS or "
+        "webshop); the others under /<env> on every node's proxy",
     )  # fmt: skip
     p.add_argument(
         "--setting", action="append", metavar="NAME=VALUE",

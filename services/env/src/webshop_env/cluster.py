@@ -245,7 +245,8 @@ def up(
     redis_server = None if external_redis else redis_binary()
     run_dir = Path(run_dir).resolve()
     catalog = Path(catalog).resolve()
-    if not (catalog / "manifest.json").exists():
+    serves_webshop = "webshop" in child_env.get("WEBSHOP_ENVS", "webshop").replace(" ", "").split(",")
+    if serves_webshop and not (catalog / "manifest.json").exists():
         raise ClusterError(
             f"{catalog} is not a prepared catalog: run `make data` or `webshop-env catalog prepare`"
         )

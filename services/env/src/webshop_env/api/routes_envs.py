@@ -17,7 +17,7 @@ server does with its models), so missing or mistyped fields get 422 with our JSO
 synchronous and some take milliseconds (a BabyAI replay, a SciWorld JVM call): they run in the thread pool.
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: FastAPI reads the handlers' annotations, built per route at run time
 
 import hashlib
 import logging

@@ -167,6 +167,33 @@ def cmd_play(args: argparse.Namespace) -> int:
             return 0
 
 
+def cmd_bench_envs(args: argparse.Namespace) -> int:
+    from ..envs import bench, registry
+
+    env_ids = [name.strip() for name in args.envs.split(",") if name.strip()]
+    unknown = [name for name in env_ids if name not in registry.ids()]
+    agentgym = dict(item.split("=", 1) for item in args.agentgym if "=" in item)
+    if (
+        unknown
+        or not env_ids
+        or len(agentgym) != len(args.agentgym)
+        or args.episodes < 1
+        or args.concurrency < 1
+    ):
+        print(
+            f"webshop-env bench-envs: error: --envs takes {', '.join(registry.ids())} (got {args.envs!r}); "
+            "--agentgym ENV=URL; --episodes and --concurrency at least 1",
+            file=sys.stderr,
+        )
+        return 2
+    rows = bench.run(env_ids, args.episodes, args.concurrency, args.url, agentgym, replicas=args.replicas)
+    if args.json:
+        _print_json(rows)
+    else:
+        print(bench.markdown(rows))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench import bench_generated, bench_in_process, default_cache_dir, markdown_table
 
@@ -282,6 +309,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=2000, help="timed steps per kind (default 2000)")
     p.add_argument("--json", action="store_true", help="JSON output (always for --catalog)")
     p.set_defaults(func=cmd_bench)
+
+    p = commands.add_parser(
+        "bench-envs",
+        help="TextCraft, BabyAI, SciWorld: steps/s and p50/p99 in process and through the balancer",
+        description="Expert episodes per environment: the core in process, the native protocol and AgentGym's "
+        "requests through a balancer (a local cluster it starts, or --url), and AgentGym's own server where "
+        "--agentgym names one. Prints a markdown table (JSON with --json).",
+    )
+    p.add_argument("--envs", default="textcraft,babyai", help="comma-separated (default: textcraft,babyai)")
+    p.add_argument("--episodes", type=int, default=32, help="expert episodes per environment (default 32)")
+    p.add_argument("--concurrency", type=int, default=16, help="episodes in flight over HTTP (default 16)")
+    p.add_argument(
+        "--url", default=None, help="a running service with these environments (default: start one)"
+    )
+    p.add_argument("--replicas", type=int, default=2, help="replicas of the cluster it starts (default 2)")
+    p.add_argument(
+        "--agentgym", action="append", default=[], metavar="ENV=URL",
+        help="a running AgentGym server of ENV to measure with the same requests (e.g. babyai=http://127.0.0.1:8001)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.set_defaults(func=cmd_bench_envs)
 
     from .serve import add_commands as add_serve_commands
 

@@ -17,7 +17,7 @@ from .contract import DELETE, KEEP, CompatCall, CompatRoute, TextEnv
 Send = Callable[[str, str, Mapping[str, Any] | None], tuple[int, Any]]
 
 
-MAX_FIELD_CHARS = 2048  # an action or a name: longer is no real request (the native protocol's cap too)
+MAX_FIELD_CHARS = 10_000  # an action or a name: AgentGym's recordings send actions of 5,000 characters
 _FIELD_TYPES: dict[str, Any] = {
     "int": int,
     "str": Annotated[str, Field(max_length=MAX_FIELD_CHARS)],

@@ -77,6 +77,25 @@ def index_page(results: dict[str, Any], split: str) -> str:
     )
 
 
+def other_environments(url: str, out: Path, tasks: int) -> dict[str, Any]:
+    """Expert and random episodes of every enabled environment besides WebShop (``WEBSHOP_ENVS`` / ``ENVS=``)."""
+    import asyncio
+
+    from webshop_env.envs import demo, registry
+
+    results: dict[str, Any] = {}
+    for env_id in os.environ.get("WEBSHOP_ENVS", "webshop").split(","):
+        env_id = env_id.strip()
+        if not env_id or env_id == "webshop":
+            continue
+        count = registry.make(env_id).task_count()
+        sample = [(i * 7919) % count for i in range(min(tasks, count))]  # spread over the task list
+        results[env_id] = asyncio.run(demo.play(url, env_id, sample))
+        (out / env_id).mkdir(parents=True, exist_ok=True)
+        (out / env_id / "summary.json").write_text(json.dumps(results[env_id], indent=2) + "\n")
+    return results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="WebShop demo: catalog, local cluster, expert + random eval."
@@ -95,6 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--run-dir", type=Path, default=REPO / "run" / "demo")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--env-tasks",
+        type=int,
+        default=40,
+        help="tasks per policy for the other enabled environments (ENVS=webshop,textcraft,...)",
+    )
     args = parser.parse_args(argv)
 
     from webshop_env import cluster
@@ -131,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress=not args.no_progress,
             )
             results[policy] = evaluate(config, PolicySpec(name=policy, seed=0))
+        others = other_environments(record["url"], args.out, args.env_tasks)
     except EvalError as error:
         print(f"demo: evaluation failed: {error}", file=sys.stderr)
         return 1
@@ -154,6 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  {name:<7} score {m['score']:5.1f}  success {100 * m['success_rate']:5.1f} %  "
             f"episodes {m['episodes']}  mean steps {m['mean_steps']:.2f}"
         )
+    for env_id, policies in others.items():
+        print(f"\n{env_id} ({args.env_tasks} tasks through the balancer):")
+        for name, m in policies.items():
+            print(
+                f"  {name:<7} success {100 * m['success_rate']:5.1f} %  final reward {m['mean_final_reward']:.3f}  "
+                f"mean steps {m['mean_steps']:.2f}"
+            )
     print("reports:")
     print(f"  {index.resolve()}")
     for name, result in results.items():

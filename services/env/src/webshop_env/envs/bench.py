@@ -111,7 +111,7 @@ async def bench_native(url: str, env_id: str, episode_plans, concurrency: int) -
             if callable(getattr(registry.make(env_id), "close", None)):  # free a held simulator (SciWorld)
                 await client.close(result["state"])
 
-        return {"path": "native via balancer", **await _drive(episode_plans, concurrency, run_one)}
+        return {"path": "native over HTTP", **await _drive(episode_plans, concurrency, run_one)}
 
 
 CREATE_BODY = {"textcraft": {"minecraft_dir": "agentenv_textcraft/", "commands": None, "goal": None}}
@@ -187,7 +187,7 @@ def run(env_ids: Sequence[str], episodes: int, concurrency: int, url: str | None
                 {"env": env_id, **asyncio.run(bench_native(url, env_id, episode_plans[env_id], concurrency))}
             )
             ours = asyncio.run(bench_agentgym(f"{url}/{env_id}", env_id, episode_plans[env_id], concurrency,
-                                              "AgentGym routes, ours via balancer"))  # fmt: skip
+                                              "AgentGym routes over HTTP (ours)"))  # fmt: skip
             rows.append({"env": env_id, **ours})
             if env_id in agentgym:
                 theirs = asyncio.run(bench_agentgym(agentgym[env_id], env_id, episode_plans[env_id], concurrency,

@@ -111,6 +111,13 @@ class TextEnv(Protocol):
         ...
 
 
+# Optional members a core may have (looked up with getattr; see docs/environments/adding.md):
+#   close(state) -> bool                       free the simulator an episode holds (SciWorld's JVM)
+#   shutdown() -> None                         stop background work when the worker stops
+#   is_success(done, reward, info) -> bool     what counts as solved, where "done with a positive last
+#                                              reward" is wrong (SciWorld: done also on failure or time-out)
+
+
 # ---- the AgentGym-compatible side ------------------------------------------------------------------------
 KEEP: Any = object()  # CompatAnswer.session: leave the stored session as it is
 DELETE: Any = object()  # CompatAnswer.session: remove the session (the id becomes unknown)

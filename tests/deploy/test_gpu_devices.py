@@ -30,3 +30,20 @@ def test_gpu_ids_become_a_device_list(compose_cmd: list[str], tmp_path: Path) ->
     for name in ("trainer", "eval"):
         (device,) = services[name]["deploy"]["resources"]["reservations"]["devices"]
         assert device["device_ids"] == ["0", "2", "3"] and device["capabilities"] == ["gpu"]
+
+
+def test_every_service_that_reserves_a_gpu_gets_the_device_list() -> None:
+    """`make eval VERL_LINE=0.9` runs eval-verl09: a GPU service missing from GPU_SERVICES would keep
+    compose.yaml's single default device whatever GPU_IDS says."""
+    import yaml
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    from gpu_plan import GPU_SERVICES
+
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())
+    reserving = {
+        name
+        for name, service in compose["services"].items()
+        if (((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices")
+    }
+    assert reserving and reserving == set(GPU_SERVICES)

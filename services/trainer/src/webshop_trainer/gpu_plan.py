@@ -123,7 +123,7 @@ def plan_errors(
     return count, errors
 
 
-GPU_SERVICES = ("trainer", "trainer-verl09", "eval")
+GPU_SERVICES = ("trainer", "trainer-verl09", "eval", "eval-verl09")  # every service compose gives a GPU
 
 
 def compose_override(ids: list[str]) -> str:

@@ -42,7 +42,7 @@ from .compat_sessions import (
 from .errors import ApiError
 from .metrics import Metrics
 from .routes_compat import client_address
-from .routes_native import MAX_ACTION_CHARS, JsonInt, json_response, utf8_text
+from .routes_native import ERRORS, MAX_ACTION_CHARS, JsonInt, json_response, utf8_text
 from .settings import Settings
 from .tokens import TokenCodec
 
@@ -146,18 +146,20 @@ def native_router(env_id: str) -> APIRouter:
     router = APIRouter(prefix=f"/{env_id}/v1", tags=[env_id])
     env = registry.package(env_id)
 
-    @router.post("/reset", response_model=EnvStepResponse, summary=f"start a {env_id} episode")
+    @router.post(
+        "/reset", response_model=EnvStepResponse, responses=ERRORS, summary=f"start a {env_id} episode"
+    )
     async def reset(request: Request, body: EnvResetRequest) -> Response:
         runtime = runtime_for(request, env_id)
         return json_response(runtime.payload(await runtime.reset(body.task)))
 
-    @router.post("/step", response_model=EnvStepResponse, summary=f"one {env_id} action")
+    @router.post("/step", response_model=EnvStepResponse, responses=ERRORS, summary=f"one {env_id} action")
     async def step(request: Request, body: EnvStepRequest) -> Response:
         runtime = runtime_for(request, env_id)
         state = runtime.codec.decode(body.state)
         return json_response(runtime.payload(await runtime.step(state, body.action, "native")))
 
-    @router.get("/info", summary=f"what this replica serves for {env_id}")
+    @router.get("/info", responses=ERRORS, summary=f"what this replica serves for {env_id}")
     async def info(request: Request) -> Response:
         runtime = runtime_for(request, env_id)
         return json_response(
@@ -165,7 +167,7 @@ def native_router(env_id: str) -> APIRouter:
              "state_travel": runtime.env.state_travel, "doc": (env.__doc__ or "").strip().split("\n")[0]}
         )  # fmt: skip
 
-    @router.get("/tasks/{task}/expert", summary=f"an expert's actions for a {env_id} task")
+    @router.get("/tasks/{task}/expert", responses=ERRORS, summary=f"an expert's actions for a {env_id} task")
     async def expert(request: Request, task: Annotated[int, Path(ge=0, le=MAX_ID)]) -> Response:
         runtime = runtime_for(request, env_id)
         actions = await run_in_threadpool(runtime.env.expert, task)
@@ -173,7 +175,11 @@ def native_router(env_id: str) -> APIRouter:
             raise ApiError(404, "no_expert", f"{env_id} has no expert for task {task}")
         return json_response({"task": task, "actions": list(actions)})
 
-    @router.post("/close", summary="free the simulator this episode holds (environments that hold one)")
+    @router.post(
+        "/close",
+        responses=ERRORS,
+        summary="free the simulator this episode holds (environments that hold one)",
+    )
     async def close(request: Request, body: EnvCloseRequest) -> Response:
         runtime = runtime_for(request, env_id)
         state = runtime.codec.decode(body.state)
@@ -227,7 +233,12 @@ def _add_compat_route(router: APIRouter, env_id: str, route: CompatRoute) -> Non
             return await serve(request, fields)
 
         router.add_api_route(
-            route.path, get_handler, methods=["GET"], summary=summary, name=f"{env_id}{route.path}"
+            route.path,
+            get_handler,
+            methods=["GET"],
+            summary=summary,
+            name=f"{env_id}{route.path}",
+            responses=ERRORS,
         )
     else:
 
@@ -243,7 +254,12 @@ def _add_compat_route(router: APIRouter, env_id: str, route: CompatRoute) -> Non
             return await serve(request, fields)
 
         router.add_api_route(
-            route.path, post_handler, methods=["POST"], summary=summary, name=f"{env_id}{route.path}"
+            route.path,
+            post_handler,
+            methods=["POST"],
+            summary=summary,
+            name=f"{env_id}{route.path}",
+            responses=ERRORS,
         )
 
 

@@ -76,7 +76,8 @@ class LocalRayHead:
     """
 
     def __init__(self, temp_dir: Path, port: int = 0, cpus: int | None = None, env: Mapping[str, str] | None = None,
-                 node_ip: str = "127.0.0.1", leader: int | None = None, gpus: int = 0) -> None:  # fmt: skip
+                 node_ip: str = "127.0.0.1", leader: int | None = None, gpus: int = 0,
+                 object_store_bytes: int | None = OBJECT_STORE_BYTES) -> None:  # fmt: skip
         self.temp_dir = Path(temp_dir)
         self.port = port or cluster.free_ports(1)[0]
         self.cpus = cpus or os.cpu_count() or 1
@@ -84,6 +85,7 @@ class LocalRayHead:
         self.node_ip = node_ip
         self.leader = leader
         self.gpus = gpus  # a GPU count Ray schedules by (a CPU rehearsal declares some; nothing checks them)
+        self.object_store_bytes = object_store_bytes  # None: Ray's own default (a training head needs it)
         self.log_path = self.temp_dir.parent / f"{self.temp_dir.name}-ray-start.log"
         self.process: subprocess.Popen | None = None
 
@@ -91,13 +93,19 @@ class LocalRayHead:
     def address(self) -> str:
         return f"{self.node_ip}:{self.port}"
 
-    def start(self, timeout: float = 180.0, log=lambda message: None) -> None:
+    def command(self) -> list[str]:
+        """``ray start --head ... --block`` for this head."""
         command = [
             _binary("ray"), "start", "--head", f"--port={self.port}", f"--temp-dir={self.temp_dir}",
             f"--node-ip-address={self.node_ip}", "--include-dashboard=false", "--disable-usage-stats",
-            f"--num-cpus={self.cpus}", f"--num-gpus={self.gpus}", f"--object-store-memory={OBJECT_STORE_BYTES}",
-            "--block",
+            f"--num-cpus={self.cpus}", f"--num-gpus={self.gpus}", "--block",
         ]  # fmt: skip
+        if self.object_store_bytes is not None:
+            command.insert(-1, f"--object-store-memory={self.object_store_bytes}")
+        return command
+
+    def start(self, timeout: float = 180.0, log=lambda message: None) -> None:
+        command = self.command()
         log(f"ray: starting a head on {self.address} (temp dir {self.temp_dir}, {self.cpus} CPUs)")
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as out:
@@ -205,12 +213,13 @@ def head_of(record: Mapping[str, Any]) -> LocalRayHead:
 
 
 def up(run_dir: Path, catalog: Path, serve_port: int = DEFAULT_PORT, replicas_per_node: int = 1,
-       cpus: int | None = None, extra: Sequence[str] = (), gpus: int = 0) -> dict[str, Any]:  # fmt: skip
+       cpus: int | None = None, extra: Sequence[str] = (), gpus: int = 0,
+       object_store_bytes: int | None = OBJECT_STORE_BYTES) -> dict[str, Any]:  # fmt: skip
     """Start (or reuse) the head recorded in ``run_dir`` and deploy the env on it; returns the record."""
     run_dir.mkdir(parents=True, exist_ok=True)
     record = _read(run_dir)
     if record is None or not head_of(record).alive():
-        head = LocalRayHead(_temp_dir(run_dir), cpus=cpus, gpus=gpus)
+        head = LocalRayHead(_temp_dir(run_dir), cpus=cpus, gpus=gpus, object_store_bytes=object_store_bytes)
         head.start(log=lambda message: print(message, file=sys.stderr))
         record = {"pid": head.leader, "port": head.port, "address": head.address, "temp_dir": str(head.temp_dir),
                   "log": str(head.log_path)}  # fmt: skip
@@ -248,6 +257,23 @@ def down(run_dir: Path) -> list[str]:
     return [f"ray head {record['address']} (pid {record['pid']})"]
 
 
+def machine_gpus() -> int:
+    """The NVIDIA GPUs this machine has (``nvidia-smi -L``), honouring ``CUDA_VISIBLE_DEVICES``; 0 without."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    binary = shutil.which("nvidia-smi")
+    if binary is None:
+        return 0
+    try:
+        listed = subprocess.run(
+            [binary, "-L"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m webshop_env.ray_serve.local", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -258,14 +284,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"Serve's proxy port (default: $WEBSHOP_RAY_PORT or {DEFAULT_PORT})")  # fmt: skip
     parser.add_argument("--replicas-per-node", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=None, help="Ray CPUs of the node (default: all cores)")
+    parser.add_argument("--gpus", default="auto",
+                        help="GPUs the head offers verl (default auto: the machine's, from nvidia-smi; 0 without)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "up":
+        gpus = machine_gpus() if args.gpus == "auto" else int(args.gpus)
         try:
-            record = up(args.run_dir, args.catalog, args.port, args.replicas_per_node, args.cpus)
+            # a head meant for training (GPUs) gets Ray's own object store size; an env-only head a small one
+            record = up(args.run_dir, args.catalog, args.port, args.replicas_per_node, args.cpus, gpus=gpus,
+                        object_store_bytes=None if gpus else OBJECT_STORE_BYTES)  # fmt: skip
         except RuntimeError as error:
             print(f"up-ray: error: {error}", file=sys.stderr)
             return 1
-        print(f"env on Ray Serve: {record['env']['local_url']}   Ray: {record['address']} (log {record['log']})\n"
+        print(f"env on Ray Serve: {record['env']['local_url']}   Ray: {record['address']} ({gpus} GPU(s); log "
+              f"{record['log']})\n"
               f"train against it: WEBSHOP_ENV=ray RAY_ADDRESS={record['address']} WEBSHOP_RAY_PORT={args.port} "
               "webshop-train train --config test   stop: make down-ray")  # fmt: skip
         return 0

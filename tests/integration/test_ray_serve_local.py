@@ -7,6 +7,7 @@ with Ray's own ``serve run``; ``down`` stops that head and nothing else.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -15,10 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 from _agentgym import AgentGymClient
 
 from webshop_env import cluster
-from webshop_env.client import WebShopClient
+from webshop_env.client import EnvClient, WebShopClient
 from webshop_env.ray_serve import local
 
 pytestmark = pytest.mark.timeout(600)
@@ -67,7 +69,7 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
 ) -> None:
     serve_port = cluster.free_ports(1)[0]
     record = local.up(run_dir, generated_catalog_dir, serve_port, replicas_per_node=2, cpus=2,
-                      extra=["--redis-url", redis_url])  # fmt: skip
+                      extra=["--redis-url", redis_url, "--envs", "webshop,textcraft"])  # fmt: skip
     (node,) = record["env"]["nodes"]
     assert node["replicas"] == 2 and node["readyz"] == 200 and node["proxy"] == "HEALTHY"
     url = record["env"]["local_url"]
@@ -90,6 +92,20 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
         _, step_reward, done = gym.step(action)
     assert done and step_reward == pytest.approx(reward)
 
+    # TextCraft through the same Serve app (WEBSHOP_ENVS): native under /textcraft/v1, AgentGym's under /textcraft
+    async def textcraft() -> dict:
+        async with EnvClient(url, "textcraft") as client:
+            result = await client.reset(101)
+            for action in await client.expert(101):
+                result = await client.step(result["state"], action)
+            return result
+
+    assert asyncio.run(textcraft())["reward"] == 1.0
+    created = requests.post(
+        f"{url}/textcraft/create", json={"minecraft_dir": "agentenv_textcraft/"}, timeout=30
+    )
+    assert created.status_code == 200 and created.json()["observation"].startswith("Crafting commands:")
+
     # The launcher's step before verl (WEBSHOP_ENV=ray): serve-ray against the cluster finds the app serving.
     from webshop_trainer.cli import deploy_env_on_cluster
 
@@ -100,6 +116,24 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
     assert (
         deploy_env_on_cluster({**launcher_env, "WEBSHOP_RAY_PORT": str(serve_port + 1)}) != 0
     )  # says so, fails
+
+    # A deployed app is never re-deployed by the launcher (--if-missing), whatever the launcher's own settings;
+    # serve-ray with the same arguments keeps it too (Ray would give every serve.run a new version: restarts).
+    def serve_ray(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", record["address"], "--port",
+             str(serve_port), "--wait", "120", *args],
+            capture_output=True, text=True, env={**os.environ, "WEBSHOP_STATE_SECRET": SECRET}, timeout=300,
+        )  # fmt: skip
+
+    kept = serve_ray("--if-missing", "--catalog", str(tmp_path / "elsewhere"), "--replicas-per-node", "1")
+    assert kept.returncode == 0, kept.stderr[-2000:]
+    assert "kept with its own arguments" in kept.stderr
+    assert [n["replicas"] for n in json.loads(kept.stdout.splitlines()[-1])["nodes"]] == [2]
+    same = serve_ray("--catalog", str(generated_catalog_dir), "--replicas-per-node", "2", "--redis-url", redis_url,
+                     "--envs", "webshop,textcraft")  # fmt: skip
+    assert same.returncode == 0, same.stderr[-2000:]
+    assert "deployed with these arguments already: kept" in same.stderr
 
     # The config file for `serve deploy`/`serve run`: no secret in it; Ray's own CLI deploys it.
     config = tmp_path / "webshop-serve.yaml"

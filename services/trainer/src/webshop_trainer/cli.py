@@ -2,6 +2,8 @@
 
 webshop-train data --catalog DIR --split train --out data/verl/webshop_train.parquet [--limit N]
 webshop-train data --catalog DIR --split train --out FILE --from-agentgym webshop_train.json
+webshop-train data --env textcraft,babyai,webshop --weights 1,1,2 --catalog DIR --out-dir data/verl/mix
+webshop-train envs                                     # the environments the trainer knows
 webshop-train preflight [--config test|full]          # CPU; writes outputs/preflight/summary.json
 webshop-train train --config test|full [overrides...] # verl's main_ppo (webshop_trainer.verl_main) with our config
 webshop-train tiny-model --catalog DIR --out DIR
@@ -37,6 +39,14 @@ def _data(args: argparse.Namespace) -> int:
 
     from .data import DataError, build_dataset
 
+    if args.env:  # any environment, or a mix: train/val/test files in --out-dir
+        return _env_data(args)
+    missing = [flag for flag, value in (("--catalog", args.catalog), ("--split", args.split), ("--out", args.out))
+               if value is None]  # fmt: skip
+    if missing:
+        print(f"webshop-train data: the following arguments are required: {', '.join(missing)} "
+              "(or --env ENV[,ENV...] --out-dir DIR for any environment and mixes)", file=sys.stderr)  # fmt: skip
+        return 2
     try:
         summary = build_dataset(args.catalog, args.split, args.out, limit=args.limit, goal_set=args.goal_set,
                                 agentgym_file=args.from_agentgym, progress=not args.quiet,
@@ -45,6 +55,40 @@ def _data(args: argparse.Namespace) -> int:
         print(f"webshop-train data: {error}", file=sys.stderr)
         return 2
     print(json.dumps(summary))
+    return 0
+
+
+def _env_data(args: argparse.Namespace) -> int:
+    """``data --env textcraft,babyai,webshop [--weights 1,1,2]``: train/val/test parquet, split sizes printed."""
+    from webshop_env.catalog.store import CatalogError
+
+    from . import envs
+    from .data import DEFAULT_GOAL_SET, DataError
+    from .env_data import build_env_datasets, sizes_table
+
+    try:
+        env_ids = envs.parse_ids(args.env)
+        weights = [float(w) for w in args.weights.split(",")] if args.weights else None
+        out_dir = args.out_dir or Path("data/verl") / "_".join(env_ids)
+        summary = build_env_datasets(env_ids, out_dir, weights=weights, catalog_dir=args.catalog,
+                                     goal_set=args.goal_set or DEFAULT_GOAL_SET, train_rows=args.train_rows,
+                                     val_rows=args.val_rows, test_rows=args.test_rows)  # fmt: skip
+    except (DataError, CatalogError, envs.UnknownEnvironment, ValueError) as error:
+        print(f"webshop-train data: {error}", file=sys.stderr)
+        return 2
+    print(sizes_table(summary), file=sys.stderr)
+    print(json.dumps(summary))
+    return 0
+
+
+def _envs(args: argparse.Namespace) -> int:
+    """``webshop-train envs``: what the trainer knows of each environment."""
+    from . import envs
+
+    for spec in envs.SPECS.values():
+        rounds = spec.max_rounds or "rollout.multi_turn.max_assistant_turns - 1"
+        print(f"{spec.env_id}: {spec.title}\n  agent_name {spec.agent_name}, data_source {spec.data_source}, "
+              f"rounds {rounds}\n  reward: {spec.reward_rule}\n  success: {spec.success_rule}")  # fmt: skip
     return 0
 
 
@@ -73,10 +117,13 @@ def _rehearse(args: argparse.Namespace) -> int:
     from .rehearsal.run import RehearsalOptions, run_rehearsal
 
     summary = run_rehearsal(RehearsalOptions(out_dir=args.out, catalog=args.catalog, goals=args.goals,
-                                             outage_s=args.outage_s, env=args.env))  # fmt: skip
-    brief = {k: summary.get(k) for k in ("ok", "verl_version", "steps_completed", "resumed_from_step", "checkpoint",
-                                         "merged_model", "eval_episodes", "env_outage_survived",
-                                         "update_direction_ok", "seconds", "checks", "errors", "summary_path")}  # fmt: skip
+                                             outage_s=args.outage_s, env=args.env,
+                                             train_further=args.train_further, fail_fast=args.fail_fast,
+                                             model_dir=args.model_dir))  # fmt: skip
+    brief = {k: summary.get(k) for k in ("ok", "verl_version", "injected", "steps_completed", "resumed_from_step",
+                                         "checkpoint", "merged_model", "eval_episodes", "env_outage_survived",
+                                         "env_reward_mean", "update_direction_ok", "seconds", "checks", "errors",
+                                         "summary_path")}  # fmt: skip
     print(json.dumps(brief, indent=2))
     if not summary["ok"]:
         print(f"rehearsal FAILED: {'; '.join(summary['errors']) or 'a check failed'} (log: {summary['log']})",
@@ -235,6 +282,7 @@ def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
         "-m",
         "webshop_env.cli",
         "serve-ray",
+        "--if-missing",  # a deployed app (by hand: its replicas, its catalog path) is kept, never restarted
         "--wait",
         env.get("WEBSHOP_RAY_WAIT_S", "600"),
     ]
@@ -339,9 +387,23 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("data", help="build a parquet dataset in verl's format (one row per goal)")
-    p.add_argument("--catalog", type=Path, required=True, help="prepared catalog directory")
-    p.add_argument("--split", choices=["train", "eval", "test"], required=True)
-    p.add_argument("--out", type=Path, required=True, help="output .parquet file")
+    p.add_argument("--catalog", type=Path, default=None, help="prepared catalog directory (WebShop)")
+    p.add_argument(
+        "--split", choices=["train", "eval", "test"], default=None, help="WebShop alone: the split"
+    )
+    p.add_argument("--out", type=Path, default=None, help="WebShop alone: output .parquet file")
+    p.add_argument("--env", default=None,
+                   help="any environment or a mix (webshop, textcraft, babyai; comma-separated): writes "
+                   "train/val/test.parquet into --out-dir, splits that never share a task, and prints their sizes")  # fmt: skip
+    p.add_argument("--weights", default=None, help="with --env: training rows per environment in these "
+                   "proportions (comma-separated, one per --env; default equal)")  # fmt: skip
+    p.add_argument("--out-dir", type=Path, default=None, help="with --env: default data/verl/<env>_<env>...")
+    p.add_argument("--train-rows", type=int, default=None,
+                   help="with --env: training rows in all (default: as many as the scarcest environment allows)")  # fmt: skip
+    p.add_argument("--val-rows", type=int, default=None, help="with --env: at most this many per environment")
+    p.add_argument(
+        "--test-rows", type=int, default=None, help="with --env: at most this many per environment"
+    )
     p.add_argument("--limit", type=int, default=None, help="only the first N goals")
     p.add_argument("--goal-set", default=None, help="synthetic (default) or human")
     p.add_argument("--from-agentgym", type=Path, default=None,
@@ -351,6 +413,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rows for the WebShop agent loop (agent_name webshop_agent; the verl 0.9 line) instead of "
                         "the 0.7.1 interaction path (tool_agent)")  # fmt: skip
     p.set_defaults(func=_data)
+
+    p = commands.add_parser(
+        "envs", help="the environments the trainer knows: agent loop, rounds, reward, success"
+    )
+    p.set_defaults(func=_envs)
 
     p = commands.add_parser("preflight", help="CPU checks of configs, data, env and verl's agent loop")
     p.add_argument("--config", choices=sorted(TRAINING_CONFIGS), default=None,
@@ -389,6 +456,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", choices=["http", "ray"], default="http",
                    help="http: a local cluster (replicas + nginx) at WEBSHOP_URL; ray: the env as a Ray Serve app on "
                    "a Ray head of its own that verl joins, reached with WEBSHOP_ENV=ray (default: http)")  # fmt: skip
+    p.add_argument("--train-further", action="store_true",
+                   help="then train it further as the README says (trainer.total_epochs=2): a resume from the end of "
+                   "the epoch must train step 4")  # fmt: skip
+    p.add_argument("--model-dir", type=Path, default=None,
+                   help="where the warm-started tiny model is kept and reused (default: OUT/tiny_model)")  # fmt: skip
+    p.add_argument("--fail-fast", action="store_true",
+                   help="end the run at the first failed trainer-side check (loss mask, reward, update direction, "
+                   "weight sync); the summary says which")  # fmt: skip
     p.set_defaults(func=_rehearse)
 
     p = commands.add_parser("train", help="launch verl's trainer with configs/webshop_grpo_{test,train}.yaml")

@@ -74,7 +74,9 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
         if args.write_config:
             _write_config(args.write_config, deploy.serve_config(serve_args, args.app_name, args.port))
             return 0
-        nodes = deploy.deploy(serve_args, args.app_name, args.port, args.host, progress=_progress)
+        nodes, serve_args = deploy.deploy(
+            serve_args, args.app_name, args.port, args.host, progress=_progress, if_missing=args.if_missing
+        )
         _progress(
             f"deployed {args.app_name!r}: {serve_args.replicas_per_node} replica(s) on each of {nodes} node(s)"
         )
@@ -166,6 +168,12 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument(
         "--redis-url", default=os.environ.get("WEBSHOP_REDIS_URL") or None,
         help="Redis for the AgentGym endpoints' sessions, reachable from every node (default: $WEBSHOP_REDIS_URL)",
+    )  # fmt: skip
+    p.add_argument(
+        "--if-missing", action="store_true",
+        help="keep an app that is deployed already, whatever its arguments (the training launcher uses this, so "
+        "a by-hand deployment keeps its replicas and catalog); without it, an app deployed with other arguments "
+        "is deployed again (the same arguments: kept, no restart)",
     )  # fmt: skip
     p.add_argument(
         "--envs", default=os.environ.get("WEBSHOP_ENVS") or None,

@@ -194,11 +194,43 @@ def stage_catalog(
 
 
 # ---- deploy and check ------------------------------------------------------------------------------------
+def _args_key(app_name: str) -> bytes:
+    return f"webshop-serve-args/{app_name}".encode()
+
+
+def recorded_deployment(app_name: str) -> tuple[ServeArgs, int] | None:
+    """The arguments and node count the app was last deployed with (kept in the cluster's key-value store)."""
+    from ray.experimental import internal_kv
+
+    raw = internal_kv._internal_kv_get(_args_key(app_name), namespace=SECRET_KV_NAMESPACE)
+    if not raw:
+        return None
+    try:
+        record = json.loads(raw)
+        return ServeArgs.parse(record["args"]), int(record["nodes"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _record_deployment(app_name: str, args: ServeArgs, nodes: int) -> None:
+    from ray.experimental import internal_kv
+
+    value = json.dumps({"args": args.as_dict(), "nodes": nodes}).encode()
+    internal_kv._internal_kv_put(_args_key(app_name), value, overwrite=True, namespace=SECRET_KV_NAMESPACE)
+
+
 def deploy(
     args: ServeArgs, app_name: str = DEFAULT_APP_NAME, port: int = DEFAULT_PORT, host: str = "0.0.0.0",
-    progress: Callable[[str], None] = lambda message: None,
-) -> int:  # fmt: skip
-    """Start Serve (proxies on every node, on ``host:port``) and deploy the app; returns the node count."""
+    progress: Callable[[str], None] = lambda message: None, if_missing: bool = False,
+) -> tuple[int, ServeArgs]:  # fmt: skip
+    """Start Serve (proxies on every node, on ``host:port``) and deploy the app; returns the node count and the
+    arguments the app runs with.
+
+    An app already deployed with the same arguments on the same number of nodes is kept as it is (Ray gives
+    every ``serve.run`` a new version, which would restart every replica). With ``if_missing`` an app that is
+    deployed is kept whatever its arguments (the training launcher: a by-hand deployment with its own replicas
+    and catalog path must survive a training start); its recorded arguments are returned.
+    """
     from ray import serve
 
     args.validate()
@@ -213,9 +245,17 @@ def deploy(
             f"deploy with --port {running.port} (and WEBSHOP_RAY_PORT={running.port} for the trainer), or "
             "`serve shutdown` first"
         )
-    deployed = (
-        _serve_details().get("applications", {}).get(app_name, {}).get("deployments", {}).get("WebShop")
-    )
+    application = _serve_details().get("applications", {}).get(app_name, {})
+    deployed = application.get("deployments", {}).get("WebShop")
+    recorded = recorded_deployment(app_name) if deployed else None
+    if recorded is not None and application.get("status") in ("RUNNING", "DEPLOYING"):
+        recorded_args, recorded_nodes = recorded
+        if if_missing:
+            progress(f"{app_name!r} is deployed already: kept with its own arguments (--if-missing)")
+            return recorded_nodes, recorded_args
+        if recorded_args == args and recorded_nodes == nodes:
+            progress(f"{app_name!r} is deployed with these arguments already: kept (no replica restarts)")
+            return nodes, args
     if deployed and deployed["deployment_config"].get("max_replicas_per_node") != args.replicas_per_node:
         # Serve's rolling update starts the new replicas next to the old ones, and the per-node cap (of the old
         # and the new version together) would leave some of them unplaceable forever: replace the app instead
@@ -223,7 +263,8 @@ def deploy(
         progress(f"replicas per node change: deleting {app_name!r} before deploying it again")
         serve.delete(app_name)
     serve.run(bind(args, nodes), name=app_name, route_prefix="/", blocking=False)
-    return nodes
+    _record_deployment(app_name, args, nodes)
+    return nodes, args
 
 
 def _serve_details() -> dict[str, Any]:

@@ -91,7 +91,7 @@ def test_replica_killed_mid_run_loses_no_native_episode(
     """SIGKILL one of two replicas while 32 expert episodes run: every one ends as it does in process."""
     env = registry.make(env_id)
     plans = {}
-    for task in range(0, 4000, 37):
+    for task in range(0, env.task_count(), max(1, env.task_count() // 100)):
         actions = env.expert(task)
         if actions and len(plans) < 32:
             plans[task] = list(actions)

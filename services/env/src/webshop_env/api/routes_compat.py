@@ -32,12 +32,12 @@ from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from starlette.responses import Response
 
+from ..envs.agentgym import json_integer
 from .compat_sessions import MAX_ID
 from .routes_native import (
     ERRORS,
     MAX_ACTION_CHARS,
     AvailableActions,
-    json_integer,
     json_response,
     runtime_of,
     utf8_text,

@@ -24,7 +24,7 @@ import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
@@ -241,17 +241,15 @@ def _add_compat_route(router: APIRouter, env_id: str, route: CompatRoute) -> Non
             responses=ERRORS,
         )
     else:
+        if model.model_fields:  # a JSON body, as AgentGym's server declares it (TextCraft's /create too)
 
-        async def post_handler(request: Request, fields: Annotated[model | None, Body()] = None) -> Response:  # type: ignore[valid-type]
-            if fields is None:  # no body (BabyAI's and SciWorld's clients send none to /create)
-                try:
-                    fields = model()
-                except ValidationError as error:
-                    missing = ", ".join(".".join(map(str, e["loc"])) for e in error.errors())
-                    raise ApiError(
-                        422, "validation_error", f"{missing}: field required (send a JSON body)"
-                    ) from None
-            return await serve(request, fields)
+            async def post_handler(request: Request, fields: Annotated[model, Body()]) -> Response:  # type: ignore[valid-type]
+                return await serve(request, fields)
+
+        else:  # no request model at all (BabyAI's and SciWorld's /create): a body, if any, is ignored
+
+            async def post_handler(request: Request) -> Response:
+                return await serve(request, model())
 
         router.add_api_route(
             route.path,

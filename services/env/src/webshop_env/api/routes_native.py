@@ -12,11 +12,12 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import BaseModel, BeforeValidator, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.env import EnvError
+from ..envs.agentgym import JsonInt
 from .errors import ApiError, classify, json_bytes, replay
 from .metrics import RequestRecorder
 from .service import Runtime
@@ -49,24 +50,6 @@ def utf8_text(value: str) -> str:
     except UnicodeEncodeError:
         raise ValueError("must be valid UTF-8 text (no lone surrogate escapes)") from None
     return value
-
-
-def json_integer(value: object) -> int:
-    """An integer as JSON Schema defines one: ``3`` or ``3.0``, never ``true``, ``"3"`` or ``3.5``.
-
-    pydantic's lax ``int`` takes booleans and numeric strings, its strict ``int`` refuses ``3.0``; the schema
-    (``type: integer``) says exactly this, so code and schema agree.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError("must be a JSON integer (not a boolean, string or null)")
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError("must be a JSON integer (no fractional part)")
-        return int(value)
-    return value
-
-
-JsonInt = Annotated[int, BeforeValidator(json_integer)]
 
 
 # ---- models (request validation and the OpenAPI schema) --------------------------------------------------

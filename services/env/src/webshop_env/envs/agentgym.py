@@ -10,16 +10,32 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, create_model
 
 from .contract import DELETE, KEEP, CompatCall, CompatRoute, TextEnv
 
 Send = Callable[[str, str, Mapping[str, Any] | None], tuple[int, Any]]
 
 
+def json_integer(value: object) -> int:
+    """An integer as JSON Schema defines one: ``3`` or ``3.0``, never ``true``, ``"3"`` or ``3.5``.
+
+    pydantic's lax ``int`` takes booleans and numeric strings (AgentGym's servers therefore do), its strict
+    ``int`` refuses ``3.0``; the schema (``type: integer``) says exactly this, so code and schema agree.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a JSON integer (not a boolean, string or null)")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a JSON integer (no fractional part)")
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(json_integer)]
 MAX_FIELD_CHARS = 10_000  # an action or a name: AgentGym's recordings send actions of 5,000 characters
 _FIELD_TYPES: dict[str, Any] = {
-    "int": int,
+    "int": JsonInt,
     "str": Annotated[str, Field(max_length=MAX_FIELD_CHARS)],
     "str_or_null": Annotated[str | None, Field(max_length=MAX_FIELD_CHARS)],
 }
@@ -28,15 +44,17 @@ _FIELD_TYPES: dict[str, Any] = {
 def request_model(env_id: str, route: CompatRoute) -> type[BaseModel]:
     """The pydantic model of a route's request fields. AgentGym's servers validate with pydantic models too
     (lax integers, extra fields ignored), so the HTTP layer and ``InProcessAgentGym`` share this one."""
+    # a query string's values are text: there an integer is written "3" (JSON bodies: 3 or 3.0, never "3")
+    types = {**_FIELD_TYPES, "int": int} if route.method == "GET" else _FIELD_TYPES
     fields: dict[str, Any] = {}
     if route.needs_id and not route.creates:
-        fields["id"] = (int, Field(description="the session id from /create"))
+        fields["id"] = (types["int"], Field(description="the session id from /create"))
     for name, spec in route.fields.items():
-        kind = _FIELD_TYPES[spec.kind]
+        kind = types[spec.kind]
         if spec.required:
             fields[name] = (kind, ...)
         else:
-            fields[name] = (kind | None if spec.kind == "int" else kind, spec.default)
+            fields[name] = (kind, spec.default)  # null is no integer (AgentGym's models: `data_idx: int = 0`)
     name = (
         f"{env_id.capitalize()}{route.path.strip('/').replace('_', ' ').title().replace(' ', '') or 'Root'}"
     )

@@ -104,9 +104,33 @@ else
 endif
 	$(SPACY_CHECK)
 
-test: setup nginx redis chromium lucene slurm ## run the whole test suite
-	$(VENV)/bin/pytest
-	$(VENV09)/bin/pytest tests/trainer/test_agent_loop.py tests/trainer/verl09  # the verl 0.9.1 line (its own environment)
+# Which test runs where: tests/conftest.py (markers `slow`, `make_test`). PYTEST_ARGS: more pytest arguments.
+PYTEST_ARGS ?=
+test: $(STAMP) $(SPACY_STAMP) nginx redis ## what a contributor runs before a change (<= 10 min on 2 cores; the rest: make test-all)
+	$(VENV)/bin/pytest -m "not slow or make_test" --durations=25 $(PYTEST_ARGS)
+
+.PHONY: test-all docs
+test-all: setup nginx redis chromium lucene slurm debootstrap ## everything CI runs: lint, docs, every test on both verl lines, rehearsals, Docker
+	$(MAKE) --no-print-directory lint docs
+	$(VENV)/bin/pytest --durations=25 $(PYTEST_ARGS)
+	$(VENV09)/bin/pytest --durations=25 tests/trainer/test_agent_loop.py tests/trainer/verl09  # the verl 0.9.1 line (its own environment)
+	@for line in 0.7 0.9; do started=$$SECONDS; \
+	  $(MAKE) --no-print-directory rehearse VERL_LINE=$$line || exit 1; \
+	  echo "make rehearse VERL_LINE=$$line: $$((SECONDS - started)) s"; done
+	@started=$$SECONDS; $(MAKE) --no-print-directory rehearse VERL_LINE=0.9 REHEARSE_ARGS="--env ray --out outputs/rehearsal-ray" \
+	  && echo "make rehearse VERL_LINE=0.9 (--env ray): $$((SECONDS - started)) s"
+	@started=$$SECONDS; $(MAKE) --no-print-directory test-docker && echo "make test-docker: $$((SECONDS - started)) s"
+
+# The docs site (MkDocs + Material, pinned in requirements-docs.txt, in an environment of its own): strict, so a
+# broken link, a missing page or a bad anchor fails the build. Output: site/ (ignored by git).
+VENV_DOCS ?= .venv-docs
+$(VENV_DOCS)/.installed: requirements-docs.txt
+	test -x $(VENV_DOCS)/bin/python || $(PYTHON) -m venv $(VENV_DOCS)
+	$(VENV_DOCS)/bin/pip install --quiet -r requirements-docs.txt
+	touch $@
+
+docs: $(VENV_DOCS)/.installed ## build the docs site strictly into site/ (open site/index.html)
+	NO_MKDOCS_2_WARNING=1 $(VENV_DOCS)/bin/mkdocs build --strict --site-dir site
 
 lint: setup ## ruff (lint + format check)
 	$(VENV)/bin/ruff check services tests scripts
@@ -154,3 +178,7 @@ clean: ## remove caches (keeps .venv and data)
 
 # Docker compose stack, training, eval and the demo.
 include mk/stack.mk
+
+.PHONY: rehearse-bugs
+rehearse-bugs: setup nginx redis data ## the rehearsal on both verl lines with each bug it exists for put in (must fail) and without (must pass) -> outputs/rehearsal-bugs/matrix.json (REHEARSE_BUGS_ARGS=--bugs reward_sign --full ...)
+	$(PY) -m webshop_trainer.rehearsal.matrix --venv 0.7=$(VENV) --venv 0.9=$(VENV09) --catalog $(CATALOG_DIR) $(REHEARSE_BUGS_ARGS)

@@ -25,12 +25,26 @@ class AgentGymClient:
     request is retried on 502/503/504 and connection errors with capped exponential backoff and jitter for up to
     that many seconds, and each step carries an ``Idempotency-Key`` (the same for its retries), so a step whose
     answer was lost is answered again, never applied twice. ``retried`` counts the retries.
+
+    One departure from AgentGym's client, in both modes: a 503 that carries ``Retry-After`` (the service's
+    "retry shortly": ``session_store_down``, a limit reached) is retried after that many seconds (at most
+    ``MAX_RETRY_AFTER_S`` a wait), for up to ``retry_after_budget_s`` from the first attempt, or the retry budget
+    where that is longer; then its answer is returned as it is. A 503 without ``Retry-After`` is AgentGym's.
     """
 
-    def __init__(self, env_server_base: str, timeout: int = 300, retry_budget_s: float = 0.0) -> None:
+    MAX_RETRY_AFTER_S = 5.0
+
+    def __init__(
+        self,
+        env_server_base: str,
+        timeout: int = 300,
+        retry_budget_s: float = 0.0,
+        retry_after_budget_s: float = 30.0,
+    ) -> None:
         self.env_server_base = env_server_base
         self.timeout = timeout
         self.retry_budget_s = retry_budget_s
+        self.retry_after_budget_s = retry_after_budget_s
         self.retried = 0
         self.http = requests.Session()
         ok = self._send("post", "create")
@@ -39,24 +53,33 @@ class AgentGymClient:
         self.env_id = ok.json()
 
     def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        """One request; with a retry budget, retried while the service answers it is unavailable."""
+        """One request, retried while the service says it is unavailable: after a 503's ``Retry-After`` (always),
+        and with a retry budget on 502/503/504 and connection errors with backoff."""
         url = f"{self.env_server_base}/{path}"
-        if not self.retry_budget_s:
-            return self.http.request(method, url, timeout=self.timeout, **kwargs)
-        deadline, delay = time.monotonic() + self.retry_budget_s, 0.05
+        started, delay = time.monotonic(), 0.05
+        deadline = started + self.retry_budget_s
+        patience = started + max(self.retry_after_budget_s, self.retry_budget_s)
         while True:
             try:
                 res = self.http.request(method, url, timeout=self.timeout, **kwargs)
-                if res.status_code not in (502, 503, 504):
-                    return res
             except requests.ConnectionError:
-                if time.monotonic() > deadline:
+                if not self.retry_budget_s or time.monotonic() > deadline:
                     raise
+                wait = delay * random.uniform(0.5, 1.0)
             else:
-                if time.monotonic() > deadline:
+                asked = retry_after(res) if res.status_code == 503 else None
+                if asked is not None:  # "retry shortly": wait what it asks (a little more, spread out)
+                    wait = min(asked, self.MAX_RETRY_AFTER_S) * random.uniform(1.0, 1.2)
+                    if time.monotonic() + wait > patience:
+                        return res
+                elif self.retry_budget_s and res.status_code in (502, 503, 504):
+                    if time.monotonic() > deadline:
+                        return res
+                    wait = delay * random.uniform(0.5, 1.0)
+                else:
                     return res
             self.retried += 1
-            time.sleep(delay * random.uniform(0.5, 1.0))
+            time.sleep(wait)
             delay = min(1.0, delay * 2)
 
     def _post(self, path: str, data: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
@@ -102,6 +125,14 @@ class AgentGymClient:
         answers = [(r, r.json()) for r in (step, page)]
         return [(r.status_code, body.get("error") if isinstance(body, dict) else None, r.headers.get("retry-after"))
                 for r, body in answers]  # fmt: skip
+
+
+def retry_after(response: requests.Response) -> float | None:
+    """The seconds of a response's ``Retry-After`` (delta-seconds; the service sends no dates), else None."""
+    try:
+        return max(0.0, float(response.headers["retry-after"]))
+    except (KeyError, ValueError):
+        return None
 
 
 Trace = list[tuple[str, float, bool]]  # (observation, reward, done) after reset and after each step

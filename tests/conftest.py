@@ -1,4 +1,11 @@
-"""Shared fixtures: catalogs prepared once per test session."""
+"""Shared fixtures (catalogs prepared once per test session), and which command runs which test.
+
+`make test` (a contributor's check before a change, at most 10 minutes on 2 cores) runs every test that is not
+marked ``slow``; `make test-all` (CI) runs them all. A test is ``slow`` where its file says so, or where SLOW
+below lists it (a folder, a file or one test, by the start of its node id); ALSO_IN_MAKE_TEST puts a test marked
+``slow`` in its own file back into `make test` (marker ``make_test``). The markers are registered in
+pyproject.toml; `--durations=25` in both commands keeps the budget visible.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,43 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/_agentgym.py
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONFORMANCE = FIXTURES / "conformance" / "original-seed3"
+
+# What `make test` leaves to `make test-all`, with why (seconds: one run on the shared, loaded 2-core machine).
+SLOW: dict[str, str] = {
+    "tests/multinode/": "3-node Ray clusters and a real Slurm in network namespaces (minutes, root)",
+    "tests/docker/": "the Docker stack for real (make test-docker, 6-10 minutes)",
+    "tests/faults/": "replicas, hosts and session stores frozen, cut off or killed under load (about 3 minutes)",
+    "tests/integration/test_ray_serve_local.py": "a Ray head serving the env as a Ray Serve app (130 s)",
+    "tests/integration/test_benchmarks.py": "the benchmark commands on small catalogs and two clusters (40 s)",
+    "tests/eval/test_eval_e2e.py": "eval end to end through a cluster",
+    "tests/eval/test_demo.py": "make demo end to end",
+    "tests/eval/test_report_chromium.py": "the report rendered in headless Chromium",
+    "tests/eval/test_model_path.py": "verl's merger, and a tiny model served from its output (60-70 s each)",
+    "tests/integration/test_envs_cluster.py::test_replica_killed_mid_run": "a replica SIGKILLed under 32 episodes of "
+    "each environment (up to 7 minutes)",
+    "tests/deploy/test_trainer_image.py": "imports every module of a GPU run (45 s)",
+    "tests/trainer/test_train_launch.py::test_training_starts_as": "launches verl's main_ppo (40 s)",
+    "tests/trainer/test_train_launch.py::test_a_finished_run_says_so": "launches webshop-train train (20-160 s each)",
+}
+# Marked slow in their own files, yet what every change to the API must pass (tests/faults/test_fuzz_envs.py, the
+# other environments' routes, stays in make test-all: 2 more minutes).
+ALSO_IN_MAKE_TEST: dict[str, str] = {
+    "tests/faults/test_fuzz_all_checks.py": "the API fuzz suite: schemathesis, all checks, every route (3-4 minutes)",
+}
+
+
+def _listed(nodeid: str, table: dict[str, str]) -> bool:
+    return any(nodeid.startswith(prefix) for prefix in table)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Apply SLOW and ALSO_IN_MAKE_TEST (before `-m` selects)."""
+    for item in items:  # node ids are relative to the repository (pyproject.toml's directory)
+        if _listed(item.nodeid, ALSO_IN_MAKE_TEST):
+            item.add_marker(pytest.mark.make_test)
+        elif _listed(item.nodeid, SLOW):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -382,8 +382,10 @@ def test_crash_of_the_session_store_and_a_replica_loses_no_agentgym_step(stack: 
     again, every episode continues from its last acknowledged step."""
     sessions = stack.containers("sessions")[0]
     victim = sorted(stack.containers("webshop"))[0]
-    idle = AgentGymClient(stack.url, timeout=30)
+    idle = AgentGymClient(stack.url, timeout=30)  # honours Retry-After (30 s at most), as a client should
     idle.reset(0)
+    since = stack.docker("info", "--format", "{{json .SystemTime}}").stdout.strip().strip('"')
+    started = {}
 
     def outage() -> list[tuple[int, str | None, str | None]]:
         stack.docker("kill", "--signal", "KILL", victim)
@@ -393,17 +395,44 @@ def test_crash_of_the_session_store_and_a_replica_loses_no_agentgym_step(stack: 
         time.sleep(max(0.0, 1.0 - (time.monotonic() - stopped)))
         if not stack.inspect(sessions)["State"]["Running"]:
             stack.docker("start", sessions)
+        started["at"] = time.monotonic()
         return probed
 
     retries, probed = _agentgym_across_a_store_outage(stack, expert, outage)
     for status, error, retry_after in probed:
         assert (status, error) == (503, "session_store_down") and retry_after is not None, probed
     assert retries > 0, "no client met the outage: the test did not test it"
-    assert idle.observe().startswith("WebShop [SEP]")  # an idle session survived the crash too
+    asked = time.monotonic()
+    page = idle.observe()
+    answered = (
+        f"{time.monotonic() - asked:.1f} s, {idle.retried} Retry-After wait(s), "
+        f"{asked - started['at']:.1f} s after docker start"
+    )
+    assert page.startswith("WebShop [SEP]")  # an idle session survived the crash too
     stack.measured["agentgym_store_and_replica_crash"] = (
         f"{CONCURRENT_EPISODES}/{CONCURRENT_EPISODES} episodes as in-process, {retries} client retries; "
-        f"while down: {probed}"
+        f"while down: {probed}; the idle session's observe answered in {answered}"
     )
+    stack.measured["agentgym_store_restart_evidence"] = _store_restart_evidence(stack, sessions, since)
+
+
+def _store_restart_evidence(stack: Stack, sessions: str, since: str) -> dict[str, Any]:
+    """Why a store call failed after the restart, from the logs (issue 31: an idle session's observe got 503
+    "no answer within 1.5 s" after the store was back): Redis' own load time and readiness, and the replicas'
+    session_store_down warnings by reason (a timeout: no answer at all, e.g. connecting or resolving the name;
+    a refusal or a LOADING error: Redis not ready yet)."""
+    redis_log = stack.docker("logs", "--since", since, sessions, check=False)
+    startup = [line.strip() for line in (redis_log.stdout + redis_log.stderr).splitlines()
+               if "append only file" in line or "Ready to accept" in line or "loaded" in line.lower()]  # fmt: skip
+    reasons: dict[str, int] = {}
+    for replica in stack.containers("webshop"):
+        log = stack.docker("logs", "--since", since, replica, check=False)
+        for line in (log.stdout + log.stderr).splitlines():
+            if "session_store_down" not in line:
+                continue
+            reason = line.split("failed: ", 1)[-1].split("; retry shortly", 1)[0][:160]
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return {"redis_startup": startup[-4:], "replica_503_reasons": reasons}
 
 
 # ---- make down ------------------------------------------------------------------------------------------------------

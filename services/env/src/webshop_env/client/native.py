@@ -4,7 +4,9 @@ One pooled ``httpx.AsyncClient`` per client object; share one client between all
 Steps are pure functions of (state, action), so every call is retried on connection errors, timeouts and
 5xx answers with exponential backoff and full jitter, for up to ``retry_budget`` seconds in all (default 60 s:
 long enough to ride out a balancer or replica restart); 4xx answers are the caller's fault and raise at once.
-When the budget is spent the call raises ``WebShopUnavailable`` saying how long it tried and what failed last.
+A 503 that carries ``Retry-After`` (the service's "retry shortly": a limit reached, a store restarting) is not
+retried sooner than it asks, up to ``max_retry_after`` seconds per wait. When the budget is spent the call raises
+``WebShopUnavailable`` saying how long it tried and what failed last.
 
 Timeouts are layered: the balancer gives a replica 2 s to answer and retries a hung one's request on
 another replica; the client's per-attempt ``timeout`` (10 s) is longer than the balancer's whole retry
@@ -71,6 +73,8 @@ class WebShopClient:
             failed attempt moves the client to the next address; it goes back to ``base_url`` once
             ``primary_retry_s`` have passed. Steps are stateless, so any address serves any episode.
         primary_retry_s: seconds on a fallback address before ``base_url`` is tried again.
+        max_retry_after: the longest wait a 503's ``Retry-After`` can impose on one retry (seconds); a server
+            asking for more is retried after this long, still within ``retry_budget``.
     """
 
     def __init__(
@@ -85,6 +89,7 @@ class WebShopClient:
         transport: httpx.AsyncBaseTransport | None = None,
         fallback_urls: Iterable[str] = (),
         primary_retry_s: float = 30.0,
+        max_retry_after: float = 10.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.urls = [self.base_url, *(u.rstrip("/") for u in fallback_urls if u.rstrip("/") != self.base_url)]
@@ -97,6 +102,7 @@ class WebShopClient:
         self.retry_budget = retry_budget
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.max_retry_after = max_retry_after
         self._random = random.Random()
         self._warned_at = float("-inf")
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
@@ -198,6 +204,7 @@ class WebShopClient:
         started = time.monotonic()
         while True:
             url = self.url
+            asked = 0.0  # what the server's Retry-After asks for, if it sent one
             try:
                 response = await self._http.request(method, url + path, **kwargs)
             except httpx.HTTPError as error:  # connection refused/reset, timeouts, protocol errors
@@ -208,9 +215,13 @@ class WebShopClient:
                 if response.status_code < 500:
                     raise _request_error(response)
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                if response.status_code == 503:  # "unavailable, retry after": not sooner than it asks
+                    asked = retry_after_seconds(response.headers.get("retry-after")) or 0.0
+                    asked = min(asked, self.max_retry_after)
             self._failed(url)
             elapsed = time.monotonic() - started
             delay = self._random.uniform(0.0, min(self.max_backoff, self.backoff * 2 ** min(attempt, 30)))
+            delay = max(delay, asked)
             if (self.retries is not None and attempt >= self.retries) or elapsed + delay > self.retry_budget:
                 raise WebShopUnavailable(
                     f"{method} {url}{path} failed after {attempt + 1} attempt(s) in {elapsed:.1f} s "
@@ -227,6 +238,27 @@ class WebShopClient:
                 )  # fmt: skip
             await asyncio.sleep(delay)
             attempt += 1
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks the client to wait (delta-seconds or an HTTP date); None when
+    absent or unreadable, 0 for a date already past."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value)) if value.replace(".", "", 1).isdigit() else _after_date(value, now)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _after_date(value: str, now: float | None) -> float | None:
+    from email.utils import parsedate_to_datetime
+
+    when = parsedate_to_datetime(value)
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _request_error(response: httpx.Response) -> WebShopRequestError:

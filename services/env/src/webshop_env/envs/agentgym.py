@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, create_model
 
-from .contract import DELETE, KEEP, CompatCall, CompatRoute, TextEnv
+from .contract import DELETE, KEEP, CompatAnswer, CompatCall, CompatRoute, TextEnv
 
 Send = Callable[[str, str, Mapping[str, Any] | None], tuple[int, Any]]
 
@@ -59,6 +59,14 @@ def request_model(env_id: str, route: CompatRoute) -> type[BaseModel]:
         f"{env_id.capitalize()}{route.path.strip('/').replace('_', ' ').title().replace(' ', '') or 'Root'}"
     )
     return create_model(f"{name}{route.method.capitalize()}", **fields)
+
+
+def close_session(call: CompatCall) -> CompatAnswer:
+    """AgentGym's ``POST /close`` where closing forgets the id: ``true`` for a live session, ``false`` for an
+    unknown or closed one (TextCraft's and BabyAI's servers)."""
+    if call.session is None:
+        return CompatAnswer(False)
+    return CompatAnswer(True, DELETE)
 
 
 class InProcessAgentGym:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..contract import DELETE, CompatAnswer, CompatCall, CompatField, CompatRoute, EnvError, Transition
+from ..agentgym import close_session
+from ..contract import CompatAnswer, CompatCall, CompatField, CompatRoute, EnvError, Transition
 from .levels import LEVELS
 
 ROOT_MESSAGE = "This is environment BabyAI."
@@ -115,12 +116,6 @@ def observation(call: CompatCall) -> CompatAnswer:
     )
 
 
-def close(call: CompatCall) -> CompatAnswer:
-    if call.session is None:
-        return CompatAnswer(False)
-    return CompatAnswer(True, DELETE)
-
-
 AGENTGYM_ROUTES: tuple[CompatRoute, ...] = (
     CompatRoute("GET", "/", root, needs_id=False, summary="a JSON string naming the environment"),
     CompatRoute("POST", "/create", create, creates=True, needs_id=False, summary="a new id (no body)"),
@@ -133,5 +128,5 @@ AGENTGYM_ROUTES: tuple[CompatRoute, ...] = (
     ),
     CompatRoute("POST", "/step", step, {"action": CompatField("str", required=True)}, summary="one action"),
     CompatRoute("GET", "/observation", observation, summary="goal and last observation, reward, score, done"),
-    CompatRoute("POST", "/close", close, summary="true; false when the id is unknown or closed"),
+    CompatRoute("POST", "/close", close_session, summary="true; false when the id is unknown or closed"),
 )

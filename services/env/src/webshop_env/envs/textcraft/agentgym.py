@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..contract import DELETE, CompatAnswer, CompatCall, CompatField, CompatRoute, EnvError, Transition
+from ..agentgym import close_session
+from ..contract import CompatAnswer, CompatCall, CompatField, CompatRoute, EnvError, Transition
 
 ROOT_MESSAGE = "This is environment TextCraft."  # not recorded: BabyAI's server's wording, for TextCraft
 
@@ -107,12 +108,6 @@ def _missing(name: str) -> Any:
     return handler
 
 
-def close(call: CompatCall) -> CompatAnswer:
-    if call.session is None:
-        return CompatAnswer(False)
-    return CompatAnswer(True, DELETE)
-
-
 AGENTGYM_ROUTES: tuple[CompatRoute, ...] = (
     CompatRoute("GET", "/", root, needs_id=False, summary="a JSON string naming the environment"),
     # The client sends {"minecraft_dir", "commands", "goal"}: the original validates commands/goal as optional
@@ -132,5 +127,5 @@ AGENTGYM_ROUTES: tuple[CompatRoute, ...] = (
     CompatRoute("GET", "/detail", detail, summary="observation, done, reward, deleted"),
     CompatRoute("GET", "/commands", _missing("commands"), summary="404 (the original: HTTP 500)"),
     CompatRoute("GET", "/goal", _missing("goal"), summary="404 (the original: HTTP 500)"),
-    CompatRoute("POST", "/close", close, summary="true; false when the id is unknown or closed"),
+    CompatRoute("POST", "/close", close_session, summary="true; false when the id is unknown or closed"),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import tempfile
@@ -86,6 +87,8 @@ def cmd_agentgym(args: argparse.Namespace) -> int:
         print(f"webshop-env: error: no traces at {path} (give --traces DIR)", file=sys.stderr)
         return 2
     episodes = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    agentgym_module = importlib.import_module(f"{registry.REGISTRY[args.env]}.agentgym")
+    documented = getattr(agentgym_module, "documented_difference", lambda difference: False)
     if args.limit:
         episodes = episodes[: args.limit]
     if args.url:
@@ -116,7 +119,7 @@ def cmd_agentgym(args: argparse.Namespace) -> int:
     ):
         if not args.url:
             send = InProcessAgentGym(env, routes).call  # a fresh server per episode, as the recordings were
-        differences = replay_trace(episode, send)
+        differences = replay_trace(episode, send, documented)
         if differences:
             failed.append((number, differences))
     summary = {"env": args.env, "episodes": len(episodes), "equal": len(episodes) - len(failed),

@@ -9,9 +9,10 @@ Two kinds of state (``state_travel``):
 
 - ``"token"``: the episode state is a small JSON value that fully determines what comes next (a deterministic
   environment: compact state, or task + actions replayed). The serving layer signs it into the client's state
-  token, so any replica serves any step and a replica's death loses nothing.
-- ``"session"``: the episode lives in a simulator process that one replica holds (SciWorld's JVM). The state is
-  then a handle the environment understands; the serving layer pins the session to that replica.
+  token, so any replica serves any step and a replica's death loses nothing. SciWorld is one too: its live
+  simulator (a JVM) stays in the replica that serves the episode (the balancer keeps the episode there), and a
+  replica without it replays the actions on a fresh JVM, which is deterministic (docs/environments/sciworld.md).
+- ``"session"``: reserved for an environment whose episode cannot be rebuilt anywhere else; none needs it yet.
 
 The AgentGym-compatible side of an environment is also pure: ``agentgym_routes()`` lists the routes of
 AgentGym's own server for it, each a function from (environment, session, request fields) to (response body,

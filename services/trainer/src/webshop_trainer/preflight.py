@@ -33,6 +33,8 @@ from .config import (
     AGENT_LOOP_CONFIG,
     AGENT_LOOP_NAME,
     AGENT_NAME,
+    ENVIRONMENT_SETTINGS,
+    ENVIRONMENTS_KEY,
     INTERACTION_CONFIG,
     INTERACTION_NAME,
     TRAINING_CONFIGS,
@@ -103,6 +105,35 @@ def unknown_keys(ours: Any, stock: Any) -> list[str]:
     return found
 
 
+def environment_errors(config: Any) -> list[str]:
+    """The training config's ``environments`` block (per-environment episode shape, read by the agent loops):
+    known environment ids, known keys, positive integers. A misspelling would silently fall back to a default."""
+    from omegaconf import OmegaConf
+
+    from . import envs
+
+    section = config.get(ENVIRONMENTS_KEY) if hasattr(config, "get") else None
+    if section is None:
+        return []
+    errors: list[str] = []
+    block = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section
+    if not isinstance(block, dict):
+        return [f"{ENVIRONMENTS_KEY}: expected a mapping of environment -> settings"]
+    for env_id, settings in block.items():
+        if env_id not in envs.SPECS:
+            errors.append(
+                f"{ENVIRONMENTS_KEY}.{env_id}: unknown environment (known: {', '.join(envs.SPECS)})"
+            )
+            continue
+        for key, value in (settings or {}).items():
+            if key not in ENVIRONMENT_SETTINGS:
+                errors.append(f"{ENVIRONMENTS_KEY}.{env_id}.{key}: unknown setting "
+                              f"(known: {', '.join(ENVIRONMENT_SETTINGS)})")  # fmt: skip
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                errors.append(f"{ENVIRONMENTS_KEY}.{env_id}.{key} = {value!r}: must be a positive integer")
+    return errors
+
+
 def batch_rule_errors(config: Any) -> list[str]:
     """The divisibility and wiring rules verl 0.7.1 enforces late (or never), checked up front."""
     errors: list[str] = []
@@ -146,8 +177,14 @@ def batch_rule_errors(config: Any) -> list[str]:
             errors.append(f"actor_rollout_ref.{key}.log_prob_micro_batch_size_per_gpu is not set")
     if not actor.use_dynamic_bsz and actor.ppo_micro_batch_size_per_gpu is None:
         errors.append("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is not set")
+    from . import envs
+
     expected_agent = AGENT_NAME if installed_verl_line() == "0.7" else AGENT_LOOP_NAME
-    if rollout.agent.default_agent_loop != expected_agent:
+    # verl 0.9: any environment's agent loop (textcraft_agent...; rows name theirs, webshop_trainer.envs)
+    accepted = (
+        {expected_agent} if expected_agent == AGENT_NAME else {s.agent_name for s in envs.SPECS.values()}
+    )
+    if rollout.agent.default_agent_loop not in accepted:
         errors.append(
             f"rollout.agent.default_agent_loop is {rollout.agent.default_agent_loop!r}, not {expected_agent!r}: "
             "verl would silently run single-turn"
@@ -252,7 +289,9 @@ def check_training_config(
     errors.extend(
         f"unknown key (not in verl's ppo_trainer config): {key}"
         for key in unknown_keys(raw, compose_stock_config())
+        if key != ENVIRONMENTS_KEY  # ours: read by the agent loops (environment_errors checks it)
     )
+    errors.extend(environment_errors(raw))
     try:
         resolved = copy.deepcopy(config)
         OmegaConf.resolve(resolved)

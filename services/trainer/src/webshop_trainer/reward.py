@@ -39,12 +39,27 @@ def _as_float(value: Any) -> float:
 
 
 def episode_summary(turn_scores: Sequence[Any] | None) -> dict[str, float]:
-    """Score and metrics of one trajectory from its ``turn_scores`` (``TurnScore`` or plain floats)."""
+    """Score and metrics of one trajectory from its ``turn_scores`` (``TurnScore`` or plain floats).
+
+    The agent loop's TurnScores carry ``success`` (its environment's rule) and, on every turn, ``env_reward`` =
+    the episode's reward if it ended there: the last turn then holds the episode's reward and success, whatever
+    ended it (a purchase, the round budget, an error). The 0.7.1 interaction's TurnScores leave ``success`` unset:
+    WebShop's rules apply (the last ``done`` turn pays; success is the full reward). ``purchased`` is the last
+    turn's ``purchased``: the environment itself ended the episode (WebShop: a purchase; TextCraft: the goal
+    crafted; BabyAI: the level ended; SciWorld: done). ``steps`` counts the rounds played.
+    """
     scores = list(turn_scores) if turn_scores is not None else []
     steps = sum(1 for s in scores if getattr(s, "stepped", True))
     score = sum(_as_float(s) for s in scores)
     finals = [s for s in scores if getattr(s, "done", False)]
-    if finals:  # TurnScores: the last turn says whether it was a purchase (not a truncation or an error)
+    last = scores[-1] if scores else None
+    solved = getattr(last, "success", None)
+    if (
+        solved is not None
+    ):  # the agent loop's TurnScores: the last turn holds the episode's reward and success
+        env_reward = _as_float(getattr(last, "env_reward", 0.0))
+        purchased = 1.0 if getattr(last, "purchased", False) else 0.0
+    elif finals:  # TurnScores: the last turn says whether it was a purchase (not a truncation or an error)
         env_reward = _as_float(getattr(finals[-1], "env_reward", finals[-1]))
         purchased = 1.0 if getattr(finals[-1], "purchased", False) else 0.0
     else:  # plain floats: only the purchase step earns a non-zero env reward
@@ -55,7 +70,7 @@ def episode_summary(turn_scores: Sequence[Any] | None) -> dict[str, float]:
     return {
         "score": score,
         "env_reward": env_reward,
-        "success": 1.0 if is_success(env_reward) else 0.0,
+        "success": 1.0 if (is_success(env_reward) if solved is None else solved) else 0.0,
         "purchased": purchased,
         "steps": float(steps),
         "invalid_actions": float(invalid),

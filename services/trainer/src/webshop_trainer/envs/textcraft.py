@@ -1,0 +1,87 @@
+"""TextCraft as a spec: AgentGym's TextCraft client's format (prompt in our own words, see docs/training-environments.md),
+30 rounds as in AgentGym-RL, reward 1 for crafting the goal item.
+
+The environment (``webshop_env.envs.textcraft``) answers every action with a text and pays 1 (``done``) on the step
+that crafts the goal; it has no step limit, so the round budget ends an unsolved episode. Its answers to a refused
+action start ``Could not ...`` or ``Wrong item format``; an accepted one ``Got``, ``Crafted`` or ``Inventory:``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from .agentgym import parse_reply
+from .spec import EnvSpec, Outcome, Parsed, cut, task_index
+
+ENV_ID = "textcraft"
+MAX_ROUNDS = 30  # AgentGym-RL's rounds for TextCraft (its ScalingInter-RL schedule: 10, 20, 30)
+#: How the environment's answer to an action it carried out begins (anything else was refused).
+ACCEPTED = ("Got ", "Crafted ", "Inventory: ")
+
+SYSTEM_PROMPT = """\
+You craft items in a text version of Minecraft. Each task lists some crafting commands and names a goal item: \
+craft the goal item.
+
+Each turn, answer with exactly one action:
+- get <count> <item>: take a basic item (one no command crafts) from the environment, e.g. get 2 oak logs
+- craft <item> using <count> <ingredient>, <count> <ingredient>, ...: craft with one of the listed commands, \
+written as it is listed, e.g. craft 4 oak planks using 1 oak logs
+- inventory: see what you hold
+
+Use only the crafting commands you are given, and get every ingredient (or craft it) before you use it. Where a \
+command names a general ingredient such as "planks", you may use any particular kind of it, such as "dark oak \
+planks". Items that a command crafts cannot be got: craft them.
+
+Reply in this format, with one action per reply:
+Thought: <your reasoning, briefly>
+Action: <the action>
+
+Example.
+Crafting commands:
+craft 4 spruce planks using 1 spruce logs
+
+Goal: craft spruce planks.
+Reply: Thought: The planks need 1 spruce logs, which I can get.
+Action: get 1 spruce logs
+Observation: Got 1 spruce logs
+Reply: Thought: Now I can craft the goal.
+Action: craft 4 spruce planks using 1 spruce logs
+Observation: Crafted 4 minecraft:spruce_planks"""
+
+
+def first_message(first: Mapping[str, Any]) -> str:
+    """The reset text as it is (``Crafting commands: ... Goal: craft X.``), as AgentGym's client shows it."""
+    return str(first.get("observation", ""))
+
+
+def step_message(
+    result: Mapping[str, Any], parsed: Parsed, outcome: Outcome, max_observation_chars: int
+) -> str:
+    if parsed.action is None:
+        return parsed.feedback or ""
+    return cut(str(result.get("observation", "")), max_observation_chars)
+
+
+def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
+    reward = float(result.get("reward") or 0.0)
+    done = bool(result.get("done"))
+    accepted = str(result.get("observation", "")).startswith(ACCEPTED)
+    return Outcome(env_reward=reward, done=done, success=done and reward >= 1.0,
+                   valid=parsed.well_formed and accepted, finished=done)  # fmt: skip
+
+
+SPEC = EnvSpec(
+    env_id=ENV_ID,
+    title="TextCraft: craft a Minecraft item from the recipes listed (get, craft, inventory); 544 goals",
+    system_prompt=SYSTEM_PROMPT,
+    max_rounds=MAX_ROUNDS,
+    parse=parse_reply,
+    first_message=first_message,
+    step_message=step_message,
+    outcome=outcome,
+    reward_rule="1 when the goal item is crafted (the episode ends there), else 0",
+    success_rule="the goal item was crafted (reward 1)",
+    task_of=functools.partial(task_index, env_id=ENV_ID),
+)

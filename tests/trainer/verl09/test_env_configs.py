@@ -1,0 +1,87 @@
+"""The verl 0.9 line's configs for the other environments (configs/verl09/{textcraft,babyai,mixed}_grpo_test.yaml):
+they compose against verl's own config and validate, carry AgentGym-RL's settings, and the ``environments`` block
+the agent loops read is checked (a misspelled environment or key is an error, not a silent default)."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from webshop_trainer.config import training_config_dir
+
+#: (batch, rollouts, rounds, response tokens, tokens per turn), AgentGym-RL's examples/train/AgentGym-RL/*_train.sh
+AGENTGYM_RL = {"textcraft": (32, 8, 30, 10240, 512), "babyai": (16, 8, 20, 4096, 200)}
+
+
+def resolved(name: str, overrides: list[str] | None = None):
+    from webshop_trainer.preflight import compose_training_config
+
+    _, config = compose_training_config(name, overrides or [], training_config_dir())
+    OmegaConf.resolve(config)
+    return config
+
+
+@pytest.mark.parametrize("name", ["textcraft_grpo_test", "babyai_grpo_test", "mixed_grpo_test"])
+def test_each_environment_config_composes_and_validates(name: str) -> None:
+    from webshop_trainer.preflight import check_training_config
+
+    report = check_training_config(name, directory=training_config_dir())
+    assert report["valid"], report["errors"]
+
+
+@pytest.mark.parametrize("env_id", sorted(AGENTGYM_RL))
+def test_the_single_environment_configs_have_agentgym_rls_settings(env_id: str, monkeypatch) -> None:
+    for variable in (
+        "WEBSHOP_TRAIN_BATCH_SIZE",
+        "WEBSHOP_ROLLOUT_N",
+        "WEBSHOP_TURN_TOKENS",
+        "WEBSHOP_TRAIN_FILE",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    config = resolved(f"{env_id}_grpo_test")
+    batch, n, rounds, response, turn_tokens = AGENTGYM_RL[env_id]
+    rollout = config.actor_rollout_ref.rollout
+    assert (config.data.train_batch_size, rollout.n, config.data.max_response_length) == (batch, n, response)
+    assert dict(config.environments[env_id]) == {"max_rounds": rounds, "turn_tokens": turn_tokens}
+    assert (
+        config.actor_rollout_ref.actor.optim.lr == 1e-6
+        and config.actor_rollout_ref.actor.kl_loss_coef == 0.001
+    )
+    assert rollout.agent.default_agent_loop == f"{env_id}_agent"
+    assert (
+        config.data.train_files == f"data/verl/{env_id}/train.parquet"
+    )  # `webshop-train data --env` writes it
+
+
+def test_the_mixed_config_keeps_each_environments_episode_shape() -> None:
+    config = resolved("mixed_grpo_test")
+    shapes = {env: (block.max_rounds, block.turn_tokens) for env, block in config.environments.items()}
+    assert shapes == {"textcraft": (30, 512), "babyai": (20, 200), "webshop": (24, 512)}
+    assert config.data.max_response_length == max(r for *_, r, _ in AGENTGYM_RL.values())
+
+
+def test_a_misspelled_environment_or_setting_is_an_error() -> None:
+    from webshop_trainer.preflight import check_training_config
+
+    report = check_training_config("textcraft_grpo_test", ["+environments.textcraf.max_rounds=3",
+                                                           "+environments.textcraft.turn_tokenz=3",
+                                                           "environments.textcraft.max_rounds=0"],
+                                   training_config_dir())  # fmt: skip
+    assert not report["valid"]
+    assert (
+        "environments.textcraf: unknown environment (known: webshop, textcraft, babyai, sciworld)"
+        in report["errors"]
+    )
+    assert any("environments.textcraft.turn_tokenz: unknown setting" in e for e in report["errors"])
+    assert "environments.textcraft.max_rounds = 0: must be a positive integer" in report["errors"]
+
+
+def test_the_launcher_runs_an_environment_config_by_name(tmp_path, capsys) -> None:
+    from webshop_trainer.cli import main
+
+    assert main(["train", "--config", "textcraft_grpo_test", "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().err
+    assert "--config-name textcraft_grpo_test" in printed
+    assert "data/verl/textcraft/train.parquet" in printed  # train.log names the run's own data, not WebShop's
+    assert main(["train", "--config", "alfworld_grpo_test", "--dry-run", "--output-dir", str(tmp_path)]) == 2
+    assert "textcraft_grpo_test" in capsys.readouterr().err  # the message lists what there is

@@ -13,23 +13,37 @@ import torch
 pytest.importorskip("verl")
 
 
-def test_the_direction_record_tells_right_from_wrong() -> None:
-    from webshop_trainer.rehearsal.direction import right_way, strict_way, summarize
+def test_the_direction_record_tells_right_from_wrong_on_the_loss_tokens_only() -> None:
+    import numpy as np
 
-    before = [torch.tensor([-1.0, -2.0]), torch.tensor([-1.0]), torch.tensor([-3.0, -3.0])]
+    from webshop_trainer.rehearsal.checks import Trajectory, direction_ok, direction_record, grpo_advantages
+
+    def trajectory(before: list[float], after: list[float], mask: list[int]) -> Trajectory:
+        return Trajectory(ids=[0] * (1 + len(mask)), prompt_len=1, mask=mask, score=0.0, uid="g",
+                          before=np.array(before), after=np.array(after))  # fmt: skip
+
     advantages = [1.0, -1.0, 0.0]
-    right = summarize(before, [before[0] + 0.5, before[1] - 0.25, before[2]], advantages, step=1)
-    assert (right["positive"], right["negative"]) == (1, 1)
+    right = direction_record(1, [trajectory([-1, -2], [-0.5, -1.5], [1, 1]), trajectory([-1], [-1.25], [1]),
+                                 trajectory([-3, -3], [-3, -3], [1, 1])], advantages)  # fmt: skip
+    assert (right["positive"], right["negative"]) == (1, 1) and right["right_way"] and right["informative"]
     assert right["positive_mean_change"] == pytest.approx(0.5) and right[
         "negative_mean_change"
     ] == pytest.approx(-0.25)
-    assert right_way(right) and right["advantage_weighted_change"] == pytest.approx(0.75)
-    wrong = summarize(before, [before[0] - 0.5, before[1] + 0.25, before[2]], advantages, step=1)
-    assert not right_way(wrong)
-    # every response a little less likely, the positive one least so: the right way, not in absolute terms
-    shifted = summarize(before, [before[0] - 0.01, before[1] - 0.3, before[2] - 0.1], advantages, step=1)
-    assert right_way(shifted) and not strict_way(shifted) and strict_way(right)
-    assert not right_way(summarize(before, before, [0.0, 0.0, 0.0], step=1))  # no advantage: nothing shown
+    assert right["weighted_change"] == pytest.approx((1.0 * 1.0 + 0.25) / 5)  # sum_i A_i sum_t dlogp / T
+    wrong = direction_record(1, [trajectory([-1, -2], [-1.5, -2.5], [1, 1]), trajectory([-1], [-0.75], [1]),
+                                 trajectory([-3, -3], [-3, -3], [1, 1])], advantages)  # fmt: skip
+    assert not wrong["right_way"] and not direction_ok([right, wrong]) and direction_ok([right])
+    # an env page (mask 0) moved the wrong way does not count: only the loss tokens do
+    paged = direction_record(1, [trajectory([-1, -2], [-0.5, -9.0], [1, 0]), trajectory([-1, -1], [-1.25, 5.0], [1, 0]),
+                                 trajectory([-3], [-3], [1])], advantages)  # fmt: skip
+    assert paged["right_way"] and paged["loss_tokens"] == 3
+    # no advantage: nothing shown, and a run without an informative step is not judged right
+    flat = direction_record(1, [trajectory([-1], [-1], [1])], [0.0])
+    assert not flat["informative"] and not direction_ok([flat])
+    # GRPO's advantage from its definition: per group, (r - mean) / (std + eps); a group of one is 0
+    assert grpo_advantages([1.0, 0.0, 5.0], ["a", "a", "b"]) == pytest.approx(
+        [0.7071, -0.7071, 0.0], abs=1e-3
+    )
 
 
 def test_sampling_is_greedy_at_zero_and_respects_top_k() -> None:
@@ -64,3 +78,22 @@ def test_eval_serves_a_checkpoint_on_cpu_through_the_checkpoint_policy(generated
     assert isinstance(reply, str) and 0 < usage["completion_tokens"] <= 8 and usage["prompt_tokens"] > 0
     with pytest.raises(Exception, match="sglang or cpu"):
         CheckpointPolicy(model, server="vllm")
+
+
+def test_the_rollout_reports_the_log_probs_of_the_distribution_it_sampled_from() -> None:
+    """At temperature T the rollout server samples from softmax(logits / T) and must report those log-probs (what
+    verl's actor computes for old_log_probs), not the T = 1 ones; teacher-forced scoring gives the same numbers."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from webshop_trainer.rehearsal.generation import generate_tokens, score_tokens
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    model = Qwen2ForCausalLM(config).eval()
+    prompt = [1, 5, 9, 3]
+    tokens, reported, _ = generate_tokens(model, prompt, 6, temperature=1.7, top_k=-1, top_p=1.0,
+                                          generator=torch.Generator().manual_seed(0), eos_ids=set())  # fmt: skip
+    assert len(tokens) == 6
+    assert score_tokens(model, prompt, tokens, 1.7) == pytest.approx(reported, abs=1e-5)
+    assert score_tokens(model, prompt, tokens, 1.0) != pytest.approx(reported, abs=1e-3)

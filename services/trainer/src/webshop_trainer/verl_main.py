@@ -9,6 +9,11 @@ means of those keys to every step's metrics, so the metrics log and TensorBoard 
 
     webshop/success/mean, webshop/env_reward/mean, webshop/purchased/mean, webshop/steps/mean,
     webshop/invalid_actions/mean, webshop/invalid_rate/mean
+
+It also makes a resume from a checkpoint taken at an epoch's end train the next epoch (:func:`install_epoch_resume`):
+verl 0.7.1 saves the dataloader's state right after the epoch's last batch, before its iterator is exhausted, and
+restoring that state gives the next epoch 0 batches, so ``trainer.total_epochs=N+1`` on a finished run trained
+nothing and exited 0. verl 0.9.1 re-iterates on StopIteration and does not need it.
 """
 
 from __future__ import annotations
@@ -59,6 +64,57 @@ def install_step_metrics() -> None:
     ray_trainer.compute_data_metrics = compute_data_metrics
 
 
+def finish_exhausted_epoch(dataloader: Any, state: Mapping[str, Any], steps_done: int) -> bool:
+    """After ``dataloader.load_state_dict(state)``: if ``state`` was saved after the last batch of an epoch (``steps_done``
+    a multiple of the epoch's batches), run the exhausted iterator to its end so that the next ``iter()`` starts
+    the next epoch, with the sampler's random state where the uninterrupted run had it. Returns whether it did.
+
+    Should the restored iterator still hold a batch (the state was not an epoch's end after all), the state is
+    loaded again: nothing is skipped.
+    """
+    batches = len(dataloader)
+    if steps_done <= 0 or batches <= 0 or steps_done % batches != 0:
+        return False
+    for _ in dataloader:  # an exhausted iterator yields nothing; the one after it is a fresh epoch
+        dataloader.load_state_dict(state)
+        return False
+    return True
+
+
+def install_epoch_resume() -> None:
+    """Make ``RayPPOTrainer._load_checkpoint`` (verl 0.7.1) finish an exhausted epoch's dataloader state (see
+    :func:`finish_exhausted_epoch`; idempotent)."""
+    import os
+
+    import torch
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    original = RayPPOTrainer._load_checkpoint
+    if getattr(original, "webshop_epoch_resume", False):
+        return
+
+    def _load_checkpoint(self: Any) -> Any:
+        result = original(self)
+        if not self.global_steps:
+            return result
+        folder = os.path.join(
+            os.path.abspath(self.config.trainer.default_local_dir), f"global_step_{self.global_steps}"
+        )
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = os.path.abspath(self.config.trainer.resume_from_path)
+        path = os.path.join(folder, "data.pt")
+        if os.path.exists(path):
+            state = torch.load(path, weights_only=False)
+            if finish_exhausted_epoch(self.train_dataloader, state, int(self.global_steps)):
+                print(f"[webshop] resumed at step {self.global_steps}, the end of an epoch: the next epoch starts "
+                      f"fresh ({len(self.train_dataloader)} batches)", flush=True)  # fmt: skip
+        return result
+
+    _load_checkpoint.webshop_epoch_resume = True  # type: ignore[attr-defined]
+    _load_checkpoint.__wrapped__ = original  # type: ignore[attr-defined]
+    RayPPOTrainer._load_checkpoint = _load_checkpoint
+
+
 def _task_runner_class() -> Any:
     from verl.trainer.main_ppo import TaskRunner
 
@@ -67,6 +123,7 @@ def _task_runner_class() -> Any:
 
         def run(self, config: Any) -> Any:
             install_step_metrics()
+            install_epoch_resume()
             return super().run(config)
 
     return WebshopTaskRunner

@@ -10,7 +10,10 @@ substitution lives in one module here and is listed in ``SUBSTITUTED`` (and so i
 - ``cpu_platform``: verl 0.9.1's ``PlatformCPU`` (``verl.plugin.platform`` registry, ``VERL_PLATFORM=cpu``,
   imported in every process through ``VERL_USE_EXTERNAL_MODULES``) and the FSDP engines registered for ``cpu``;
 - ``cpu_rollout``: the rollout engine, a CPU server that generates with the actor's weights pushed at every sync;
-- ``run``: the driver (data, tiny model, env cluster, the two invocations, merger, summary).
+- ``checks`` and ``direction``: what the rehearsal checks inside verl's trainer (loss mask, reward, update direction,
+  weight sync; see docs/rehearsal.md), and ``inject``: the bugs a test puts in to see those checks fail;
+- ``run``: the driver (data, tiny model, env cluster, the two invocations, merger, summary). Its scale-down of the
+  test config (every Hydra override and setting, with the config's own value) is also listed in the summary.
 """
 
 #: Each stand-in and the verl interface it fills (written into the rehearsal's summary).
@@ -32,6 +35,10 @@ SUBSTITUTED = (
     "attention: PyTorch SDPA on CPU (the configs' attn_implementation: sdpa)",
     "verl 0.9.1: TransferQueue with 2 storage units instead of 8 (a Ray actor process each; "
     "transfer_queue.backend.SimpleStorage.num_data_storage_units)",
+    "policy: a tiny local Qwen2-architecture model (2 layers, hidden 64, byte-level BPE tokenizer trained on the "
+    "catalog) warm-started on the oracle's episodes of the run's goals, instead of Qwen/Qwen2.5-1.5B-Instruct",
+    "eval server: webshop_trainer.rehearsal.chat_server (the same CPU generation) instead of sglang "
+    "(webshop-train eval --server cpu)",
 )
 
 
@@ -40,8 +47,8 @@ _SET_UP = False
 
 def setup_process(line: str, *seams: object) -> None:
     """What every process of a rehearsal run needs, once (Ray's ``worker_process_setup_hook`` and the driver):
-    one intra-op thread, the torch seams, the line's own ``seams`` (callables), the rollout engine ``cpu`` and,
-    when asked for, the update-direction check."""
+    one intra-op thread, the torch seams, the line's own ``seams`` (callables), the rollout engine ``cpu``, the
+    trainer-side checks when asked for, and the bugs a test injects (``$WEBSHOP_REHEARSAL_INJECT``)."""
     import os
 
     global _SET_UP
@@ -52,9 +59,11 @@ def setup_process(line: str, *seams: object) -> None:
     from . import cpu_torch
     from .cpu_rollout import register
     from .direction import install
+    from .inject import apply
 
     cpu_torch.apply()
     for seam in seams:
         seam()  # type: ignore[operator]
     register()
     install(line)
+    apply()

@@ -12,6 +12,11 @@
 
 Generation samples from the actor's own weights with the sampling parameters verl sends (temperature, top-k,
 top-p, max tokens), one request at a time per replica.
+
+For the rehearsal's checks (:mod:`.checks`, run in the trainer's process) each server also keeps a record of its
+generations (``generations``: prompt digest and new tokens, the model's own tokens), reports every weight load
+(``sync_report``: version, names missing or unknown against its own model) and scores a fixed sequence with the
+weights it holds (``score``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from .generation import generate_tokens
+from .checks import Generation, name_check, prompt_digest
+from .generation import generate_tokens, score_tokens
 
 NAME = "cpu"
 SERVER_NAME = "webshop_cpu_rollout_{replica}"
@@ -64,6 +70,14 @@ class CpuLLMServer:
         self.weight_version = 0
         self.calls = 0
         self._lock = threading.Lock()
+        self._generations: list[Generation] = []
+        self._sync: dict[str, Any] = {
+            "version": 0,
+            "global_steps": None,
+            "tensors": 0,
+            "missing": [],
+            "unknown": [],
+        }
         self.eos_ids = {self.tokenizer.eos_token_id}
         generation = self.model_config.generation_config
         eos = getattr(generation, "eos_token_id", None) if generation is not None else None
@@ -89,26 +103,52 @@ class CpuLLMServer:
         limit = max(0, min(self.config.response_length if limit is None else int(limit), room))
         with self._lock:
             self.calls += 1
-            return generate_tokens(self.model, prompt_ids, limit, temperature=float(params.get("temperature") or 0.0),
-                                   top_k=int(params.get("top_k") or -1), top_p=float(params.get("top_p") or 1.0),
-                                   generator=self.generator, eos_ids=self.eos_ids)  # fmt: skip
+            produced = generate_tokens(self.model, prompt_ids, limit, temperature=float(params.get("temperature") or 0.0),
+                                       top_k=int(params.get("top_k") or -1), top_p=float(params.get("top_p") or 1.0),
+                                       generator=self.generator, eos_ids=self.eos_ids)  # fmt: skip
+            self._generations.append(
+                Generation(len(prompt_ids), prompt_digest(prompt_ids), tuple(produced[0]))
+            )
+            return produced
+
+    def generations(self, start: int = 0) -> tuple[list[Generation], int]:
+        """The generations from the ``start``-th on, and the next cursor (the checks fetch each step's)."""
+        with self._lock:
+            return self._generations[start:], len(self._generations)
+
+    def sync_report(self) -> dict[str, Any]:
+        """The last weight load: version (loads so far), global step, tensors, names missing and unknown."""
+        return dict(self._sync)
+
+    def score(self, prompt_ids: list[int], response_ids: list[int], temperature: float) -> list[float]:
+        """Log-probabilities of ``response_ids`` after ``prompt_ids`` under the weights this server holds."""
+        with self._lock:
+            return score_tokens(self.model, prompt_ids, response_ids, temperature)
 
     def update_weights(
         self, state: dict[str, torch.Tensor], global_steps: int | None = None
     ) -> dict[str, Any]:
-        """Load the actor's weights (the weight sync). Returns the version and a checksum, also logged."""
+        """Load the actor's weights (the weight sync). Every pushed name must be one of the model's and every
+        tensor of the model must be pushed (or tied to a pushed one): what is not is recorded in
+        :meth:`sync_report` (the trainer-side check fails the sync) and the rest is loaded. Returns the report."""
         own = self.model.state_dict()
-        missing = sorted(set(own) - set(state))
+        names = name_check(own, state)
         with self._lock:
             self.model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
         self.weight_version += 1
         if global_steps is not None:
             self.global_steps = global_steps
+        self._sync = {
+            "version": self.weight_version,
+            "global_steps": global_steps,
+            "tensors": len(state),
+            **names,
+        }
         checksum = float(sum(float(v.double().sum()) for v in state.values()))
         print(f"[rehearsal] rollout replica {self.replica_rank}: weights v{self.weight_version} "
-              f"(global step {global_steps}, {len(state)} tensors, missing {missing[:3]}) checksum={checksum:.6f}",
-              flush=True)  # fmt: skip
-        return {"version": self.weight_version, "checksum": checksum, "missing": missing}
+              f"(global step {global_steps}, {len(state)} tensors, missing {names['missing'][:3]}, "
+              f"unknown {names['unknown'][:3]}) checksum={checksum:.6f}", flush=True)  # fmt: skip
+        return {**self._sync, "checksum": checksum}
 
     async def wake_up(self) -> None:
         pass

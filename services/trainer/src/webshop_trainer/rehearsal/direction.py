@@ -1,85 +1,266 @@
-"""Does the update go the right way? Around the trainer's own actor update, the log-probabilities of the step's
-sampled responses are taken under the actor before the update (the trainer's ``old_log_probs``) and after it
-(the actor worker group's ``compute_log_prob`` on the same batch), and written with the responses' advantages
-to ``$WEBSHOP_REHEARSAL_DIRECTION`` (one JSON line per step): responses with a positive advantage should have
-become more likely, negative ones less, on average.
+"""The rehearsal's checks inside verl's trainer (installed in the trainer's process by the rehearsal's setup hook
+when ``$WEBSHOP_REHEARSAL_CHECKS`` names a directory; :mod:`.checks` holds the judgements).
 
-Installed in the trainer's process by the rehearsal's setup hook when that variable is set: verl 0.7.1's
-``RayPPOTrainer._update_actor``, verl 0.9.1's v1 ``PPOTrainer._update_actor`` (the step's data in TransferQueue).
+- Around the trainer's own actor update (verl 0.7.1's ``RayPPOTrainer._update_actor``, verl 0.9.1's v1
+  ``PPOTrainer._update_actor``, the step's data in TransferQueue) every training step: the step's trajectories
+  (token stream, loss mask, the reward the trainer used, the actor's log-probs before the update, ``old_log_probs``,
+  and after it, the actor worker group's ``compute_log_prob`` on the same batch); the model's own tokens from the
+  rollout servers' records; the env's reward replayed in-process. One JSON line per step in ``steps.jsonl``:
+  ``{"step", "mask", "reward", "direction"}``.
+- After every weight sync (``checkpoint_manager.update_weights``: at start, after a resume, after each step, around
+  validation): each rollout server's load report and its log-probs of a fixed sequence (``fixed_sequence.json``,
+  written by the rehearsal) against the actor's, computed by the actor worker group. One JSON line per sync in
+  ``sync.jsonl``.
+
+Settings (the rehearsal sets them for every process): ``WEBSHOP_REHEARSAL_CATALOG`` (the env's catalog, for the
+replay), ``WEBSHOP_INVALID_ACTION_PENALTY`` (the declared penalty), ``WEBSHOP_REHEARSAL_TRAIN_AGENT`` (the training
+rows' agent loop, when the batch does not say), ``WEBSHOP_REHEARSAL_FAIL_FAST=1`` (a failed check ends the run
+at once, :class:`CheckFailed`, after its record is written; the rehearsal's summary then says which).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-ENV = "WEBSHOP_REHEARSAL_DIRECTION"
+from . import checks
+
+ENV = "WEBSHOP_REHEARSAL_CHECKS"
+CATALOG_ENV = "WEBSHOP_REHEARSAL_CATALOG"
+TRAIN_AGENT_ENV = "WEBSHOP_REHEARSAL_TRAIN_AGENT"
+FAIL_FAST_ENV = "WEBSHOP_REHEARSAL_FAIL_FAST"
+STEPS_FILE = "steps.jsonl"
+SYNC_FILE = "sync.jsonl"
+SEQUENCE_FILE = "fixed_sequence.json"
 
 
-def summarize(before: list[torch.Tensor], after: list[torch.Tensor], advantages: list[float], step: int
-              ) -> dict[str, Any]:  # fmt: skip
-    """Per response: the mean change of its tokens' log-probability; then the means by the advantage's sign."""
-    changes = [float((a - b).mean()) for b, a in zip(before, after, strict=True)]
-    positive = [c for c, adv in zip(changes, advantages, strict=True) if adv > 0]
-    negative = [c for c, adv in zip(changes, advantages, strict=True) if adv < 0]
-    return {"step": step, "responses": len(changes), "positive": len(positive), "negative": len(negative),
-            "positive_mean_change": _mean(positive), "negative_mean_change": _mean(negative),
-            "advantage_weighted_change": sum(c * a for c, a in zip(changes, advantages, strict=True))}  # fmt: skip
+class CheckFailed(RuntimeError):
+    """A rehearsal check failed with ``$WEBSHOP_REHEARSAL_FAIL_FAST`` set."""
 
 
-def right_way(record: dict[str, Any]) -> bool:
-    """Both signs present; positive-advantage responses became more likely than negative-advantage ones (their
-    mean change is higher), and the advantage-weighted change, what the policy-gradient step increases to first
-    order, is positive. The two groups are compared with each other: an update can also move every sampled
-    response's log-probability by the same small amount (verl 0.9.1 does: all slightly down), which says nothing
-    about the sign of the reward-to-gradient pipe. ``strict_way`` asks for the absolute signs too."""
-    return bool(record["positive"] and record["negative"]
-                and record["positive_mean_change"] > record["negative_mean_change"]
-                and record["advantage_weighted_change"] > 0)  # fmt: skip
+def _fail_fast(what: str, failed: list[str]) -> None:
+    if failed and os.environ.get(FAIL_FAST_ENV, "").strip() not in ("", "0"):
+        raise CheckFailed(f"rehearsal check(s) failed at {what}: {', '.join(failed)} (see {_directory()})")
 
 
-def strict_way(record: dict[str, Any]) -> bool:
-    """:func:`right_way`, and positive-advantage responses more likely, negative ones less, in absolute terms."""
-    return right_way(record) and record["positive_mean_change"] > 0 > record["negative_mean_change"]
+def _directory() -> Path:
+    return Path(os.environ[ENV])
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def _write(name: str, record: dict[str, Any]) -> None:
+    with open(_directory() / name, "a") as out:
+        out.write(json.dumps(record, default=float) + "\n")
+    print(f"[rehearsal] {name}: {json.dumps(record, default=float)[:2000]}", flush=True)
 
 
-def _write(record: dict[str, Any]) -> None:
-    with open(os.environ[ENV], "a") as out:
-        out.write(json.dumps(record) + "\n")
-    print(f"[rehearsal] update direction: {record}", flush=True)
+class StepChecker:
+    """What the checks keep between steps in the trainer's process: the rollout servers' generations (fetched
+    incrementally), the replay env, the servers' last load versions."""
+
+    def __init__(self) -> None:
+        self.generations: list[checks.Generation] = []
+        self.cursors: dict[int, int] = {}
+        self.versions: dict[int, int] = {}
+        self.syncs = 0
+        self._env: Any = None
+
+    @staticmethod
+    def servers(trainer: Any) -> list[Any]:
+        """The rollout servers (one ``CpuLLMServer`` actor per replica)."""
+        return [replica._server_handle for replica in trainer.checkpoint_manager.replicas]
+
+    def index(self, trainer: Any) -> checks.GenerationIndex:
+        import ray
+
+        for rank, server in enumerate(self.servers(trainer)):
+            new, cursor = ray.get(server.generations.remote(self.cursors.get(rank, 0)))
+            self.generations.extend(new)
+            self.cursors[rank] = cursor
+        return checks.GenerationIndex(self.generations)
+
+    def env(self) -> Any:
+        if self._env is None:
+            from webshop_env.catalog.store import open_catalog
+            from webshop_env.core.env import WebShopEnv
+
+            self._env = WebShopEnv(open_catalog(os.environ[CATALOG_ENV]))
+        return self._env
+
+    def check_step(self, trainer: Any, step: int, trajectories: list[checks.Trajectory]) -> dict[str, Any]:
+        """The three step checks on ``trajectories`` (their ``before``/``after`` log-probs filled in)."""
+
+        def decode(ids: list[int]) -> str:
+            return trainer.tokenizer.decode(ids, skip_special_tokens=True)
+
+        record = checks.step_record(step, trajectories, self.index(trainer), self.env(), decode,
+                                    penalty=float(os.environ.get("WEBSHOP_INVALID_ACTION_PENALTY") or 0.0),
+                                    default_agent=os.environ.get(TRAIN_AGENT_ENV))  # fmt: skip
+        _write(STEPS_FILE, record)
+        failed = [name for name in ("mask", "reward") if not record[name]["ok"]]
+        if record["direction"]["informative"] and not record["direction"]["right_way"]:
+            failed.append("direction")
+        _fail_fast(f"step {step}", failed)
+        return record
+
+    def check_sync(self, trainer: Any, global_steps: int | None, line: str) -> dict[str, Any]:
+        """Each rollout server's last load and its log-probs of the fixed sequence against the actor's."""
+        import ray
+
+        sequence = json.loads((_directory() / SEQUENCE_FILE).read_text())
+        prompt, response = list(sequence["prompt_ids"]), list(sequence["response_ids"])
+        temperature = float(trainer.config.actor_rollout_ref.rollout.temperature)
+        actor = actor_log_probs(trainer, prompt, response, line)
+        replicas = []
+        for rank, server in enumerate(self.servers(trainer)):
+            report = ray.get(server.sync_report.remote())
+            rollout = np.asarray(
+                ray.get(server.score.remote(prompt, response, temperature)), dtype=np.float64
+            )
+            diff = float(np.abs(rollout - actor).max()) if rollout.shape == actor.shape else None
+            replicas.append({"replica": rank, "version": int(report["version"]), "tensors": report["tensors"],
+                             "missing": report["missing"], "unknown": report["unknown"], "max_abs_diff": diff})  # fmt: skip
+        self.syncs += 1
+        record = checks.sync_record(self.syncs, global_steps, replicas, self.versions)
+        self.versions.update({r["replica"]: r["version"] for r in replicas})
+        _write(SYNC_FILE, record)
+        _fail_fast(
+            f"weight sync {self.syncs} (global step {global_steps})", [] if record["ok"] else ["weight_sync"]
+        )
+        return record
 
 
-def _per_response(values: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-    return [row[m.bool()] for row, m in zip(values, mask, strict=True)]
+_CHECKER: StepChecker | None = None
+
+
+def checker() -> StepChecker:
+    global _CHECKER
+    if _CHECKER is None:
+        _CHECKER = StepChecker()
+    return _CHECKER
+
+
+def actor_log_probs(trainer: Any, prompt: list[int], response: list[int], line: str) -> np.ndarray:
+    """The actor's log-probs of ``response`` after ``prompt`` (two copies: one per data-parallel rank), computed
+    by the actor worker group as the trainer computes ``old_log_probs``."""
+    ids = torch.tensor([prompt + response] * 2)
+    length = ids.shape[1]
+    if line == "0.7":
+        from verl.protocol import DataProto
+
+        data = DataProto.from_dict(
+            tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                     "position_ids": torch.arange(length).expand(2, length).clone(), "prompts": ids[:, : len(prompt)],
+                     "responses": ids[:, len(prompt) :], "response_mask": torch.ones(2, len(response), dtype=torch.int64)},
+            meta_info={"temperature": trainer.config.actor_rollout_ref.rollout.temperature},
+        )  # fmt: skip
+        output, _ = trainer._compute_old_log_prob(data)
+        return output.batch["old_log_probs"][0].double().numpy()
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import response_from_nested
+
+    def nested(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+        return torch.nested.as_nested_tensor(list(rows), layout=torch.jagged)
+
+    response_mask = nested([torch.ones(len(response), dtype=torch.int64)] * 2)
+    data = TensorDict({"input_ids": nested(list(ids)), "position_ids": nested([torch.arange(length)] * 2),
+                       "prompts": nested([ids[0, : len(prompt)]] * 2), "responses": nested([ids[0, len(prompt) :]] * 2),
+                       "response_mask": response_mask, "loss_mask": response_mask}, batch_size=2)  # fmt: skip
+    tu.assign_non_tensor(data, calculate_entropy=False, compute_loss=False,
+                         temperature=float(trainer.config.actor_rollout_ref.rollout.temperature))  # fmt: skip
+    output = trainer.actor_rollout_wg.compute_log_prob(data)
+    log_probs = response_from_nested(tu.get(output, "log_probs"), response_mask)
+    return log_probs.unbind()[0].double().numpy()
+
+
+# ---- verl 0.7.1 ----------------------------------------------------------------------------------------------
+def trajectories_verl07(batch: Any) -> list[checks.Trajectory]:
+    """The step's trajectories from 0.7.1's padded ``DataProto`` (prompts left-padded, responses right-padded)."""
+    tensors, extra = batch.batch, batch.non_tensor_batch
+    prompts, responses, attention = tensors["prompts"], tensors["responses"], tensors["attention_mask"]
+    width = prompts.shape[1]
+    mask, advantages = tensors["response_mask"], tensors["advantages"]
+    scores = tensors["token_level_scores"].sum(-1)
+    agents = extra.get("agent_name")
+    trajectories = []
+    for i in range(len(prompts)):
+        prompt = prompts[i][attention[i, :width].bool()].tolist()
+        length = int(attention[i, width:].sum())
+        row_mask = mask[i, :length].long()
+        info = _goal(extra["extra_info"][i])
+        trajectories.append(checks.Trajectory(
+            ids=prompt + responses[i, :length].tolist(), prompt_len=len(prompt), mask=row_mask.tolist(),
+            score=float(scores[i]), uid=str(extra["uid"][i]), goal=info[0], goal_set=info[1],
+            agent_name=str(agents[i]) if agents is not None else None,
+            advantage=float(advantages[i, :length][row_mask.bool()].mean()) if row_mask.any() else 0.0,
+            before=tensors["old_log_probs"][i, :length].double().numpy(),
+        ))  # fmt: skip
+    return trajectories
 
 
 def install_verl07() -> None:
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    original = RayPPOTrainer._update_actor
-    if getattr(original, "webshop_rehearsal", False):
+    if getattr(RayPPOTrainer._update_actor, "webshop_rehearsal", False):
         return
+    update_actor, init_workers = RayPPOTrainer._update_actor, RayPPOTrainer.init_workers
 
     def _update_actor(self: Any, batch: Any) -> Any:
-        output = original(self, batch)
+        trajectories = trajectories_verl07(batch)
+        output = update_actor(self, batch)
         after, _ = self._compute_old_log_prob(batch)
-        mask = batch.batch["response_mask"]
-        advantages = [
-            float(row[m.bool()].mean()) for row, m in zip(batch.batch["advantages"], mask, strict=True)
-        ]
-        _write(summarize(_per_response(batch.batch["old_log_probs"], mask),
-                         _per_response(after.batch["old_log_probs"], mask), advantages, int(self.global_steps)))  # fmt: skip
+        for i, trajectory in enumerate(trajectories):
+            trajectory.after = after.batch["old_log_probs"][i, : len(trajectory.before)].double().numpy()
+        checker().check_step(self, int(self.global_steps), trajectories)
+        return output
+
+    def _init_workers(self: Any) -> Any:
+        output = init_workers(self)
+        _watch_syncs(self, "0.7")
         return output
 
     _update_actor.webshop_rehearsal = True  # type: ignore[attr-defined]
     RayPPOTrainer._update_actor = _update_actor
+    RayPPOTrainer.init_workers = _init_workers
+
+
+# ---- verl 0.9.1 ----------------------------------------------------------------------------------------------
+def _rows(value: Any) -> list[Any]:
+    """A TransferQueue field as a list of rows (nested tensors unbound, non-tensor stacks as lists)."""
+    if isinstance(value, torch.Tensor):
+        return list(value.unbind()) if value.is_nested or value.dim() > 0 else [value]
+    if hasattr(value, "tolist"):
+        return list(value.tolist())
+    return list(value)
+
+
+def trajectories_verl09(data: Any) -> list[checks.Trajectory]:
+    """The step's trajectories from 0.9.1's TransferQueue fields (nested per row, response-length)."""
+    prompts, responses = _rows(data["prompts"]), _rows(data["responses"])
+    masks, scores = _rows(data["response_mask"]), _rows(data["rm_scores"])
+    advantages, before = _rows(data["advantages"]), _rows(data["old_log_probs"])
+    uids, extras = _rows(data["uid"]), _rows(data["extra_info"])
+    agents = _rows(data["agent_name"]) if "agent_name" in data.keys() else []  # noqa: SIM118
+    agents = agents if len(agents) == len(prompts) else [None] * len(prompts)
+    trajectories = []
+    for i in range(len(prompts)):
+        mask = masks[i].long()
+        info = _goal(extras[i])
+        trajectories.append(checks.Trajectory(
+            ids=prompts[i].tolist() + responses[i].tolist(), prompt_len=len(prompts[i]), mask=mask.tolist(),
+            score=float(scores[i].sum()), uid=str(uids[i]), goal=info[0], goal_set=info[1],
+            agent_name=str(agents[i]) if agents[i] is not None else None,
+            advantage=float(advantages[i][mask.bool()].mean()) if mask.any() else 0.0,
+            before=before[i].double().numpy(),
+        ))  # fmt: skip
+    return trajectories
 
 
 def install_verl09() -> None:
@@ -87,32 +268,73 @@ def install_verl09() -> None:
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from verl.workers.utils.padding import response_from_nested
 
-    original = PPOTrainer._update_actor
-    if getattr(original, "webshop_rehearsal", False):
+    if getattr(PPOTrainer._update_actor, "webshop_rehearsal", False):
         return
+    update_actor, setup = PPOTrainer._update_actor, PPOTrainer._setup
+    fields = ["prompts", "responses", "response_mask", "rm_scores", "advantages", "old_log_probs", "uid",
+              "extra_info", "agent_name"]  # fmt: skip
 
     def _update_actor(self: Any, batch: Any, metrics: dict) -> Any:
-        fields = ["old_log_probs", "advantages", "response_mask"]
-        before = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        output = original(self, batch, metrics)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        trajectories = trajectories_verl09(data)
+        output = update_actor(self, batch, metrics)
         batch.extra_info.update({"calculate_entropy": False, "compute_loss": False,
                                  "temperature": self.config.actor_rollout_ref.rollout.temperature})  # fmt: skip
         self.actor_rollout_wg.compute_log_prob(batch)
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=["log_probs", "response_mask"])  # fmt: skip
-        after = list(response_from_nested(data["log_probs"], data["response_mask"]).unbind())
-        old = list(before["old_log_probs"].unbind())
-        advantages = [float(row.mean()) for row in before["advantages"].unbind()]
-        _write(summarize(old, [a[: len(o)] for a, o in zip(after, old, strict=True)], advantages,
-                         int(self.global_steps)))  # fmt: skip
+        after = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                select_fields=["log_probs", "response_mask"])  # fmt: skip
+        rows = list(response_from_nested(after["log_probs"], after["response_mask"]).unbind())
+        for trajectory, row in zip(trajectories, rows, strict=True):
+            trajectory.after = row[: len(trajectory.before)].double().numpy()
+        checker().check_step(self, int(self.global_steps), trajectories)
+        return output
+
+    def _setup(self: Any) -> Any:
+        output = setup(self)
+        _watch_syncs(self, "0.9")
         return output
 
     _update_actor.webshop_rehearsal = True  # type: ignore[attr-defined]
     PPOTrainer._update_actor = _update_actor
+    PPOTrainer._setup = _setup
+
+
+# ---- both ----------------------------------------------------------------------------------------------------
+def _goal(extra: Any) -> tuple[int | None, str | None]:
+    """A row's goal and goal set (``extra_info`` as the dataset wrote it)."""
+    extra = dict(extra or {})
+    kwargs = dict(extra.get("interaction_kwargs") or {})
+    goal = extra.get("goal", kwargs.get("goal"))
+    return (int(goal) if goal is not None else None), (extra.get("goal_set") or kwargs.get("goal_set"))
+
+
+def _watch_syncs(trainer: Any, line: str) -> None:
+    """Check every weight sync of ``trainer`` (its ``checkpoint_manager.update_weights``, sync or awaited)."""
+    manager = trainer.checkpoint_manager
+    original = manager.update_weights
+
+    def global_steps_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+        value = args[0] if args else kwargs.get("global_steps")
+        return int(value) if value is not None else None
+
+    def update_weights(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if inspect.isawaitable(result):
+
+            async def then() -> Any:
+                value = await result
+                checker().check_sync(trainer, global_steps_of(args, kwargs), line)
+                return value
+
+            return then()
+        checker().check_sync(trainer, global_steps_of(args, kwargs), line)
+        return result
+
+    manager.update_weights = update_weights
 
 
 def install(line: str) -> None:
-    """The wrapper for the installed line, when the rehearsal asked for it."""
+    """The checks for the installed line, when the rehearsal asked for them."""
     if not os.environ.get(ENV):
         return
     install_verl07() if line == "0.7" else install_verl09()

@@ -187,7 +187,7 @@ def substitutions(line: str, turn_tokens: int) -> list[str]:
         "this much, so a group's rewards differ even without a purchase",
         f"max_observation_chars={MAX_OBSERVATION_CHARS} (configs/webshop_agent_loop.yaml, webshop_interaction.yaml: 0): "
         "pages cut so that an episode fits the response budget (the rehearsal's copies of both files)",
-        "trainer.total_training_steps=2, then 3 on resume (test config: 1 epoch of 64 prompts): the run's steps",
+        "trainer.total_training_steps=2, then 3 on resume (make train-test: 1 epoch of 64 prompts): the run's steps",
         "data: 12 training goals (3 steps of 4), 2 validation goals, all with an oracle plan of at most 4 steps, "
         "instead of data/verl/webshop_{train,eval}.parquet",
         "env: the bundled catalog on a local cluster (replicas + nginx, make up-local's topology; --env ray: a Ray "

@@ -588,14 +588,9 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         checks["checkpoint_at_step_3"] = last.is_dir()
         summary["checkpoint"] = str(last)
         summary["env_outage_survived"] = checks["env_outage_happened"] and checks["three_steps"]
-        judged = judge(work, steps=(1, 2, 3), resumed_from=saved)
-        checks.update(judged.pop("checks"))
-        summary.update(judged)
-        summary["update_direction_ok"] = checks["update_direction"]
-
         if (
             options.train_further
-        ):  # the README's "train it further": a second epoch, resumed from the epoch's end
+        ):  # "train it further": a second epoch, resumed from the first one's end (step 3)
             further = _train(work, 4, [*overrides, "trainer.total_epochs=2", "trainer.val_before_train=false"], env,
                              log)  # fmt: skip
             if further != 0:
@@ -605,6 +600,10 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
             checks["train_further_trained_step_4"] = any(
                 r["step"] == 4 for r in _all_metrics(run / "metrics")
             )
+        judged = judge(work, steps=(1, 2, 3, 4) if options.train_further else (1, 2, 3), resumed_from=saved)
+        checks.update(judged.pop("checks"))
+        summary.update(judged)
+        summary["update_direction_ok"] = checks["update_direction"]
 
         # verl's merger on the last checkpoint, and the merged model loads
         merged = resolve_model_path(last)

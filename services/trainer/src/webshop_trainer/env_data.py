@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from . import envs
 from .data import DEFAULT_GOAL_SET, DataError, split_goal_ids
+from .data import SCHEMA as WEBSHOP_SCHEMA
 
 SPLITS = ("train", "val", "test")
 #: WebShop's name of each split (its goal ranges, ``webshop_env.core.goals.SPLITS``).
@@ -43,40 +44,21 @@ TEXTCRAFT_TASKS = 544
 BABYAI_LEVELS = 40
 BABYAI_SEEDS = 50  # the pool: tasks 0 .. 40 * 50 - 1
 
-_MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
-SCHEMA = pa.schema(
-    [
-        ("data_source", pa.string()),
-        ("agent_name", pa.string()),
-        ("prompt", pa.list_(_MESSAGE)),
-        ("ability", pa.string()),
-        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-        (
-            "extra_info",
-            pa.struct(
-                [
-                    ("index", pa.int64()),
-                    ("env", pa.string()),
-                    ("task", pa.int64()),
-                    ("goal", pa.int64()),
-                    ("goal_set", pa.string()),
-                    ("split", pa.string()),
-                    ("instruction", pa.string()),
-                    (
-                        "interaction_kwargs",
-                        pa.struct(
-                            [
-                                ("name", pa.string()),
-                                ("goal", pa.int64()),
-                                ("goal_set", pa.string()),
-                                ("split", pa.string()),
-                            ]
-                        ),
-                    ),
-                ]
-            ),  # fmt: skip
+# WebShop's row schema (data.SCHEMA) with the environment and its task in ``extra_info``, after ``index``.
+_WEBSHOP_EXTRA = WEBSHOP_SCHEMA.field("extra_info").type
+SCHEMA = WEBSHOP_SCHEMA.set(
+    WEBSHOP_SCHEMA.get_field_index("extra_info"),
+    pa.field(
+        "extra_info",
+        pa.struct(
+            [
+                _WEBSHOP_EXTRA.field(0),
+                pa.field("env", pa.string()),
+                pa.field("task", pa.int64()),
+                *(_WEBSHOP_EXTRA.field(k) for k in range(1, _WEBSHOP_EXTRA.num_fields)),
+            ]
         ),
-    ]
+    ),
 )
 METADATA_KEY = b"webshop.env_data"
 

@@ -28,38 +28,39 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 WORKDIR /opt/webshop
 
-# 1. Freeze everything the base image ships (torch, sglang, flash-attn, CUDA wheels, numpy 2...): no later step
-#    may move it, except the packages left out of the lock and pinned by the constraints file:
+# 1. Freeze everything the base image ships (torch, sglang, flash-attn, CUDA wheels, numpy 2...), except what
+#    the install set below needs at another version. docker/trainer-lock.py derives that: pip's resolver (a dry
+#    run) resolves the install set with the base's documented packages (trainer-verl09-base-packages.txt,
+#    sglang 0.5.12's exact pins) held at the image's versions; a base package that a requirement of that
+#    resolution excludes leaves the lock, pinned to our constraints file's version or the resolver's (a base
+#    built before Ray 2.60 and fastapi 0.165 has older opentelemetry-api, typing-inspection, aiohttp, protobuf,
+#    grpcio... than they need: frozen, the install would be unresolvable); a documented package that would have
+#    to move fails the build, naming it. Left out of the lock on purpose (--unlock), pinned by the constraints:
 #    - TransferQueue: verl's sgl0512 image was built with TransferQueue 0.1.8, below verl 0.9.1's floor (0.1.10);
 #    - transformers: sglang 0.5.12 pins transformers==5.6.0, which verl 0.9.1 excludes (transformers!=5.6.0,
-#      >=5.5.3,<5.11), so a frozen base would make the install below unresolvable; pinned to 5.9.0, verl 0.9.1's
-#      own [sglang] pin (its tokenizers range is 5.6.0's, so tokenizers stays frozen);
+#      >=5.5.3,<5.11); pinned to 5.9.0, verl 0.9.1's own [sglang] pin (its tokenizers range is 5.6.0's);
 #    - fastapi and starlette: the trainer package pulls in webshop-env[ray], and ray[serve] 2.60 needs
-#      fastapi>=0.133 and starlette>=1.0.1 (so does every ray[serve] from 2.57 on, should the base ship its own
-#      Ray). sglang 0.5.12 leaves both open, and starlette 1.0.1 is newer than sglang 0.5.12 (May 2026), so the
-#      base can ship an older starlette, which, frozen, would make the install below unresolvable. Pinned to the
-#      versions the env's API is tested with (../constraints.txt), since Serve runs that API in this image;
-#      sglang's HTTP server (imported by verl's sglang server) is import-checked under them (step 3).
-#    The base image's documented package set is docker/trainer-verl09-base-packages.txt (sglang 0.5.12's exact
-#    pins); tests/deploy/test_trainer_verl09_resolution.py runs pip's resolver over this rule against it. The
-#    other pins of trainer-verl09-constraints.txt apply only to packages the image lacks (names compared
-#    PEP 503-normalised), so the two constraint sets never disagree.
+#      fastapi>=0.133 and starlette>=1.0.1; pinned to the versions the env's API is tested with
+#      (../constraints.txt), since Serve runs that API in this image; sglang's HTTP server (imported by verl's
+#      sglang server) is import-checked under them (step 3).
+#    The other pins of trainer-verl09-constraints.txt apply to packages the image lacks or that move.
+#    base-freeze.txt (the base's real package set) stays in the image, beside what moved (trainer-lock.txt).
+#    tests/deploy/test_trainer_verl09_resolution.py runs the same derivation and pip's resolver against the
+#    documented base with older transitive packages.
 COPY docker/trainer-verl09-constraints.txt ./trainer-constraints.txt
+COPY docker/trainer-verl09-base-packages.txt ./base-packages.txt
+COPY docker/trainer-lock.py ./
+COPY services/env/ services/env/
+COPY services/trainer/ services/trainer/
 RUN { python3 -m pip check > base-pip-check.txt || true; } \
- && python3 -m pip list --format=freeze | grep -viE '^(transfer[-_.]?queue|transformers|fastapi|starlette)==' > image-lock.txt \
- && awk -F'==' ' \
-      function norm(n) { n = tolower(n); gsub(/[-_.]+/, "-", n); return n } \
-      FNR == NR { have[norm($1)] = 1; next } \
-      /^[[:space:]]*(#|$)/ { next } \
-      !(norm($1) in have) { print }' image-lock.txt trainer-constraints.txt > trainer-extra.txt \
- && echo "base image: $(wc -l < image-lock.txt) packages frozen; $(wc -l < trainer-extra.txt) pins added:" \
- && cat trainer-extra.txt
+ && python3 -m pip list --format=freeze > base-freeze.txt \
+ && python3 trainer-lock.py --freeze base-freeze.txt --documented base-packages.txt --constraints trainer-constraints.txt \
+        --unlock TransferQueue,transformers,fastapi,starlette \
+        ./services/env ./services/trainer verl==0.9.1 TransferQueue | tee trainer-lock.txt
 
 # 2. verl 0.9.1 without its dependency list (`verl[sglang]` would re-resolve the engine the image ships), then
 #    the env package (client side), the trainer package, verl's base dependencies and TransferQueue (verl 0.9's
 #    default trainer, trainer.use_v1: true, imports it; checked against verl 0.9.1's floor below).
-COPY services/env/ services/env/
-COPY services/trainer/ services/trainer/
 # DL3013 (pin pip versions): every version comes from image-lock.txt or trainer-extra.txt (--constraint).
 # hadolint ignore=DL3013
 RUN python3 -m pip install --no-deps verl==0.9.1 \

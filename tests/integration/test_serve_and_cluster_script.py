@@ -112,6 +112,30 @@ def test_two_workers_share_an_ephemeral_secret_and_metrics(
         replica.stop()
 
 
+def test_workers_slow_to_start_are_given_time_not_killed(
+    conformance_catalog_dir: Path, tmp_path: Path
+) -> None:
+    """uvicorn's supervisor kills a worker that has not answered its liveness ping within 5 s, and a worker answers
+    only once its interpreter has started; on a loaded machine that takes longer, and the replica's workers were
+    killed and restarted over and over (compose replicas never healthy). Here every worker interpreter's start
+    is slowed by 7 s (a sitecustomize that sleeps in multiprocessing's spawned children only): the replica must
+    still get ready, with no worker restarted."""
+    slow = tmp_path / "slow-start"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(
+        "import sys, time\nif '--multiprocessing-fork' in sys.argv:\n    time.sleep(7)\n"
+    )
+    pythonpath = os.pathsep.join(filter(None, [str(slow), os.environ.get("PYTHONPATH", "")]))
+    replica = Replica(
+        conformance_catalog_dir, tmp_path / "replica.log", workers=2, env={"PYTHONPATH": pythonpath}
+    )
+    try:
+        log = replica.log_path.read_text()
+        assert "died" not in log and "Child process" not in log, log[-2000:]
+    finally:
+        replica.stop()
+
+
 # ---- webshop_env.cluster ----------------------------------------------------------------------------
 def test_nginx_template_renders_and_passes_nginx_t_as_non_root(local_cluster) -> None:
     with tempfile.TemporaryDirectory(prefix="webshop-nginx-") as directory:  # pytest's tmp dirs are root-only

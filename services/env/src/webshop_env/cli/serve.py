@@ -184,6 +184,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.watchdog_interval > 0:
         start_watchdog(args.host, args.port, args.watchdog_interval)
+    if args.workers > 1:
+        patient_worker_supervision()
     uvicorn.run(
         args.app_factory,
         factory=True,
@@ -198,6 +200,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=10,
     )
     return 0
+
+
+#: How long uvicorn's supervisor waits for a worker's answer to its liveness ping (uvicorn 0.34: 5 s) before it
+#: kills and restarts the worker (WEBSHOP_WORKER_PING_TIMEOUT_S).
+WORKER_PING_TIMEOUT_S = 30.0
+
+
+def patient_worker_supervision() -> None:
+    """Give uvicorn's worker supervisor WEBSHOP_WORKER_PING_TIMEOUT_S (default 30 s) instead of its 5 s.
+
+    Why: the supervisor pings every worker every half second, and a worker answers only once its interpreter has
+    started and imported uvicorn; on a loaded machine (load average 30 on 2 cores) a worker takes longer than 5 s
+    to get there, is killed and restarted, over and over, and the replica never becomes healthy (seen with
+    compose). A worker that really hangs is still caught, later, and the replica's own watchdog
+    (``start_watchdog``) probes the service end to end."""
+    from uvicorn.supervisors import multiprocess
+
+    from ._worker_supervision import PatientProcess
+
+    PatientProcess.ping_timeout_s = float(
+        os.environ.get("WEBSHOP_WORKER_PING_TIMEOUT_S", WORKER_PING_TIMEOUT_S)
+    )
+    multiprocess.Process = (
+        PatientProcess  # Multiprocess looks the name up when it starts or restarts a worker
+    )
 
 
 def start_watchdog(host: str, port: int, interval: float) -> threading.Thread:

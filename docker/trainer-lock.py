@@ -143,12 +143,12 @@ def derive(
         if name in documented:
             refused.append(f"{spelt}=={version}: " + "; ".join(excluded_by))
             continue
-        # our own pin where we have one (the version tested), else the one the resolver chose
-        pin = (
-            "==".join(constraints[name])
-            if name in constraints
-            else f"{resolved[name]['name']}=={resolved[name]['version']}"
-        )
+        # our own pin where we have one that every requirement accepts (the version tested), else the resolver's
+        ours = constraints.get(name)
+        if ours is not None and all(spec.contains(ours[1], prereleases=True) for _, spec in required[name]):
+            pin = "==".join(ours)
+        else:
+            pin = f"{resolved[name]['name']}=={resolved[name]['version']}"
         out.moved[name] = f"{spelt}=={version} -> {pin.split('==', 1)[1]}: " + "; ".join(excluded_by)
         out.extra[name] = pin
     if refused:
@@ -162,9 +162,16 @@ def derive(
     return out
 
 
-def resolve(python: str, constraint_files: Sequence[Path], install: Sequence[str], cwd: Path) -> dict:
-    """pip's resolver over ``install`` under ``constraint_files``, installing nothing: its JSON report."""
-    report = cwd / "lock-report.json"
+def resolve(
+    python: str,
+    constraint_files: Sequence[Path],
+    install: Sequence[str],
+    cwd: Path,
+    scratch: Path | None = None,
+) -> dict:
+    """pip's resolver over ``install`` (paths relative to ``cwd``) under ``constraint_files``, installing nothing:
+    its JSON report (written into ``scratch``, default ``cwd``)."""
+    report = (scratch or cwd) / "lock-report.json"
     command = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--progress-bar", "off",
                "--report", str(report), *[arg for path in constraint_files for arg in ("--constraint", str(path))],
                *install]  # fmt: skip
@@ -206,7 +213,7 @@ def build_lock(
         where = Path(scratch)
         (where / "held.txt").write_text("\n".join(held.values()) + "\n")
         (where / "pins.txt").write_text("\n".join(pins.values()) + "\n")
-        report = resolve(python, [where / "held.txt", where / "pins.txt"], install, Path.cwd())
+        report = resolve(python, [where / "held.txt", where / "pins.txt"], install, Path.cwd(), where)
     return derive(base, documented, constraints, report, unlock)
 
 

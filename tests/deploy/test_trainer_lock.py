@@ -53,6 +53,14 @@ def test_a_floor_the_base_misses_moves_only_that_package() -> None:
     assert lock.extra["ray"] == "ray==2.60.0"  # a pin for what the base lacks
 
 
+def test_our_pin_is_taken_only_where_the_requirements_accept_it() -> None:
+    base = _pins("aiohttp==3.12.15")
+    lock = trainer_lock.derive(
+        base, [], _pins("aiohttp==3.13.0"), REPORT
+    )  # below ray's floor: the resolver's
+    assert lock.extra["aiohttp"] == "aiohttp==3.14.5" and "-> 3.14.5" in lock.moved["aiohttp"]
+
+
 def test_an_extra_requested_by_another_requirement_counts() -> None:
     report = {"install": [*REPORT["install"], _item("verl", "0.9.1", ("fastapi[all]",), extras=())]}
     base = _pins("opentelemetry-sdk==1.30.0")
@@ -78,7 +86,7 @@ def test_the_command_writes_both_files_and_says_what_moved(tmp_path, monkeypatch
     (tmp_path / "freeze.txt").write_text("torch==2.11.0\naiohttp==3.12.15\n-e git+https://x/y#egg=z\n")
     (tmp_path / "documented.txt").write_text("# sglang's pins\ntorch==2.11.0\n")
     (tmp_path / "constraints.txt").write_text("ray==2.60.0\n")
-    monkeypatch.setattr(trainer_lock, "resolve", lambda python, files, install, cwd: REPORT)
+    monkeypatch.setattr(trainer_lock, "resolve", lambda python, files, install, cwd, scratch=None: REPORT)
     code = trainer_lock.main(["--freeze", str(tmp_path / "freeze.txt"), "--documented", str(tmp_path / "documented.txt"),
                               "--constraints", str(tmp_path / "constraints.txt"), "--out-dir", str(tmp_path), "ray[serve]"])  # fmt: skip
     assert code == 0

@@ -49,7 +49,9 @@ class RayNodes:
     def address(self) -> str:
         return f"{self.hosts.ips[0]}:{RAY_PORT}"
 
-    def start(self, cpus: int = 1, timeout: float = 180.0) -> None:
+    def start(self, cpus: int = 1, timeout: float = 180.0, gpus: int = 0,
+              object_store_bytes: int = OBJECT_STORE_BYTES) -> None:  # fmt: skip
+        """``gpus``: GPUs each node declares (Ray schedules by them; a CPU training run's FSDP workers)."""
         for i, ip in enumerate(self.hosts.ips):
             role = ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"] if i == 0 else [
                 f"--address={self.address}"
@@ -61,7 +63,7 @@ class RayNodes:
                 self.hosts.popen(
                     i,
                     [str(BIN / "ray"), "start", *role, f"--node-ip-address={ip}", f"--num-cpus={cpus}",
-                     f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
+                     f"--num-gpus={gpus}", f"--object-store-memory={object_store_bytes}", "--disable-usage-stats",
                      f"--temp-dir={temp}", "--block"],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ray_env(),
                     start_new_session=True,

@@ -46,6 +46,7 @@ def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
         "WEBSHOP_CATALOG": str(generated_catalog_dir),
         "WEBSHOP_RAY_PORT": str(SERVE_PORT),
         "WEBSHOP_ENV_CHECK_EPISODES": str(EPISODES),
+        "WEBSHOP_GPU_CHECK": "0",  # the CPU stand-in (test_slurm_preemption.py: a job without GPUs fails at once)
         "RAY_TEMP_DIR": ray_temp,
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",

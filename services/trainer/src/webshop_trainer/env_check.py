@@ -47,21 +47,27 @@ def _node_episodes(episodes: int, goal_set: str, first_goal: int) -> dict[str, A
 
 
 def run_env_check(env: Mapping[str, str], episodes: int = 8, goal_set: str = "synthetic") -> dict[str, Any]:
-    """Play ``episodes`` expert episodes from every alive node; returns the report (``ok`` says if all did)."""
+    """Play ``episodes`` expert episodes from every alive node; returns the report (``ok`` says if all did;
+    ``error`` says why no node was asked, e.g. the head does not answer)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from webshop_env.ray_serve.attach import AttachError, attach, attach_timeout
     from webshop_env.ray_serve.deploy import use_cluster_token
 
     from .config import worker_env
 
     use_cluster_token()
-    ray.init(
-        address=env.get("RAY_ADDRESS") or "auto",
-        runtime_env={"env_vars": worker_env(env)},
-        log_to_driver=False,
-        logging_level="WARNING",
-    )
+    try:  # a dead head: a clear error within the attach timeout, not a hang
+        attach(
+            env.get("RAY_ADDRESS") or "auto",
+            attach_timeout(env),
+            runtime_env={"env_vars": worker_env(env)},
+            log_to_driver=False,
+            logging_level="WARNING",
+        )
+    except AttachError as error:
+        return {"ok": False, "error": str(error), "nodes": []}
     try:
         nodes = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: n["NodeManagerAddress"])
         task = ray.remote(num_cpus=0, max_retries=0)(_node_episodes)

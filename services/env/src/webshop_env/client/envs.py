@@ -15,6 +15,10 @@ from typing import Any
 from .native import WebShopClient
 
 MAX_TRACKED_EPISODES = 65_536  # states remembered for the X-Episode header (LRU)
+#: Environments whose resets and steps are never hedged on a slow address (``WebShopClient.hedge_after``):
+#: a SciWorld episode lives in one replica's simulator, and another replica would replay it (seconds of JVM
+#: work), doubling the load where the replica is slow because it is busy.
+UNHEDGED_ENVS = frozenset({"sciworld"})
 
 
 class EnvClient(WebShopClient):
@@ -24,13 +28,14 @@ class EnvClient(WebShopClient):
     def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
         super().__init__(base_url, **kwargs)
         self.env_id = env_id
+        self._hedge = env_id not in UNHEDGED_ENVS
         self._episode_of: OrderedDict[str, str] = OrderedDict()
 
     async def reset(self, task: int) -> dict[str, Any]:  # type: ignore[override]
         """``{observation, reward, done, state, info}`` of task ``task``'s first step."""
         episode = secrets.token_hex(8)
         result = await self._request("POST", f"/{self.env_id}/v1/reset", json={"task": int(task)},
-                                     headers={"X-Episode": episode})  # fmt: skip
+                                     headers={"X-Episode": episode}, hedge=self._hedge)  # fmt: skip
         self._remember(result, episode)
         return result
 
@@ -38,7 +43,7 @@ class EnvClient(WebShopClient):
         """``{observation, reward, done, state, info}`` after ``action``."""
         episode = self._episode_of.get(state) or secrets.token_hex(8)
         result = await self._request("POST", f"/{self.env_id}/v1/step", json={"state": state, "action": action},
-                                     headers={"X-Episode": episode})  # fmt: skip
+                                     headers={"X-Episode": episode}, hedge=self._hedge)  # fmt: skip
         self._remember(result, episode)
         return result
 

@@ -12,6 +12,13 @@ Timeouts are layered: the balancer gives a replica 2 s to answer and retries a h
 another replica; the client's per-attempt ``timeout`` (10 s) is longer than the balancer's whole retry
 window for a step, so a slow replica costs a balancer retry, not a client one.
 
+With other addresses of the service (``fallback_urls``: the other Ray nodes' Serve proxies) a slow but live
+address is left too, not only a failing one: a reset or step that has no answer after ``hedge_after`` seconds
+is sent once more to the next address (a hedged request; safe, since a native step is a pure function of
+the state token it carries), the first answer wins, and when the other address won, later requests go there.
+When the hedge did not help (every address is as slow: an overloaded service, not a slow link), hedging
+pauses for ``primary_retry_s`` so as not to double the load.
+
     async with WebShopClient("http://127.0.0.1:36003") as env:
         await env.wait_until_ready(60)
         first = await env.reset(1500, goal_set="human", split="train")
@@ -35,6 +42,8 @@ logger = logging.getLogger(__name__)
 #: A request failing for this long starts warnings (one per client every ``WARN_EVERY_S``) while it retries.
 WARN_AFTER_S = 5.0
 WARN_EVERY_S = 15.0
+#: A reset or step without an answer for this long is also sent to the next address, where there is one.
+DEFAULT_HEDGE_AFTER_S = 2.0
 
 
 class WebShopError(Exception):
@@ -75,6 +84,8 @@ class WebShopClient:
         primary_retry_s: seconds on a fallback address before ``base_url`` is tried again.
         max_retry_after: the longest wait a 503's ``Retry-After`` can impose on one retry (seconds); a server
             asking for more is retried after this long, still within ``retry_budget``.
+        hedge_after: with ``fallback_urls``, seconds after which a reset or step still unanswered is also
+            sent to the next address (the first answer wins; see the module's docstring); None: never.
     """
 
     def __init__(
@@ -90,6 +101,7 @@ class WebShopClient:
         fallback_urls: Iterable[str] = (),
         primary_retry_s: float = 30.0,
         max_retry_after: float = 10.0,
+        hedge_after: float | None = DEFAULT_HEDGE_AFTER_S,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.urls = [self.base_url, *(u.rstrip("/") for u in fallback_urls if u.rstrip("/") != self.base_url)]
@@ -98,6 +110,13 @@ class WebShopClient:
         self._moved_at = 0.0
         if retry_budget < 0 or timeout <= 0:
             raise ValueError("retry_budget must be >= 0 and timeout > 0 (seconds)")
+        if hedge_after is not None and not 0 < hedge_after < float("inf"):
+            raise ValueError("hedge_after must be a positive number of seconds, or None")
+        self.hedge_after = hedge_after
+        self._hedge_paused_until = 0.0
+        #: requests sent to a second address because the first was slow, and those the second answered first
+        self.hedged = 0
+        self.hedge_wins = 0
         self.retries = None if retries is None else max(0, retries)
         self.retry_budget = retry_budget
         self.backoff = backoff
@@ -128,11 +147,11 @@ class WebShopClient:
             body["goal_set"] = goal_set
         if split is not None:
             body["split"] = split
-        return await self._request("POST", "/v1/reset", json=body)
+        return await self._request("POST", "/v1/reset", json=body, hedge=True)
 
     async def step(self, state: str, action: str) -> dict[str, Any]:
         """``{observation, reward, done, available_actions, state, info}`` after ``action``."""
-        return await self._request("POST", "/v1/step", json={"state": state, "action": action})
+        return await self._request("POST", "/v1/step", json={"state": state, "action": action}, hedge=True)
 
     async def step_batch(self, steps: Iterable[tuple[str, str] | Mapping[str, str]]) -> list[dict[str, Any]]:
         """Many steps in one request: ``(state, action)`` pairs or ``{"state", "action"}`` dicts.
@@ -199,14 +218,19 @@ class WebShopClient:
             self._moved_at = time.monotonic()
             logger.info("WebShop env: %s failed; moving to %s", url, self.urls[self._current])
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _request(self, method: str, path: str, hedge: bool = False, **kwargs: Any) -> Any:
+        """One call with retries; ``hedge``: the request is idempotent and quick (a reset, a step), so a slow
+        address may be raced against the next one."""
         attempt = 0
         started = time.monotonic()
         while True:
             url = self.url
             asked = 0.0  # what the server's Retry-After asks for, if it sent one
             try:
-                response = await self._http.request(method, url + path, **kwargs)
+                if hedge and self._hedge_target(url) is not None:  # else no task, no timer: one request
+                    response, url = await self._hedged(method, url, path, kwargs)
+                else:
+                    response = await self._http.request(method, url + path, **kwargs)
             except httpx.HTTPError as error:  # connection refused/reset, timeouts, protocol errors
                 problem = f"{type(error).__name__}: {error}"
             else:
@@ -238,6 +262,62 @@ class WebShopClient:
                 )  # fmt: skip
             await asyncio.sleep(delay)
             attempt += 1
+
+    def _hedge_target(self, url: str) -> str | None:
+        """The address a slow request on ``url`` is raced against; None when hedging is off or paused."""
+        if self.hedge_after is None or len(self.urls) < 2 or time.monotonic() < self._hedge_paused_until:
+            return None
+        return self.urls[(self.urls.index(url) + 1) % len(self.urls)] if url in self.urls else None
+
+    async def _hedged(
+        self, method: str, url: str, path: str, kwargs: dict[str, Any]
+    ) -> tuple[httpx.Response, str]:
+        """The request on ``url``; still unanswered after ``hedge_after`` s, also on the next address. Returns
+        the first good answer (below 500) and the address that gave it; raises or returns the last failure
+        when both fail."""
+        first = asyncio.ensure_future(self._http.request(method, url + path, **kwargs))
+        tasks = {first: url}
+        try:
+            other = self._hedge_target(url)
+            if other is not None:
+                done, _ = await asyncio.wait({first}, timeout=self.hedge_after)
+                other = None if done else self._hedge_target(url)
+            if other is None:
+                return await first, url
+            self.hedged += 1
+            tasks[asyncio.ensure_future(self._http.request(method, other + path, **kwargs))] = other
+            pending = set(tasks)
+            last: tuple[httpx.Response | BaseException, str] = (
+                httpx.ConnectError("no attempt finished"),
+                url,
+            )
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    try:
+                        last = (task.result(), tasks[task])
+                    except httpx.HTTPError as error:
+                        last = (error, tasks[task])
+                        continue
+                    response, where = last
+                    if isinstance(response, httpx.Response) and response.status_code < 500:
+                        if where == other:
+                            self.hedge_wins += 1
+                            logger.info("WebShop env: %s answered before %s (no answer in %g s): moving to it",
+                                        other, url, self.hedge_after)  # fmt: skip
+                            self._failed(url)
+                        else:  # the hedge did not help: every address is as slow; do not double the load
+                            self._hedge_paused_until = time.monotonic() + self.primary_retry_s
+                        return response, where
+            outcome, where = last
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome, where
+        finally:
+            unfinished = [task for task in tasks if not task.done()]
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # retrieves every outcome: no stray warnings
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:

@@ -10,6 +10,8 @@ at ``http://127.0.0.1:<port>`` and stay on their own node's replicas (Serve's pr
   key-value store, the catalog onto every node (shared path, or a per-node copy made by Ray tasks), deploy,
   wait until every node serves, print the per-node URLs.
 - ``nodes``: the per-node proxy URLs a client uses (its own node's first), for ``WEBSHOP_ENV=ray``.
+- ``limits``: the balancer's request limits (header and body size and time, JSON errors) on Serve's proxies.
+- ``attach``: attaching to the cluster within a bounded time, with a clear error when its head is gone.
 
 Ray is imported lazily: the core, the HTTP service and the env image do not need it.
 """

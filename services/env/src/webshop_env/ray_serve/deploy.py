@@ -15,6 +15,7 @@ Steps, each of which can be re-run (a second deploy updates the app in place):
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import secrets
@@ -31,6 +32,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..catalog.store import MANIFEST
 from . import DEFAULT_APP_NAME, DEFAULT_PORT, SECRET_KV_KEY, SECRET_KV_NAMESPACE, needs_token_mode
 from .app import ServeArgs, bind, schedulable_nodes
+from .attach import AttachError, attach
+from .limits import ProxyLimits
 
 #: Files of a catalog travel to the nodes in chunks of this size (objects in Ray's object store).
 CHUNK_BYTES = 32 * 1024 * 1024
@@ -41,18 +44,16 @@ class DeployError(RuntimeError):
     """The app could not be deployed or did not come up on every node; the message says what to do."""
 
 
-def connect(address: str | None) -> None:
-    """Attach this process to a running Ray cluster (``auto``: the one this machine is part of)."""
+def connect(address: str | None, timeout: float | None = None) -> None:
+    """Attach this process to a running Ray cluster (``auto``: the one this machine is part of), or raise
+    ``DeployError`` within ``timeout`` seconds (``attach``: a dead head must not hang the command)."""
     if ray.is_initialized():
         return
     use_cluster_token()
     try:
-        ray.init(address=address or "auto", log_to_driver=False, logging_level="WARNING")
-    except ConnectionError as error:
-        raise DeployError(
-            f"no Ray cluster at {address or 'auto'}: start one (`ray start --head`, `make up-ray`) or pass "
-            f"--address HOST:PORT ({error})"
-        ) from error
+        attach(address, timeout, log_to_driver=False, logging_level="WARNING")
+    except AttachError as error:
+        raise DeployError(str(error)) from error
 
 
 def use_cluster_token() -> None:
@@ -222,6 +223,7 @@ def _record_deployment(app_name: str, args: ServeArgs, nodes: int) -> None:
 def deploy(
     args: ServeArgs, app_name: str = DEFAULT_APP_NAME, port: int = DEFAULT_PORT, host: str = "0.0.0.0",
     progress: Callable[[str], None] = lambda message: None, if_missing: bool = False,
+    limits: ProxyLimits | None = None,
 ) -> tuple[int, ServeArgs]:  # fmt: skip
     """Start Serve (proxies on every node, on ``host:port``) and deploy the app; returns the node count and the
     arguments the app runs with.
@@ -230,6 +232,9 @@ def deploy(
     every ``serve.run`` a new version, which would restart every replica). With ``if_missing`` an app that is
     deployed is kept whatever its arguments (the training launcher: a by-hand deployment with its own replicas
     and catalog path must survive a training start); its recorded arguments are returned.
+
+    Serve's proxies get the balancer's request limits (``limits``, default ``ProxyLimits.from_env()``) when
+    this call starts Serve; a Serve that already runs keeps the options it was started with.
     """
     from ray import serve
 
@@ -237,7 +242,19 @@ def deploy(
     nodes = args.nodes or len(schedulable_nodes(args.replica_cpus))
     if nodes < 1:
         raise DeployError(f"no alive node of this Ray cluster has {args.replica_cpus} CPU free for a replica")
-    serve.start(proxy_location="EveryNode", http_options={"host": host, "port": port})
+    limits = ProxyLimits.from_env() if limits is None else limits
+    options: dict[str, Any] = {}
+    if "controller_options" in inspect.signature(serve.start).parameters:  # Ray 2.60; not in 2.49
+        # the proxies the controller creates inherit its environment: the limits' callback (limits.py)
+        options["controller_options"] = {"runtime_env": {"env_vars": limits.proxy_env()}}
+    else:
+        progress(
+            "warning: this Ray has no controller_options: Serve's proxies get the env's request limits only "
+            "where every node's `ray start` had the variables of ProxyLimits.proxy_env() (docs/reliability.md)"
+        )
+    already = _serve_running()
+    serve.start(proxy_location="EveryNode", http_options={"host": host, "port": port}, **options)
+    _check_proxy_limits(limits, already, progress)
     running = serve.context._get_global_client().http_config
     if running.port != port:  # Serve was already running: it keeps its own options
         raise DeployError(
@@ -265,6 +282,43 @@ def deploy(
     serve.run(bind(args, nodes), name=app_name, route_prefix="/", blocking=False)
     _record_deployment(app_name, args, nodes)
     return nodes, args
+
+
+_LIMITS_KEY = b"webshop-serve-proxy-limits"
+
+
+def _check_proxy_limits(limits: ProxyLimits, already: bool, progress: Callable[[str], None]) -> None:
+    """Record the limits Serve's proxies got when this call started Serve; when Serve ran already, say if its
+    proxies lack them (started otherwise) or have others (its options are fixed until ``serve shutdown``)."""
+    from ray.experimental import internal_kv
+
+    wanted = json.dumps(limits.proxy_env(), sort_keys=True).encode()
+    if not already:
+        internal_kv._internal_kv_put(_LIMITS_KEY, wanted, overwrite=True, namespace=SECRET_KV_NAMESPACE)
+        return
+    recorded = internal_kv._internal_kv_get(_LIMITS_KEY, namespace=SECRET_KV_NAMESPACE)
+    if recorded is None:
+        progress(
+            "warning: Ray Serve was started on this cluster without the env's request limits (header and body "
+            "size and time, JSON errors; docs/reliability.md): `serve shutdown` and deploy again to get them"
+        )
+    elif recorded != wanted:
+        progress(
+            f"note: Serve's proxies keep the request limits they were started with ({recorded.decode()}); "
+            "`serve shutdown` and deploy again to change them"
+        )
+
+
+def _serve_running() -> bool:
+    """Whether this cluster already runs a Serve controller (its options are then fixed)."""
+    from ray import serve
+    from ray.serve.exceptions import RayServeException
+
+    try:
+        serve.context._get_global_client()
+    except RayServeException:
+        return False
+    return True
 
 
 def _serve_details() -> dict[str, Any]:
@@ -362,13 +416,19 @@ def undeploy(app_name: str = DEFAULT_APP_NAME) -> bool:
 
 
 def serve_config(
-    args: ServeArgs, app_name: str = DEFAULT_APP_NAME, port: int = DEFAULT_PORT
+    args: ServeArgs,
+    app_name: str = DEFAULT_APP_NAME,
+    port: int = DEFAULT_PORT,
+    limits: ProxyLimits | None = None,
 ) -> dict[str, Any]:
-    """A Serve config file's content for ``serve deploy`` (the same app; no secret in it)."""
+    """A Serve config file's content for ``serve deploy`` (the same app, the proxies' request limits; no secret
+    in it)."""
     values = {key: value for key, value in args.as_dict().items() if value not in (None, {})}
+    limits = ProxyLimits.from_env() if limits is None else limits
     return {
         "proxy_location": "EveryNode",
         "http_options": {"host": "0.0.0.0", "port": port},
+        "controller_options": {"runtime_env": {"env_vars": limits.proxy_env()}},
         "applications": [
             {
                 "name": app_name,

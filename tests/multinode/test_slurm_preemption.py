@@ -1,0 +1,116 @@
+"""``deploy/slurm/webshop-grpo.sbatch`` on a real two-node Slurm cluster (network namespaces, ``_slurm``): what a GPU
+job checks before anything starts, and what a preempted or requeued job does.
+
+- Without a GPU environment (this CPU venv: no sglang, a CPU torch) the job fails within seconds of starting,
+  before Ray, naming what to do.
+- ``scontrol requeue`` of a running job (what preemption with PreemptMode=REQUEUE does): SIGTERM stops the
+  training, Slurm requeues the job, the second run starts Ray and the env again on both nodes and the training
+  resumes from its latest complete checkpoint, then the job completes. The training is a stand-in
+  (``_standin_train.py``: verl's checkpoint layout and order, the launcher's repair and verl's own
+  ``find_latest_ckpt_path`` on resume); a real verl trainer across two Slurm nodes does not fit this 2-core machine
+  twice over.
+
+Needs root, ``ip`` and ``make slurm``; skips with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from _raynodes import figure
+from _slurm import SlurmCluster, slurm_fixture
+
+pytestmark = pytest.mark.timeout(1200)
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "deploy" / "slurm" / "webshop-grpo.sbatch"
+STANDIN = Path(__file__).with_name("_standin_train.py")
+SERVE_PORT = 8000
+
+slurm_cluster = slurm_fixture(nodes=2)
+
+
+def _job_env(catalog: Path, **extra: str) -> dict[str, str]:
+    env = {
+        "WEBSHOP_HOME": str(REPO),
+        "WEBSHOP_VENV": str(Path(sys.executable).parent.parent),
+        "WEBSHOP_CATALOG": str(catalog),
+        "WEBSHOP_RAY_PORT": str(SERVE_PORT),
+        "RAY_TEMP_DIR": tempfile.mkdtemp(prefix="wsslp-", dir="/tmp"),  # short: Ray's unix sockets
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_memory_monitor_refresh_ms": "0",
+        **extra,
+    }
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "WEBSHOP_"))}, **env}
+
+
+def test_a_job_without_the_gpu_environment_fails_before_ray(slurm_cluster: SlurmCluster,
+                                                            generated_catalog_dir: Path) -> None:  # fmt: skip
+    job = slurm_cluster.submit(SCRIPT, env=_job_env(generated_catalog_dir), extra_args=["--time=10"])
+    info = slurm_cluster.wait(job, timeout=300, poll=1.0)
+    output = slurm_cluster.output(job)
+    assert info["JobState"] == "FAILED" and info["ExitCode"].startswith("3:"), f"{info}\n{output[-4000:]}"
+    assert "gpu-check" in output and "FAILED" in output, output[-4000:]
+    assert "make venv-gpu VERL_LINE=0.9" in output and "Apptainer" in output
+    assert "the GPU environment check failed on a node" in output
+    assert "Ray runtime started" not in output and "serve-ray" not in output  # nothing was started
+    figure(
+        f"Slurm job {job} without a GPU environment: {info['JobState']} {info['ExitCode']} in {info['RunTime']}"
+    )
+
+
+def _wait_for(predicate, timeout: float, what: str, slurm: SlurmCluster, job: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not within {timeout:.0f} s\n{slurm.output(job)[-4000:]}\n"
+                               f"{slurm.diagnostics(job)}")  # fmt: skip
+        time.sleep(1.0)
+
+
+def test_a_requeued_job_resumes_from_its_latest_complete_checkpoint(
+    slurm_cluster: SlurmCluster, generated_catalog_dir: Path, tmp_path: Path
+) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    steps = 8
+    train = f"{sys.executable} {STANDIN} --checkpoints {checkpoints} --steps {steps} --step-s 2"
+    env = _job_env(generated_catalog_dir, WEBSHOP_GPU_CHECK="0", WEBSHOP_ENV_CHECK_EPISODES="1",
+                   WEBSHOP_TRAIN_CMD=train)  # fmt: skip
+    job = slurm_cluster.submit(SCRIPT, env=env, extra_args=["--time=60"])
+    tracker = checkpoints / "latest_checkpointed_iteration.txt"
+
+    def saved() -> int:
+        try:
+            return int(tracker.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    _wait_for(lambda: saved() >= 2, 600, "a checkpoint of step 2", slurm_cluster, job)
+    requeue = slurm_cluster.run(["scontrol", "requeue", job])
+    assert requeue.returncode == 0, requeue.stderr  # the job is requeueable (#SBATCH --requeue)
+    _wait_for(lambda: "standin: resumed from step" in slurm_cluster.output(job), 600, "the requeued run", slurm_cluster,
+              job)  # fmt: skip
+    info = slurm_cluster.wait(job, timeout=600, poll=2.0)
+    output = slurm_cluster.output(job)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{output[-6000:]}"
+    assert int(info.get("Restarts", "0")) == 1, info
+
+    first, _, second = output.partition("run 1 of job")
+    assert second, output[-4000:]
+    assert "webshop-grpo: SIGTERM: stopping the training (run 0" in first, first[-3000:]
+    last_saved = max(int(s) for s in re.findall(r"standin: step (\d+) saved", first))
+    resumed = int(re.search(r"standin: resumed from step (\d+)", second).group(1))
+    assert resumed == last_saved  # the latest complete checkpoint, not a half-written one after it
+    trained_again = [int(s) for s in re.findall(r"standin: step (\d+) trained", second)]
+    assert trained_again == list(range(resumed + 1, steps + 1))
+    assert f"standin: done at step {steps}" in second
+    assert second.count("Ray runtime started") >= 1 and "webshop-train env-check" in second
+    figure(f"Slurm job {job}: requeued after step {last_saved} was saved, resumed there, {info['JobState']} "
+           f"after {info['Restarts']} restart in {info['RunTime']} (this run)")  # fmt: skip

@@ -1,6 +1,7 @@
 # WebShop environment service image: `webshop-env serve` (FastAPI/uvicorn, several workers) on port 8000.
 #
 #   docker build -f docker/env.Dockerfile -t webshop-env:local .      (context: the repository root)
+#   docker build -f docker/env.Dockerfile --target sciworld -t webshop-sciworld:local .   (the SciWorld image)
 #   docker run --rm -v "$PWD/data/catalog:/data/catalog:ro" -e WEBSHOP_STATE_SECRET=... -p 36001:8000 webshop-env:local
 #
 # The prepared catalog is mounted read-only at /data/catalog (compose mounts the whole data volume at /data).
@@ -17,6 +18,14 @@
 #                        none   no spaCy at all: catalog prepare uses the heuristic title nouns, and the
 #                               catalog's manifest says so (noun_extractor)
 #   SPACY_MODEL_URL    the model wheel's URL with its #sha256= (pip checks it)
+#
+# Two images from this one file (the default target, `env`, is the last stage):
+#   env       webshop-env: WebShop, TextCraft and BabyAI (pure Python; no Java)
+#   sciworld  webshop-sciworld: the same plus Debian's headless Java 17 runtime and scienceworld's simulator jar
+#             (the PyPI wheel carries it), for the compose service `sciworld` (profile sciworld). Built FROM the
+#             env image's runtime stage, so the two share every layer but the last two; nothing is downloaded at
+#             run time. A separate image keeps the default stack small: the JRE and the jar add about 360 MB (940 MB against 583 MB)
+#             that a stack without SciWorld never needs.
 # Behind a TLS-intercepting proxy, hand the proxy's CA bundle to pip as the BuildKit secret `build_ca`
 # (compose: BUILD_CA_BUNDLE in .env; plain docker: --secret id=build_ca,src=FILE). It is added to the system
 # bundle for the downloads of the build stage only: a secret mount is never written to an image layer, and the
@@ -74,6 +83,26 @@ RUN --mount=type=secret,id=build_ca \
     mv /tmp/install.txt /wheels/install.txt; \
     rm -f /tmp/build-ca.pem
 
+# ---- SciWorld's wheels (only the `sciworld` target uses this stage) ------------------------------------------
+# scienceworld (its wheel carries the simulator's jar) and py4j, pinned by constraints.txt, resolved against what
+# the runtime stage already has (the env package's own requirements come along and are skipped at install).
+FROM ${PYTHON_BASE_IMAGE} AS sciworld-wheels
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+WORKDIR /src
+COPY constraints.txt ./
+RUN --mount=type=secret,id=build_ca \
+    set -eu; \
+    if [ -s /run/secrets/build_ca ]; then \
+      cat /etc/ssl/certs/ca-certificates.crt /run/secrets/build_ca > /tmp/build-ca.pem; \
+      export PIP_CERT=/tmp/build-ca.pem; \
+    fi; \
+    pip wheel --wheel-dir /wheels --constraint constraints.txt scienceworld; \
+    rm -f /tmp/build-ca.pem
+
 # ---- stage 2: runtime ------------------------------------------------------------------------------------------
 FROM ${PYTHON_BASE_IMAGE} AS runtime
 
@@ -129,3 +158,35 @@ ENTRYPOINT ["webshop-env"]
 # Host, port and catalog come from WEBSHOP_HOST/WEBSHOP_PORT/WEBSHOP_CATALOG above (the health check reads the
 # same port); several uvicorn workers per replica, all sharing the catalog through the OS page cache.
 CMD ["serve", "--workers", "4"]
+
+# ---- target sciworld: the runtime plus a headless Java 17 runtime and scienceworld ------------------------------
+# Debian's openjdk-17-jre-headless (the JRE scienceworld 1.2.3's jar runs on; slim images lack the man directory
+# its postinst links into) and the scienceworld wheel, installed offline from the stage above. The build starts
+# one JVM and loads a task, so an image that cannot run the simulator never gets tagged.
+FROM runtime AS sciworld
+
+LABEL org.opencontainers.image.title="webshop-sciworld" \
+      org.opencontainers.image.description="The environment service with ScienceWorld (Java 17 runtime and simulator jar)"
+
+# DL3008 (pin apt versions): Debian's archive keeps only the current point release of a package, so a pinned
+# version would stop building at the next one; the Java 17 line is the package's name. DL3013 (pin pip versions):
+# the wheel directory holds exactly the version constraints.txt pins (--no-index).
+USER 0:0
+# hadolint ignore=DL3008,DL3013
+RUN --mount=type=bind,from=sciworld-wheels,source=/wheels,target=/sciworld-wheels \
+    set -eu; \
+    mkdir -p /usr/share/man/man1; \
+    apt-get update; \
+    apt-get install --yes --no-install-recommends openjdk-17-jre-headless; \
+    rm -rf /var/lib/apt/lists/*; \
+    pip install --no-index --find-links=/sciworld-wheels scienceworld; \
+    pip check; \
+    java -version; \
+    python -c "from webshop_env.envs.sciworld import Simulator, game; s = Simulator(); print('sciworld:', s.load(*game(0))[0][:70]); s.close()"
+USER 10001:10001
+# One JVM per episode; each JVM's heap capped (the default is a quarter of the machine's memory).
+ENV JAVA_TOOL_OPTIONS=-Xmx384m
+CMD ["serve", "--workers", "1", "--envs", "sciworld"]
+
+# ---- the default target: the runtime stage as it is (webshop-env) ------------------------------------------------
+FROM runtime AS env

@@ -16,6 +16,9 @@
 #   WEBSHOP_BACKEND            replicas as host:port           (default webshop:8000)
 #   WEBSHOP_RESOLVER           DNS server for WEBSHOP_BACKEND  (default 127.0.0.11, Docker's embedded DNS)
 #   WEBSHOP_UPSTREAMS          complete upstream lines; when set, replaces the two above
+#   WEBSHOP_ENVS               the environments served (default webshop); with sciworld in it, /sciworld goes to
+#   WEBSHOP_SCIWORLD_BACKEND   the SciWorld replicas as host:port (compose: sciworld:8000), resolved like the above
+#   WEBSHOP_AFFINITY_UPSTREAMS complete lines of the SciWorld upstream; when set, replaces the two above
 #   WEBSHOP_LISTEN_PORT        listen port inside the container (default 8080)
 #   WEBSHOP_NGINX_RUNTIME_DIR  pid, temp files and the rendered nginx.conf (default /tmp/nginx; writable by
 #                              the non-root user, a tmpfs under a read-only root file system)
@@ -44,8 +47,23 @@ if [ -z "${WEBSHOP_UPSTREAMS:-}" ]; then
         resolver_timeout 5s;
         server ${WEBSHOP_BACKEND} max_fails=1 fail_timeout=10s resolve;"
 fi
-# the SciWorld upstream (sticky by episode) has the same servers in a zone of its own
-WEBSHOP_AFFINITY_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed 's/zone webshop_upstreams/zone affinity_upstreams/')
+# The SciWorld upstream (sticky by episode, a zone of its own): the sciworld service's replicas when
+# WEBSHOP_ENVS names sciworld (compose runs them as a service of their own, with Java), else the same servers as
+# above (which answer 404 for an environment they do not serve).
+case ",$(printf '%s' "${WEBSHOP_ENVS:-}" | tr -d ' ')," in
+    *,sciworld,*) sciworld=yes ;;
+    *) sciworld=no ;;
+esac
+if [ -n "${WEBSHOP_AFFINITY_UPSTREAMS:-}" ]; then
+    :
+elif [ "$sciworld" = yes ] && [ -n "${WEBSHOP_SCIWORLD_BACKEND:-}" ]; then
+    WEBSHOP_AFFINITY_UPSTREAMS="        zone affinity_upstreams 512k;
+        resolver ${WEBSHOP_RESOLVER} valid=10s ipv6=off;
+        resolver_timeout 5s;
+        server ${WEBSHOP_SCIWORLD_BACKEND} max_fails=1 fail_timeout=10s resolve;"
+else
+    WEBSHOP_AFFINITY_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed 's/zone webshop_upstreams/zone affinity_upstreams/')
+fi
 export WEBSHOP_UPSTREAMS WEBSHOP_AFFINITY_UPSTREAMS WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR WEBSHOP_NGINX_ACCESS_LOG \
     WEBSHOP_NGINX_ERROR_LOG
 

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose.yaml"
 ENV_EXAMPLE = REPO / ".env.example"
 TEST_SECRET = "deploy-test-secret-0123456789"
-ALL_PROFILES = ("--profile", "train", "--profile", "eval", "--profile", "monitor")
+ALL_PROFILES = ("--profile", "train", "--profile", "eval", "--profile", "monitor", "--profile", "sciworld")
 MIN_NGINX = (1, 27, 3)
 
 

@@ -67,6 +67,27 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
     assert "$remote_addr" in conf, "nginx's own variables must survive the rendering"
 
 
+def test_sciworld_upstream_is_its_own_service_when_enabled(
+    rendered: dict, nginx_new: str, tmp_path: Path
+) -> None:
+    """With sciworld in WEBSHOP_ENVS the sticky upstream holds the sciworld service's replicas (its own image,
+    with Java); without it, the same replicas as every other route (which answer 404 for it)."""
+
+    def upstream(conf: str, name: str) -> str:
+        return conf.split(f"upstream {name} {{", 1)[1].split("}", 1)[0]
+
+    result = _check(rendered, nginx_new, tmp_path / "on", WEBSHOP_ENVS="webshop, textcraft,sciworld")
+    assert result.returncode == 0, result.stdout + result.stderr
+    conf = (tmp_path / "on" / "nginx.conf").read_text()
+    assert "server sciworld:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "sciworld_replicas")
+    assert "sciworld" not in upstream(conf, "webshop_replicas")
+    assert "hash $http_x_episode" in upstream(conf, "sciworld_replicas")
+    result = _check(rendered, nginx_new, tmp_path / "off", WEBSHOP_ENVS="webshop,textcraft")
+    assert result.returncode == 0, result.stdout + result.stderr
+    conf = (tmp_path / "off" / "nginx.conf").read_text()
+    assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "sciworld_replicas")
+
+
 def test_nginx_t_is_a_real_check_a_broken_template_fails(
     rendered: dict, nginx_new: str, tmp_path: Path
 ) -> None:

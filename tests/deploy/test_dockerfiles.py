@@ -54,10 +54,37 @@ def _from_image(path: Path, args: str) -> str:
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: defaults.get(m.group(1) or m.group(2), m.group(0)), image)
 
 
-def _final_stage(path: Path) -> list[tuple[str, str]]:
+def _stage_names(path: Path) -> set[str]:
+    """Names given with ``FROM ... AS name``: a FROM naming one builds on that stage, not on an image."""
+    return {
+        args.split()[-1]
+        for keyword, args in _instructions(path)
+        if keyword == "FROM" and " AS " in f" {args.upper()} "
+    }
+
+
+def _stage(path: Path, index: int) -> list[tuple[str, str]]:
+    """The instructions of the stage starting at ``index``, after those of the stage it builds on (if any)."""
     instructions = _instructions(path)
-    last_from = max(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM")
-    return instructions[last_from:]
+    end = next(
+        (i for i in range(index + 1, len(instructions)) if instructions[i][0] == "FROM"), len(instructions)
+    )
+    base = next(a for a in instructions[index][1].split() if not a.startswith("--"))
+    parent = next(
+        (
+            i
+            for i, (k, a) in enumerate(instructions[:index])
+            if k == "FROM" and a.split()[-1] == base and " AS " in f" {a.upper()} "
+        ),
+        None,
+    )
+    return (_stage(path, parent) if parent is not None else []) + instructions[index:end]
+
+
+def _final_stage(path: Path) -> list[tuple[str, str]]:
+    """The default target's instructions (with those of the stages it builds on first)."""
+    instructions = _instructions(path)
+    return _stage(path, max(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM"))
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
@@ -88,8 +115,9 @@ def test_final_stage_runs_as_non_root(dockerfile: Path) -> None:
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
 def test_base_images_are_pinned(dockerfile: Path) -> None:
     text = dockerfile.read_text()
+    stages = _stage_names(dockerfile)
     for keyword, args in _instructions(dockerfile):
-        if keyword != "FROM":
+        if keyword != "FROM" or args.split()[0] in stages:
             continue
         image = _from_image(dockerfile, args)
         name, _, tag = image.partition("@")[0].rpartition(":")
@@ -111,7 +139,28 @@ def test_env_image_contract() -> None:
     text = path.read_text()
     assert "--constraint constraints.txt" in text
     assert "en_core_web_sm" in text and "#sha256=" in text, "the spaCy model is pinned by hash"
-    assert len([k for k, _ in _instructions(path) if k == "FROM"]) == 2, "build and runtime stages"
+    stages = _stage_names(path)
+    froms = [args for k, args in _instructions(path) if k == "FROM"]
+    assert [a.split()[-1] for a in froms if a.split()[0] not in stages] == [
+        "build",
+        "sciworld-wheels",
+        "runtime",
+    ]
+    assert final["FROM"] == "runtime AS env", "the default target is the runtime stage, without Java"
+
+
+def test_sciworld_image_contract() -> None:
+    """The sciworld target: the env runtime plus Debian's headless Java 17 and scienceworld, as a non-root user,
+    serving SciWorld alone with one worker (the JVM pool is per process)."""
+    path = REPO / "docker" / "env.Dockerfile"
+    instructions = _instructions(path)
+    index = next(i for i, (k, a) in enumerate(instructions) if k == "FROM" and a == "runtime AS sciworld")
+    stage = _stage(path, index)
+    own = "\n".join(args for _, args in instructions[index:])
+    assert "openjdk-17-jre-headless" in own and "--no-index --find-links=/sciworld-wheels scienceworld" in own
+    assert [a for k, a in stage if k == "USER"][-1] == "10001:10001"
+    assert dict(stage)["CMD"] == '["serve", "--workers", "1", "--envs", "sciworld"]'
+    assert dict(stage)["ENTRYPOINT"] == '["webshop-env"]'
 
 
 def test_trainer_image_contract() -> None:
@@ -150,8 +199,9 @@ def test_builds_need_no_registry_but_the_bases(dockerfile: Path) -> None:
     instructions = _instructions(dockerfile)
     first_from = next(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM")
     declared = {rest.partition("=")[0] for keyword, rest in instructions[:first_from] if keyword == "ARG"}
+    stages = _stage_names(dockerfile)
     for keyword, args in instructions:
-        if keyword == "FROM":
+        if keyword == "FROM" and args.split()[0] not in stages:
             image = next(a for a in args.split() if not a.startswith("--"))
             assert re.fullmatch(r"\$\{(\w+)\}", image) and image[2:-1] in declared, f"FROM {image}"
 

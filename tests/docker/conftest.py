@@ -105,7 +105,9 @@ def stack_env(
     env.update(
         COMPOSE_PROJECT_NAME=PROJECT,
         WEBSHOP_REPLICAS="2",
-        WEBSHOP_WORKERS="2",
+        # 2 uvicorn workers per replica; WEBSHOP_TEST_WORKERS=1 on a machine so loaded (a load average of 15 or more
+        # times its cores) that uvicorn's supervisor kills workers that miss its 5 s ping while they start
+        WEBSHOP_WORKERS=os.environ.get("WEBSHOP_TEST_WORKERS", "2"),
         WEBSHOP_PORT=str(free_port()),
         SPACY_MODEL=_spacy_model_choice(),
         # Containers cannot get more open files than the engine's hard limit (which it has from whoever started

@@ -1,7 +1,8 @@
 """The env side of the Docker stack, for real in a Docker engine (`make test-docker`): the README's "Run it with
 Docker", step by step. The tests share one stack and run in file order: up -> episodes -> isolation checks ->
 scale -> a replica killed under load -> a replica crashed under load -> the AgentGym session store restarted, then
-crashed with a replica, under load -> down."""
+crashed with a replica, under load -> every environment (SciWorld's replicas included, one killed mid-episode) ->
+down."""
 
 from __future__ import annotations
 
@@ -433,6 +434,137 @@ def _store_restart_evidence(stack: Stack, sessions: str, since: str) -> dict[str
             reason = line.split("failed: ", 1)[-1].split("; retry shortly", 1)[0][:160]
             reasons[reason] = reasons.get(reason, 0) + 1
     return {"redis_startup": startup[-4:], "replica_503_reasons": reasons}
+
+
+# ---- every environment ----------------------------------------------------------------------------------------------
+ALL_ENVS = "webshop,textcraft,babyai,sciworld"
+FIXTURES = REPO / "tests" / "fixtures" / "conformance"
+SCIWORLD_EPISODE = 3306  # gold, 10 steps to the end, then one after it
+
+
+def _trace(env_id: str, data_idx: int | None = None) -> dict:
+    lines = (FIXTURES / f"agentgym-{env_id}" / "traces.jsonl").read_text().splitlines()
+    episodes = [json.loads(line) for line in lines]
+    return episodes[0] if data_idx is None else next(e for e in episodes if e["data_idx"] == data_idx)
+
+
+def _agentgym_send(client: httpx.Client, base: str):
+    """AgentGym's client requests (bare POST /create for BabyAI and SciWorld); a 503 with Retry-After retried."""
+
+    def send(method: str, route: str, fields: dict | None) -> tuple[int, object]:
+        for _ in range(5):
+            if method == "GET":
+                response = client.get(base + route, params=fields or {})
+            elif fields is None:
+                response = client.post(base + route)
+            else:
+                response = client.post(base + route, json=fields)
+            if response.status_code != 503 or "Retry-After" not in response.headers:
+                break
+            time.sleep(float(response.headers["Retry-After"]))
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, response.text
+
+    return send
+
+
+def _sciworld_holder(stack: Stack) -> str:
+    """The sciworld container that answered the last native SciWorld step (the balancer's JSON access log)."""
+    balancer = stack.containers("balancer")[0]
+    for line in reversed(stack.docker("logs", balancer).stdout.splitlines()):
+        if '"uri":"/sciworld/v1/step"' in line and '"status":200' in line:
+            address = json.loads(line)["upstream_addr"].split(",")[-1].strip().rsplit(":", 1)[0]
+            break
+    else:
+        raise AssertionError("no SciWorld step in the balancer's access log")
+    for container in stack.containers("sciworld"):
+        networks = stack.inspect(container)["NetworkSettings"]["Networks"].values()
+        if any(n.get("IPAddress") == address for n in networks):
+            return container
+    raise AssertionError(f"no sciworld container has {address}")
+
+
+def test_every_environment_through_the_balancer(stack: Stack) -> None:
+    """`make up ENVS=webshop,textcraft,babyai,sciworld`: the SciWorld replicas (their own image, with Java, on the
+    internal network: nothing to download) come up beside the others, and each environment serves an episode
+    through the balancer, by AgentGym's requests (the recorded answers, exactly) and by the native protocol."""
+    from webshop_env.client import EnvClient
+    from webshop_env.envs.agentgym import replay_trace
+    from webshop_env.envs.sciworld import python_index
+    from webshop_env.envs.sciworld.agentgym import documented_difference
+
+    started = time.monotonic()
+    stack.make("up", f"ENVS={ALL_ENVS}")
+    stack.measured["make_up_every_env_seconds"] = round(time.monotonic() - started, 1)
+    sciworld = stack.containers("sciworld")
+    assert len(sciworld) == 2
+    for container in sciworld + stack.containers("webshop") + stack.containers("balancer"):
+        stack.wait_healthy(container)
+    image = stack.inspect(sciworld[0])["Config"]["Image"]
+    sizes = {name: round(int(stack.docker("image", "inspect", "--format", "{{.Size}}", name).stdout) / 1e6)
+             for name in (image, images_of(stack)["webshop"])}  # fmt: skip
+    stack.measured["image_size_mb"] = {**stack.measured.get("image_size_mb", {}), **sizes}
+    assert "openjdk" in stack.docker("exec", sciworld[0], "java", "-version").stderr.lower()
+    # the webshop replicas leave SciWorld to its own (no Java there); they serve the others
+    probe = "import urllib.request as u, urllib.error as e\ntry: u.urlopen('http://127.0.0.1:8000/sciworld/v1/info')\nexcept e.HTTPError as x: print(x.code)"
+    assert stack.docker("exec", stack.containers("webshop")[0], "python", "-c", probe).stdout.strip() == "404"
+
+    with httpx.Client(timeout=120) as client:
+        for env_id, data_idx in (("textcraft", None), ("babyai", None), ("sciworld", SCIWORLD_EPISODE)):
+            episode = _trace(env_id, data_idx)
+            send = _agentgym_send(client, f"{stack.url}/{env_id}")
+            documented = documented_difference if env_id == "sciworld" else (lambda difference: False)
+            assert replay_trace(episode, send, documented) == [], env_id
+
+    async def native() -> dict[str, dict]:
+        finals = {}
+        for env_id in ("textcraft", "babyai"):
+            async with EnvClient(stack.url, env_id, timeout=30) as client:
+                result = await client.reset(3)
+                for action in await client.expert(3):
+                    result = await client.step(result["state"], action)
+                    if result["done"]:
+                        break
+                finals[env_id] = result
+        return finals
+
+    finals = asyncio.run(native())
+    assert all(final["done"] and final["reward"] > 0 for final in finals.values()), finals
+    goal = 3
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        assert play(client, goal, _expert_actions(stack, goal))[-1]["reward"] == 1.0
+
+    # SciWorld: the container holding an episode's JVM is killed mid-episode; the next steps are the other
+    # replica's, by replay, and answer what the recording (an uninterrupted run) answered
+    steps = [s for s in _trace("sciworld", SCIWORLD_EPISODE)["steps"] if "observation" in s["response"]]
+    killed = []
+
+    async def sciworld_episode() -> list[dict]:
+        async with EnvClient(stack.url, "sciworld", timeout=120, retries=8, backoff=0.2) as client:
+            result, answers = await client.reset(python_index(SCIWORLD_EPISODE)), []
+            for n, step in enumerate(steps):
+                if n == 4:
+                    killed.append(_sciworld_holder(stack))
+                    stack.docker("kill", killed[0])
+                    started_at = time.monotonic()
+                result = await client.step(result["state"], step["action"])
+                if n == 4:
+                    stack.measured["sciworld_step_after_replica_kill_seconds"] = round(
+                        time.monotonic() - started_at, 1
+                    )
+                answers.append(result)
+            return answers
+
+    answers = asyncio.run(sciworld_episode())
+    assert not stack.inspect(killed[0])["State"]["Running"]
+    got = [(a["observation"], a["info"]["score"], a["done"]) for a in answers]
+    assert got == [
+        (s["response"]["observation"], s["response"]["score"], s["response"]["done"]) for s in steps
+    ]
+    stack.make("up", f"ENVS={ALL_ENVS}")  # the killed replica back (a `docker kill` is a deliberate stop)
+    assert len(stack.containers("sciworld")) == 2
 
 
 # ---- make down ------------------------------------------------------------------------------------------------------

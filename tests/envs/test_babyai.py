@@ -321,3 +321,20 @@ def test_bad_input_is_a_clear_error(env: BabyAI) -> None:
     with pytest.raises(BadState):
         cold().step({"task": 0, "steps": [*transition.state["steps"], "0"]}, "turn left")
     assert issubclass(ActionRefused, EnvError) and issubclass(TooManySteps, EnvError)
+
+
+def test_success_is_false_on_a_failed_ending(env: BabyAI, episodes: list[dict[str, Any]]) -> None:
+    """A level can end in failure (e.g. PutNext: the wrong object), which the original also calls "The task is
+    completed." with reward 0; the native ``info.success`` is false there, and true on the expert's success."""
+    episode = next(
+        e for e in episodes if e["data_idx"] == 23535
+    )  # random policy: a `toggle` ends it, reward 0
+    result = env.reset(episode["data_idx"])
+    for step in episode["steps"][:4]:
+        result = env.step(result.state, step["action"])
+    assert "The task is completed." in result.observation and result.reward == 0
+    assert result.info["success"] is False
+    result = env.reset(3)
+    for action in env.expert(3):
+        result = env.step(result.state, action)
+    assert result.done and result.reward > 0.5 and result.info["success"] is True

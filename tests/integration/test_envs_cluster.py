@@ -1,4 +1,5 @@
-"""TextCraft and BabyAI served beside WebShop by real replicas behind a real nginx (one serving layer).
+"""TextCraft and BabyAI served beside WebShop by real replicas behind a real nginx (one serving layer), and
+every environment at once as `make up-local ENVS=webshop,textcraft,babyai,sciworld` starts it.
 
 - AgentGym's own requests (the bodies its TextCraft and BabyAI clients send) replay the recorded traces through
   the balancer at ``<balancer>/<env>``, with sessions in the shared store (Redis);
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _support import start_cluster
+from _support import SECRET, start_cluster
 
 from webshop_env.client import EnvClient, WebShopRequestError
 from webshop_env.cluster import http_status
@@ -196,3 +197,82 @@ def test_a_token_of_one_environment_is_refused_by_another(envs_cluster: dict) ->
     error = asyncio.run(main())
     assert error.status == 400 and error.error == "invalid_token"
     assert "another babyai data set" in error.detail or "signature" in error.detail
+
+
+ALL_ENVS = "webshop,textcraft,babyai,sciworld"
+
+
+@pytest.mark.slow
+def test_every_environment_served_by_one_cluster(
+    local_cluster, conformance_catalog_dir: Path, tmp_path: Path
+) -> None:
+    """`make up-local ENVS=webshop,textcraft,babyai,sciworld` as the Makefile runs it (2 workers per replica):
+    SciWorld gets replicas of its own (one worker each: its JVMs live in one process, and the balancer's affinity is
+    per replica) behind the sticky upstream, the others share theirs; each environment plays an episode through
+    the balancer, SciWorld's by AgentGym's requests and natively, both exactly as recorded."""
+    from webshop_env.envs.sciworld import python_index
+    from webshop_env.envs.sciworld.agentgym import documented_difference
+
+    run_dir = tmp_path / "run"
+    record = local_cluster.up(
+        replicas=2, catalog=conformance_catalog_dir, base_port=0, port=0, workers=2, run_dir=run_dir, timeout=120,
+        env={"WEBSHOP_STATE_SECRET": SECRET, "WEBSHOP_ENVS": ALL_ENVS, "SCIWORLD_SPARE_JVMS": "1"}, quiet=True,
+    )  # fmt: skip
+    try:
+        others = "webshop,textcraft,babyai"
+        assert [(r["name"], r["envs"]) for r in record["replicas"]] == [
+            ("replica-1", others), ("replica-2", others), ("sciworld-1", "sciworld"), ("sciworld-2", "sciworld"),
+        ]  # fmt: skip
+        conf = (run_dir / "nginx" / "nginx.conf").read_text()
+        sticky = conf.split("upstream sciworld_replicas {", 1)[1].split("}", 1)[0]
+        every = conf.split("upstream webshop_replicas {", 1)[1].split("}", 1)[0]
+        for replica in record["replicas"]:
+            address = f"127.0.0.1:{replica['port']} "
+            assert (address in sticky, address in every) == (
+                (True, False) if replica["envs"] == "sciworld" else (False, True)
+            ), replica
+        assert "java" not in " ".join(
+            local_cluster._cmdline(pid)
+            for r in record["replicas"][:2]
+            for pid in local_cluster._group_members(r["pid"])
+        ), "the replicas of the other environments start no JVM"
+
+        async def native() -> dict[str, dict]:
+            finals = {}
+            for env_id in ("textcraft", "babyai"):
+                async with EnvClient(record["url"], env_id, timeout=60) as client:
+                    result = await client.reset(3)
+                    for action in await client.expert(3):
+                        result = await client.step(result["state"], action)
+                        if result["done"]:
+                            break
+                    finals[env_id] = result
+            return finals
+
+        finals = asyncio.run(native())
+        assert all(f["done"] and f["reward"] > 0 for f in finals.values()), finals
+        with httpx.Client(timeout=120) as client:
+            reset = client.post(f"{record['url']}/v1/reset", json={"goal": 3})
+            assert reset.status_code == 200 and reset.json()["observation"]
+            step = client.post(f"{record['url']}/v1/step", json={"state": reset.json()["state"],
+                                                                  "action": "search[shoes]"})  # fmt: skip
+            assert step.status_code == 200
+            episode = next(e for e in _traces("sciworld", 1) if e["data_idx"] == 4433)  # gold, 2 steps
+            send = _http_send(client, f"{record['url']}/sciworld")
+            assert replay_trace(episode, send, documented_difference) == []
+        steps = [s for s in episode["steps"] if "observation" in s["response"]]
+
+        async def sciworld() -> list[dict]:
+            async with EnvClient(record["url"], "sciworld", timeout=120) as client:
+                result, answers = await client.reset(python_index(episode["data_idx"])), []
+                for step in steps:
+                    result = await client.step(result["state"], step["action"])
+                    answers.append(result)
+                return answers
+
+        got = [(a["observation"], a["info"]["score"], a["done"]) for a in asyncio.run(sciworld())]
+        assert got == [
+            (s["response"]["observation"], s["response"]["score"], s["response"]["done"]) for s in steps
+        ]
+    finally:
+        local_cluster.down(run_dir, quiet=True)

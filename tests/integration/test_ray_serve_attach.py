@@ -55,3 +55,6 @@ def test_serve_ray_and_env_check_fail_clearly_when_the_head_is_gone(dead_heads, 
     assert checked.returncode != 0
     report = json.loads(checked.stdout.strip().splitlines()[-1])
     assert report["ok"] is False and "Ray head at" in report["error"] and port in report["error"]
+    assert (
+        "env-check: error: the Ray head at" in checked.stderr
+    )  # said to the person too, not only in the JSON

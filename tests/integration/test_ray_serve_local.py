@@ -168,3 +168,69 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
     local.down(run_dir)
     assert not head.alive() and not head.session_pids()
     assert cluster.http_status(f"{url}/readyz") is None
+
+
+@pytest.mark.slow
+def test_up_ray_serves_every_environment(
+    run_dir: Path, generated_catalog_dir: Path, redis_url: str, monkeypatch
+) -> None:
+    """`make up-ray ENVS=webshop,textcraft,babyai,sciworld`: one Serve app answers an episode of every
+    environment through Serve's proxy: WebShop, TextCraft and BabyAI natively (to their ends), SciWorld by
+    AgentGym's requests and natively, exactly as recorded (a step landing on the replica without the episode's
+    JVM replays it there: the same answer)."""
+    from _support import REPO
+
+    from webshop_env.envs.agentgym import replay_trace
+    from webshop_env.envs.sciworld import python_index
+    from webshop_env.envs.sciworld.agentgym import documented_difference
+
+    monkeypatch.setenv("SCIWORLD_SPARE_JVMS", "1")
+    serve_port = cluster.free_ports(1)[0]
+    record = local.up(run_dir, generated_catalog_dir, serve_port, replicas_per_node=2, cpus=2,
+                      extra=["--redis-url", redis_url, "--envs", "webshop,textcraft,babyai,sciworld"])  # fmt: skip
+    url = record["env"]["local_url"]
+    actions, reward = expert(generated_catalog_dir, 3)
+    traces = REPO / "tests" / "fixtures" / "conformance" / "agentgym-sciworld" / "traces.jsonl"
+    episode = next(e for e in map(json.loads, traces.read_text().splitlines()) if e["data_idx"] == 4433)
+    steps = [s for s in episode["steps"] if "observation" in s["response"]]
+
+    async def native() -> dict[str, dict]:
+        finals = {}
+        async with WebShopClient(url) as client:
+            step = await client.reset(3, goal_set="synthetic")
+            for action in actions:
+                step = await client.step(step["state"], action)
+            finals["webshop"] = step
+        for env_id in ("textcraft", "babyai"):
+            async with EnvClient(url, env_id, timeout=60) as client:
+                result = await client.reset(3)
+                for action in await client.expert(3):
+                    result = await client.step(result["state"], action)
+                    if result["done"]:
+                        break
+                finals[env_id] = result
+        async with EnvClient(url, "sciworld", timeout=120) as client:
+            result = await client.reset(python_index(episode["data_idx"]))
+            for step in steps:
+                result = await client.step(result["state"], step["action"])
+            finals["sciworld"] = result
+        return finals
+
+    finals = asyncio.run(native())
+    assert finals["webshop"]["reward"] == pytest.approx(reward)
+    assert all(finals[e]["done"] and finals[e]["reward"] > 0 for e in ("textcraft", "babyai")), finals
+    last = steps[-1]["response"]
+    assert (finals["sciworld"]["observation"], finals["sciworld"]["info"]["score"]) == (
+        last["observation"], last["score"],
+    )  # fmt: skip
+
+    def send(method: str, route: str, fields: dict | None) -> tuple[int, object]:
+        if method == "GET":
+            response = requests.get(f"{url}/sciworld{route}", params=fields or {}, timeout=120)
+        elif fields is None:
+            response = requests.post(f"{url}/sciworld{route}", timeout=120)
+        else:
+            response = requests.post(f"{url}/sciworld{route}", json=fields, timeout=120)
+        return response.status_code, response.json()
+
+    assert replay_trace(episode, send, documented_difference) == []

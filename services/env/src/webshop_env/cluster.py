@@ -88,6 +88,25 @@ def affinity_upstreams(upstreams: str) -> str:
     return upstreams.replace("zone webshop_upstreams", "zone affinity_upstreams")
 
 
+def sciworld_groups(envs: Sequence[str], replicas: int, workers: int) -> list[dict[str, Any]]:
+    """The replicas to start, as groups: their names, environments, workers and upstream (``webshop``: every
+    route; ``sciworld``: the sticky upstream). SciWorld beside others: ``replicas`` more processes of its own,
+    one worker each; SciWorld alone: the replicas, one worker each."""
+    others = [e for e in envs if e != "sciworld"]
+    if "sciworld" not in envs:
+        return [{"names": [f"replica-{i}" for i in range(1, replicas + 1)], "envs": ",".join(envs),
+                 "workers": workers, "upstream": "webshop"}]  # fmt: skip
+    if not others:
+        return [{"names": [f"replica-{i}" for i in range(1, replicas + 1)], "envs": "sciworld", "workers": 1,
+                 "upstream": "webshop"}]  # fmt: skip
+    return [
+        {"names": [f"replica-{i}" for i in range(1, replicas + 1)], "envs": ",".join(others), "workers": workers,
+         "upstream": "webshop"},
+        {"names": [f"sciworld-{i}" for i in range(1, replicas + 1)], "envs": "sciworld", "workers": 1,
+         "upstream": "sciworld"},
+    ]  # fmt: skip
+
+
 def render_nginx_conf(values: Mapping[str, str], template: Path = TEMPLATE) -> str:
     """Substitute ``${WEBSHOP_*}`` placeholders; every one must have a value (nginx's own ``$vars`` stay).
     ``WEBSHOP_AFFINITY_UPSTREAMS`` defaults to ``WEBSHOP_UPSTREAMS`` in a zone of its own."""
@@ -245,7 +264,14 @@ def up(
     redis_server = None if external_redis else redis_binary()
     run_dir = Path(run_dir).resolve()
     catalog = Path(catalog).resolve()
-    serves_webshop = "webshop" in child_env.get("WEBSHOP_ENVS", "webshop").replace(" ", "").split(",")
+    envs = [e for e in child_env.get("WEBSHOP_ENVS", "webshop").replace(" ", "").split(",") if e] or [
+        "webshop"
+    ]
+    serves_webshop = "webshop" in envs
+    # SciWorld keeps each episode's JVM in one process, and the balancer's affinity is per replica: its replicas
+    # run one worker each, and beside other environments they are replicas of their own (as in compose), so
+    # the others keep their workers and least_conn over every replica.
+    groups = sciworld_groups(envs, replicas, workers)
     if serves_webshop and not (catalog / "manifest.json").exists():
         raise ClusterError(
             f"{catalog} is not a prepared catalog: run `make data` or `webshop-env catalog prepare`"
@@ -258,12 +284,13 @@ def up(
     logs.mkdir(parents=True, exist_ok=True)
     nginx_dir.mkdir(parents=True, exist_ok=True)
 
+    count = sum(len(group["names"]) for group in groups)
     if base_port == 0 or port == 0:
-        picked = free_ports(replicas + 1, host)
-        ports = picked[:replicas] if base_port == 0 else [base_port + i for i in range(replicas)]
+        picked = free_ports(count + 1, host)
+        ports = picked[:count] if base_port == 0 else [base_port + i for i in range(count)]
         port = picked[-1] if port == 0 else port
     else:
-        ports = [base_port + i for i in range(replicas)]
+        ports = [base_port + i for i in range(count)]
 
     child_env["WEBSHOP_STATE_SECRET"] = _secret(run_dir, child_env)
     child_env["WEBSHOP_CATALOG"] = str(catalog)
@@ -296,28 +323,41 @@ def up(
             child_env["WEBSHOP_REDIS_URL"] = record["redis"]["url"]
             _write_pids(run_dir, record)
         record["sessions"] = child_env["WEBSHOP_REDIS_URL"]
-        for index, replica_port in enumerate(ports, start=1):
-            log_path = logs / f"replica-{index}.log"
-            command = [
-                python_binary(), "-m", "webshop_env.cli", "serve", "--catalog", str(catalog),
-                "--host", host, "--port", str(replica_port), "--workers", str(workers), *serve_args,
-            ]  # fmt: skip
-            process = _spawn(command, log_path, child_env)
-            record["replicas"].append(
-                {"name": f"replica-{index}", "pid": process.pid, "pgid": process.pid, "port": replica_port,
-                 "url": f"http://{host}:{replica_port}", "log": str(log_path)}
-            )  # fmt: skip
-            _write_pids(run_dir, record)
+        free = iter(ports)
+        for group in groups:
+            for name in group["names"]:
+                replica_port = next(free)
+                log_path = logs / f"{name}.log"
+                command = [
+                    python_binary(), "-m", "webshop_env.cli", "serve", "--catalog", str(catalog),
+                    "--host", host, "--port", str(replica_port), "--workers", str(group["workers"]), *serve_args,
+                ]  # fmt: skip
+                process = _spawn(command, log_path, {**child_env, "WEBSHOP_ENVS": group["envs"]})
+                record["replicas"].append(
+                    {"name": name, "pid": process.pid, "pgid": process.pid, "port": replica_port,
+                     "url": f"http://{host}:{replica_port}", "log": str(log_path), "envs": group["envs"],
+                     "upstream": group["upstream"]}
+                )  # fmt: skip
+                _write_pids(run_dir, record)
 
-        upstreams = "        zone webshop_upstreams 256k;\n" + "\n".join(
-            f"        server {host}:{p} max_fails=1 fail_timeout=10s;" for p in ports
-        )
+        def servers(upstream: str) -> str:
+            return "\n".join(
+                f"        server {host}:{r['port']} max_fails=1 fail_timeout=10s;"
+                for r in record["replicas"] if r["upstream"] == upstream
+            )  # fmt: skip
+
+        upstreams = "        zone webshop_upstreams 256k;\n" + servers("webshop")
+        sticky = servers("sciworld")
         conf = nginx_dir / "nginx.conf"
         conf.write_text(
             render_nginx_conf(
                 {
                     "WEBSHOP_UPSTREAMS": upstreams,
-                    "WEBSHOP_AFFINITY_UPSTREAMS": affinity_upstreams(upstreams),
+                    "WEBSHOP_AFFINITY_UPSTREAMS": (
+                        f"        zone affinity_upstreams 256k;\n{sticky}"
+                        if sticky
+                        else affinity_upstreams(upstreams)
+                    ),
                     "WEBSHOP_LISTEN_PORT": f"{host}:{port}",
                     "WEBSHOP_NGINX_RUNTIME_DIR": str(nginx_dir),
                     "WEBSHOP_NGINX_ACCESS_LOG": str(logs / "nginx-access.log"),
@@ -546,13 +586,14 @@ def describe(record: Mapping[str, Any]) -> str:
             )
             if process.get("orphans"):
                 state += f" (its leader died; orphaned workers still running: {process['orphans']})"
-        lines.append(f"  {process['name']:<10}{process['url']}   (pid {process['pid']}){state}")
+        served = f"  [{process['envs']}]" if process.get("envs") else ""
+        lines.append(f"  {process['name']:<10}{process['url']}{served}   (pid {process['pid']}){state}")
     redis = record.get("redis")
     if redis:
         state = "" if "alive" not in redis else ("  ready" if redis.get("ready") else "  DOWN")
         lines.append(f"  sessions  {redis['url']}   (redis-server pid {redis['pid']}){state}")
     lines.append(
-        f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, nginx-access.log, nginx-error.log)"
+        f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, sciworld-N.log, nginx-access.log, nginx-error.log)"
     )
     lines.append(f"  try       curl -s {record['url']}/v1/info")
     return "\n".join(lines)

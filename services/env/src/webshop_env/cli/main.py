@@ -170,7 +170,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 def cmd_bench_envs(args: argparse.Namespace) -> int:
     from ..envs import bench, registry
 
-    env_ids = [name.strip() for name in args.envs.split(",") if name.strip()]
+    env_ids = [name.strip() for name in (args.envs or bench.default_envs()).split(",") if name.strip()]
     unknown = [name for name in env_ids if name not in registry.ids()]
     agentgym = dict(item.split("=", 1) for item in args.agentgym if "=" in item)
     if (
@@ -317,7 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
         "requests through a balancer (a local cluster it starts, or --url), and AgentGym's own server where "
         "--agentgym names one. Prints a markdown table (JSON with --json).",
     )
-    p.add_argument("--envs", default="textcraft,babyai", help="comma-separated (default: textcraft,babyai)")
+    p.add_argument(
+        "--envs", default=None,
+        help="comma-separated (default: those of $WEBSHOP_ENVS that have a core: textcraft, babyai, sciworld; "
+        "else textcraft,babyai)",
+    )  # fmt: skip
     p.add_argument("--episodes", type=int, default=32, help="expert episodes per environment (default 32)")
     p.add_argument("--concurrency", type=int, default=16, help="episodes in flight over HTTP (default 16)")
     p.add_argument(

@@ -7,15 +7,20 @@ For each environment: expert episodes (the environment's own ``expert``) on a fi
   cluster this command starts, or ``--url``), ``--concurrency`` episodes in flight;
 - **AgentGym over HTTP**: the same episodes with AgentGym's client requests (``/create``, ``/reset``,
   ``/step``, ``/close``) against our routes, and, where ``--agentgym ENV=URL`` names a running AgentGym server
-  of that environment (install it yourself: it is not on PyPI), against it, in the same run, with the same driver.
+  of that environment (install it yourself: it is not on PyPI), against it, in the same run, with the same driver;
+- **SciWorld's reset**: from the warm pool (a started JVM waiting: load + look) against a cold JVM (start + load +
+  look: what AgentGym's ``/create`` + ``/reset`` cost), in process.
 
-Prints a table (and JSON with ``--json``). Figures depend on the machine and on what else runs on it; no test
-asserts on them.
+Every row carries the 1-minute load average when it was measured. Prints a table (and JSON with ``--json``).
+Figures depend on the machine and on what else runs on it; no test asserts on them. WebShop has its own
+benchmarks (``webshop-env bench``, ``make bench``). docs/performance.md#every-environment says how to run
+AgentGym's own servers beside these.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +36,39 @@ def _percentiles(samples: Sequence[float]) -> dict[str, float]:
         return {"p50_ms": float("nan"), "p99_ms": float("nan")}
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000  # noqa: E731
     return {"p50_ms": round(pick(0.5), 3), "p99_ms": round(pick(0.99), 3)}
+
+
+def default_envs() -> str:
+    """The environments this deployment serves (``WEBSHOP_ENVS``) that have a core here (WebShop is benchmarked
+    by ``webshop-env bench``), else TextCraft and BabyAI."""
+    enabled = [e.strip() for e in os.environ.get("WEBSHOP_ENVS", "").split(",") if e.strip()]
+    chosen = [e for e in enabled if e in registry.ids()]
+    return ",".join(chosen) or "textcraft,babyai"
+
+
+def load() -> float:
+    """The 1-minute load average (what else the machine was doing while a row was measured)."""
+    return round(os.getloadavg()[0], 2)
+
+
+def bench_sciworld_resets(resets: int) -> list[dict[str, Any]]:
+    """SciWorld's reset from the warm pool against a cold JVM start, in process (``sciworld.bench``)."""
+    from .sciworld import JvmPool, SciWorldEnv
+    from .sciworld.bench import cold_resets, warm_resets
+
+    cold, _ = cold_resets(resets)
+    env = SciWorldEnv(JvmPool(spares=1, max_live=2, wait_s=300))
+    try:
+        warm = warm_resets(env, resets)
+    finally:
+        env.shutdown()
+    none = {"p50_ms": "-", "p99_ms": "-"}
+    return [
+        {"path": "reset, warm pool (in process)", "episodes": resets, "steps": 0, "steps_per_s": "-",
+         "reset": _percentiles(warm), "step": none},
+        {"path": "reset, cold JVM: AgentGym's /create + /reset (in process)", "episodes": resets, "steps": 0,
+         "steps_per_s": "-", "reset": _percentiles(cold), "step": none},
+    ]  # fmt: skip
 
 
 def plans(env_id: str, episodes: int, max_steps: int = 30) -> list[tuple[int, list[str]]]:
@@ -133,9 +171,11 @@ async def bench_agentgym(
             return data
 
         async def run_one(task, actions, resets, steps) -> None:
+            t = (
+                time.perf_counter()
+            )  # a reset is /create + /reset (AgentGym's SciWorld server starts a JVM in /create)
             created = await post("/create", CREATE_BODY.get(env_id))
             env_idx = created["id"] if isinstance(created, dict) else created
-            t = time.perf_counter()
             await post("/reset", {"data_idx": task, "id": env_idx})
             resets.append(time.perf_counter() - t)
             for action in actions:
@@ -150,14 +190,15 @@ async def bench_agentgym(
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| env | path | episodes | steps | errors | steps/s | reset p50 / p99 ms | step p50 / p99 ms |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = ["| env | path | episodes | steps | errors | steps/s | reset p50 / p99 ms | step p50 / p99 ms | load |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for row in rows:
         lines.append(
             f"| {row['env']} | {row['path']} | {row['episodes']} | {row['steps']} | {row.get('errors', 0)} | "
             f"{row['steps_per_s']} | {row['reset']['p50_ms']} / {row['reset']['p99_ms']} | "
-            f"{row['step']['p50_ms']} / {row['step']['p99_ms']} |"
+            f"{row['step']['p50_ms']} / {row['step']['p99_ms']} | {row.get('load', '')} |"
         )
+    lines.append(f"\n{os.cpu_count()} CPUs; load: the 1-minute load average when the row was measured")
     return "\n".join(lines)
 
 
@@ -170,7 +211,11 @@ def run(env_ids: Sequence[str], episodes: int, concurrency: int, url: str | None
     rows: list[dict[str, Any]] = []
     episode_plans = {env_id: plans(env_id, episodes) for env_id in env_ids}
     for env_id in env_ids:
-        rows.append({"env": env_id, **bench_in_process(env_id, episode_plans[env_id])})
+        rows.append({"env": env_id, **bench_in_process(env_id, episode_plans[env_id]), "load": load()})
+    if "sciworld" in env_ids:
+        rows += [
+            {"env": "sciworld", **row, "load": load()} for row in bench_sciworld_resets(max(4, episodes // 2))
+        ]
     cluster_dir = None
     if url is None:
         from .. import cluster
@@ -183,16 +228,15 @@ def run(env_ids: Sequence[str], episodes: int, concurrency: int, url: str | None
         url = record["url"]
     try:
         for env_id in env_ids:
-            rows.append(
-                {"env": env_id, **asyncio.run(bench_native(url, env_id, episode_plans[env_id], concurrency))}
-            )
+            native = asyncio.run(bench_native(url, env_id, episode_plans[env_id], concurrency))
+            rows.append({"env": env_id, **native, "load": load()})
             ours = asyncio.run(bench_agentgym(f"{url}/{env_id}", env_id, episode_plans[env_id], concurrency,
                                               "AgentGym routes over HTTP (ours)"))  # fmt: skip
-            rows.append({"env": env_id, **ours})
+            rows.append({"env": env_id, **ours, "load": load()})
             if env_id in agentgym:
                 theirs = asyncio.run(bench_agentgym(agentgym[env_id], env_id, episode_plans[env_id], concurrency,
                                                     f"AgentGym's own server ({agentgym[env_id]})"))  # fmt: skip
-                rows.append({"env": env_id, **theirs})
+                rows.append({"env": env_id, **theirs, "load": load()})
     finally:
         if cluster_dir is not None:
             from .. import cluster

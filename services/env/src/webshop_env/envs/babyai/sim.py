@@ -74,7 +74,7 @@ class Outcome:
     text: str  # the state part of the observation (before "\nAvailable actions: ...")
     ran: str  # the primitive actions that ran, as digits ("" when minigrid was not stepped)
     valid: bool  # False when the action was not recognised or not available
-    success: bool  # minigrid reported success (terminated) on this step
+    success: bool  # minigrid ended the level on this step with a positive reward (not a failed ending)
 
 
 class Episode:
@@ -123,8 +123,10 @@ class Episode:
             return self._still(NO_CHANGE, True)
         ran, terminated = self._run(prims)
         self.frame = frame_from_image(self.image, self.carrying(), self.env.agent_dir)
+        # The original says "completed" on any ending, a failed one (e.g. PutNext's wrong object: reward 0) too;
+        # ``success`` tells them apart (minigrid pays a success 1 - 0.9 * steps / max_steps > 0).
         text = self.frame.description + (COMPLETED if terminated else "")
-        return Outcome(text, ran, True, terminated)
+        return Outcome(text, ran, True, terminated and self.reward > 0)
 
     def _still(self, text: str, valid: bool) -> Outcome:
         """A step that leaves minigrid alone: the reward stays, the score adds it again."""

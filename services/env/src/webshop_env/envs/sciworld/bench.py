@@ -31,29 +31,38 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def bench(resets: int = 4, tasks: Sequence[int] = TASKS) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    # A cold reset: start a JVM, then load + look (what AgentGym's /create + /reset cost).
+def cold_resets(resets: int, tasks: Sequence[int] = TASKS) -> tuple[list[float], list[float]]:
+    """Resets as AgentGym's ``/create`` + ``/reset`` cost them: start a JVM, then load + look. (seconds, RSS MiB
+    of each JVM before its load)."""
     cold, spare_rss = [], []
-    for task in tasks[:resets]:
+    for n in range(resets):
         started = time.perf_counter()
         sim = Simulator()
         spare_rss.append(rss_mib(sim.pid))
-        sim.load(*game(task))
+        sim.load(*game(tasks[n % len(tasks)]))
         cold.append(time.perf_counter() - started)
         sim.close()
-    out["cold_reset_s"] = cold
+    return cold, spare_rss
 
+
+def warm_resets(env: SciWorldEnv, resets: int, tasks: Sequence[int] = TASKS) -> list[float]:
+    """Resets from the warm pool (a spare is ready when the reset comes, as on a replica between requests)."""
+    warm = []
+    for n in range(resets):
+        env.pool.wait_for_spares()
+        started = time.perf_counter()
+        first = env.reset(tasks[n % len(tasks)])
+        warm.append(time.perf_counter() - started)
+        env.close(first.state)
+    return warm
+
+
+def bench(resets: int = 4, tasks: Sequence[int] = TASKS) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    out["cold_reset_s"], spare_rss = cold_resets(resets, tasks)
     env = SciWorldEnv(JvmPool(spares=2, max_live=8, wait_s=300))
     try:
-        warm = []
-        for n in range(resets):
-            env.pool.wait_for_spares()  # the warm path: a spare is ready when the reset comes
-            started = time.perf_counter()
-            first = env.reset(tasks[n % len(tasks)])
-            warm.append(time.perf_counter() - started)
-            env.close(first.state)
-        out["warm_reset_s"] = warm
+        out["warm_reset_s"] = warm_resets(env, resets, tasks)
 
         steps, loaded_rss, states = [], [], []
         for task in tasks:

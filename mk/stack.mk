@@ -2,8 +2,8 @@
 # before that, use it as `make -f Makefile -f mk/stack.mk TARGET`. `make help` lists the targets.
 #
 #   make up / down / ps / logs [SERVICE=...] / scale N=4 / monitor / stack-config
-#   make train-test | train-full          GRPO in the trainer container (NVIDIA GPU + Docker engine)
-#   make eval MODEL_PATH=... [MAX_SAMPLES=...]   hub id, HF directory or a training run's checkpoint
+#   make train-test | train-full [ENV=textcraft|babyai|sciworld|mixed]   GRPO in the trainer container (NVIDIA GPU + Docker)
+#   make eval MODEL_PATH=... [ENV=...] [MAX_SAMPLES=...]   hub id, HF directory or a training run's checkpoint
 #   make train-preflight | pin-digests
 #   make demo                             no GPU, no Docker: local replicas + nginx, expert/random policies
 #
@@ -22,8 +22,14 @@ ifeq ($(origin COMPOSE),undefined)
 VENV_COMPOSE := $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/compose/docker-compose))
 COMPOSE := $(if $(shell $(DOCKER) compose version 2>/dev/null),$(DOCKER) compose,$(or $(VENV_COMPOSE),$(DOCKER) compose))
 endif
-# every profile, so that down/ps/logs also see trainer, eval and tensorboard
-STACK_PROFILES := --profile train --profile eval --profile monitor
+# every profile, so that down/ps/logs also see trainer, eval, tensorboard and the SciWorld replicas
+STACK_PROFILES := --profile train --profile eval --profile monitor --profile sciworld
+# The environments `make up` serves: ENVS=... (or WEBSHOP_ENVS in the shell) when given, else .env's
+# WEBSHOP_ENVS, else webshop. SciWorld's replicas are the compose profile sciworld: on when it is named.
+STACK_DOTENV_ENVS = $(shell sed -n 's/^WEBSHOP_ENVS=//p' .env 2>/dev/null | tail -n 1)
+STACK_ENVS = $(if $(filter undefined,$(origin ENVS))$(and $(filter file,$(origin ENVS)),$(filter webshop,$(ENVS))),$(or $(STACK_DOTENV_ENVS),webshop),$(ENVS))
+STACK_COMMA := ,
+STACK_UP_PROFILES = $(if $(filter sciworld,$(subst $(STACK_COMMA), ,$(STACK_ENVS))),--profile sciworld)
 # scale: replicas; eval: goals to play; logs: one service (empty: all); demo: e.g. DEMO_ARGS="--max-samples 50"
 N ?=
 MAX_SAMPLES ?= 500
@@ -87,8 +93,8 @@ host-checks: .env ## what make up needs (engine limits, base images, CA bundle, 
 	@$(if $(SKIP_HOST_CHECKS),true,DOCKER="$(DOCKER)" COMPOSE="$(COMPOSE)" $(HOST_CHECKS_PY) scripts/host_checks.py up)
 
 up: .env host-checks stack-dirs ## build and start the stack (catalog-init, env replicas, balancer) and wait until healthy
-	$(COMPOSE) up --detach --build --wait balancer
-	@echo "WebShop environment: http://$$($(COMPOSE) port balancer 8080)  (try /v1/info)"
+	WEBSHOP_ENVS="$(STACK_ENVS)" $(COMPOSE) $(STACK_UP_PROFILES) up --detach --build --wait balancer
+	@echo "WebShop environment: http://$$($(COMPOSE) port balancer 8080)  (try /v1/info; environments: $(STACK_ENVS))"
 
 down: .env ## stop and remove the stack's containers (the data, checkpoints and logs directories stay)
 	$(COMPOSE) $(STACK_PROFILES) down --remove-orphans
@@ -170,29 +176,50 @@ visible=""; if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null
   visible="--visible $$(nvidia-smi -L | wc -l)"; fi; \
 $(GPU_PLAN) --config $(1) $$visible >/dev/null || { echo "make $@: fix GPU_IDS / the knobs above in .env (nothing was built)" >&2; exit 2; }
 endef
+# ENV=webshop (default) | textcraft | babyai | sciworld: train on that environment (configs/<env>_grpo_test.yaml /
+# _train.yaml; WebShop keeps test / full); ENV=mixed or a list (ENV=textcraft,webshop): the mixed config on those
+# environments (mixed: textcraft,babyai,webshop). The trainer container builds that data (TRAIN_ENVS) and `make up`
+# serves those environments next to the ones it serves already.
+STACK_SPACE := $(subst ,, )
+TRAIN_ENV_LIST = $(subst $(STACK_COMMA), ,$(or $(ENV),webshop))
+TRAIN_ENV_NAME = $(if $(word 2,$(TRAIN_ENV_LIST)),mixed,$(TRAIN_ENV_LIST))
+TRAIN_DATA_ENVS = $(if $(filter mixed,$(TRAIN_ENV_LIST)),textcraft$(STACK_COMMA)babyai$(STACK_COMMA)webshop,$(subst $(STACK_SPACE),$(STACK_COMMA),$(TRAIN_ENV_LIST)))
+TRAIN_SERVE_ENVS = $(subst $(STACK_SPACE),$(STACK_COMMA),$(sort webshop $(subst $(STACK_COMMA), ,$(STACK_ENVS) $(TRAIN_DATA_ENVS))))
+# test|full: the config of a run (WebShop: test / full, as ever; the others: <env>_grpo_test / <env>_grpo_train)
+TRAIN_CONFIG_OF = $(if $(filter webshop,$(TRAIN_ENV_NAME)),$(1),$(TRAIN_ENV_NAME)_grpo_$(if $(filter full,$(1)),train,test))
+define STACK_TRAIN_ENV_CHECK
+for e in $(TRAIN_ENV_LIST); do case "$$e" in webshop|textcraft|babyai|sciworld|mixed) ;; \
+  *) echo "make $@: ENV names webshop, textcraft, babyai, sciworld, mixed or a comma list of them, not '$$e'" >&2; exit 2;; esac; done; \
+case ",$(TRAIN_DATA_ENVS)," in *,sciworld,*) echo "make $@: the trainer container cannot build SciWorld's data yet (webshop-train" \
+  "data --env has no SciWorld rule: each row's reset needs a simulator); run configs/sciworld_grpo_*.yaml with your own rows:" \
+  "WEBSHOP_TRAIN_FILE=... webshop-train train --config sciworld_grpo_test (docs/training-environments.md)" >&2; exit 2;; esac
+endef
 # HOST_PREFLIGHT=1: also run `make preflight` on the host first (needs the CPU venv and nginx). Without it the
 # preflight runs inside the trainer container, before training (it has everything the preflight needs).
 HOST_PREFLIGHT ?=
 TRAIN_RUN = $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --build \
-  -e WEBSHOP_N_GPUS="$$($(GPU_PLAN) --config $(1) --compose-override $(GPU_COMPOSE))" -e TRAIN_CONFIG=$(1) $(TRAINER_SERVICE)
+  -e WEBSHOP_N_GPUS="$$($(GPU_PLAN) --config $(1) --compose-override $(GPU_COMPOSE))" -e TRAIN_CONFIG=$(1) \
+  -e TRAIN_ENVS=$(TRAIN_DATA_ENVS) $(TRAINER_SERVICE)
 
-train-test: ## GRPO test run in the trainer container, saves its last step for make eval (GPU + Docker; VERL_LINE=0.7|0.9)
+train-test: ## GRPO test run in the trainer container, saves its last step for make eval (GPU + Docker; VERL_LINE=0.7|0.9; ENV=webshop|textcraft|babyai|sciworld|mixed)
 	@$(STACK_VERL_LINE_CHECK)
-	@$(call STACK_GPU_PLAN,test)
+	@$(STACK_TRAIN_ENV_CHECK)
+	@$(call STACK_GPU_PLAN,$(call TRAIN_CONFIG_OF,test))
 	@$(STACK_GPU_CHECK)
 	@$(if $(HOST_PREFLIGHT),$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE),true)
-	@$(MAKE) --no-print-directory -f $(STACK_MK) up
-	$(call TRAIN_RUN,test)
-	@echo "checkpoint: $${CHECKPOINTS_DIR:-outputs/checkpoints}/$${WEBSHOP_EXPERIMENT:-webshop_grpo_test}/global_step_N; evaluate it with" \
-	  "make eval MODEL_PATH=/outputs/checkpoints/$${WEBSHOP_EXPERIMENT:-webshop_grpo_test}"
+	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
+	$(call TRAIN_RUN,$(call TRAIN_CONFIG_OF,test))
+	@echo "checkpoint: $${CHECKPOINTS_DIR:-outputs/checkpoints}/$${WEBSHOP_EXPERIMENT:-$(TRAIN_ENV_NAME)_grpo_test}/global_step_N; evaluate it with" \
+	  "make eval MODEL_PATH=/outputs/checkpoints/$${WEBSHOP_EXPERIMENT:-$(TRAIN_ENV_NAME)_grpo_test}"
 
-train-full: ## full GRPO run (configs/webshop_grpo_train.yaml, 4 GPUs: GPU_IDS=0,1,2,3) in the trainer container (GPU + Docker)
+train-full: ## full GRPO run (configs/webshop_grpo_train.yaml, 4 GPUs: GPU_IDS=0,1,2,3; ENV=... as train-test: <env>_grpo_train.yaml) in the trainer container (GPU + Docker)
 	@$(STACK_VERL_LINE_CHECK)
-	@$(call STACK_GPU_PLAN,full)
+	@$(STACK_TRAIN_ENV_CHECK)
+	@$(call STACK_GPU_PLAN,$(call TRAIN_CONFIG_OF,full))
 	@$(STACK_GPU_CHECK)
 	@$(if $(HOST_PREFLIGHT),$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE),true)
-	@$(MAKE) --no-print-directory -f $(STACK_MK) up
-	$(call TRAIN_RUN,full)
+	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
+	$(call TRAIN_RUN,$(call TRAIN_CONFIG_OF,full))
 
 # The preflight alone, in the trainer image, against the compose stack (what train-test runs before training).
 train-preflight: ## the preflight inside the trainer container (CONFIG=test|full; GPU + Docker, no GPU time)
@@ -208,8 +235,12 @@ train-preflight: ## the preflight inside the trainer container (CONFIG=test|full
 # MODEL_PATH: a hub id, a Hugging Face model directory (e.g. under /models), or a verl checkpoint:
 # /outputs/checkpoints/<experiment>/global_step_N, or /outputs/checkpoints/<experiment> for its latest step
 # (merged once with verl.model_merger into global_step_N/huggingface_merged, on the checkpoints volume).
-eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF dir | checkpoint> [MAX_SAMPLES=500] [VERL_LINE=0.7|0.9] (GPU + Docker)
+# ENV=textcraft|babyai|sciworld, a list (ENV=textcraft,babyai,webshop) or mixed (textcraft,babyai,webshop): that
+# environment's test split (the training data's), or a mixed eval with a report per environment and one over all;
+# `make up` then serves those environments too. Default: WebShop, as before.
+eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF dir | checkpoint> [ENV=webshop|textcraft|babyai|sciworld|mixed|a,b] [MAX_SAMPLES=500] [VERL_LINE=0.7|0.9] (GPU + Docker)
 	@$(STACK_VERL_LINE_CHECK)
+	@$(STACK_TRAIN_ENV_CHECK)
 	@if [ -z "$(MODEL_PATH)" ]; then \
 	  echo "make eval: give the model as MODEL_PATH=: a hub id (Qwen/Qwen2.5-1.5B-Instruct), a Hugging Face directory (/models/NAME)," \
 	    "or a training run's checkpoint (/outputs/checkpoints/webshop_grpo_test: its latest global_step_N)" >&2; \
@@ -217,10 +248,10 @@ eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF d
 	fi
 	@$(call STACK_GPU_PLAN,eval)
 	@$(STACK_GPU_CHECK)
-	@$(MAKE) --no-print-directory -f $(STACK_MK) up
+	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
 	@$(GPU_PLAN) --config eval --compose-override $(GPU_COMPOSE) >/dev/null
 	$(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile eval run --rm --build -e EVAL_MODEL_PATH="$(MODEL_PATH)" \
-	  -e EVAL_MAX_SAMPLES=$(MAX_SAMPLES) $(EVAL_SERVICE)
+	  -e EVAL_MAX_SAMPLES=$(MAX_SAMPLES) -e EVAL_ENV=$(TRAIN_DATA_ENVS) $(EVAL_SERVICE)
 
 # Resolve the base images' tags to digests (needs registry access and docker buildx) and write them into the
 # Dockerfiles' ARG defaults (tag@sha256:digest). Run it where a registry answers; commit what it changed.

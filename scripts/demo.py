@@ -6,9 +6,12 @@
    ``make up-local`` cluster), run directory ``run/demo``;
 3. evaluates the ``expert`` (the oracle) and ``random`` policies on the test split through the balancer, the
    two ends of the scale any trained model lands between;
-4. writes ``metrics.json``, ``trajectories.jsonl`` and ``report.html`` per policy plus ``index.html``
-   comparing them under ``outputs/demo/``, prints where they are, and stops the cluster (also on errors and
-   Ctrl-C).
+4. evaluates the same two policies on every other environment the replicas serve (``ENVS=webshop,textcraft,...``:
+   the first ``--env-tasks`` tasks of its test split), with ``webshop-train eval --env``'s code
+   (``evaluation.env_runner``: the trainer-side spec's prompts, parser and outcomes);
+5. writes ``metrics.json``, ``trajectories.jsonl`` and ``report.html`` per policy (``outputs/demo/<policy>/``,
+   other environments ``outputs/demo/<env>/<policy>/``) plus ``index.html`` comparing them, prints where they
+   are, and stops the cluster (also on errors and Ctrl-C).
 
     python scripts/demo.py [--catalog data/catalog] [--out outputs/demo] [--max-samples N] [--replicas 2]
 """
@@ -52,8 +55,31 @@ def reward_definition(results: dict[str, Any]) -> str:
     return f"catalog {catalog['fingerprint']}: {describe_fidelity(catalog['fidelity'])}"
 
 
-def index_page(results: dict[str, Any], split: str) -> str:
-    """A one-table page comparing the policies, linking to their reports."""
+def env_rows(others: dict[str, dict[str, Any]]) -> str:
+    """The other environments' rows of the index: success and mean reward with their 95 % intervals per policy."""
+    rows = []
+    for env_id, policies in others.items():
+        for name, result in policies.items():
+            m = result.metrics
+            lo, hi = m["success_rate_ci95"]
+            rows.append(
+                f"<tr><td>{html.escape(env_id)}</td><td><a href='{html.escape(env_id)}/{html.escape(name)}/report.html'>"
+                f"{html.escape(name)}</a></td><td>{100 * m['success_rate']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]</td>"
+                f"<td>{m['mean_reward']:.3f}</td><td>{m['episodes']}</td><td>{m['mean_steps']:.2f}</td>"
+                f"<td>{100 * m['invalid_action_rate']:.1f} %</td></tr>"
+            )
+    if not rows:
+        return ""
+    return (
+        "<h2>The other environments</h2><p>The first tasks of each test split (the training data's split), "
+        "through the same balancer, with the trainer's prompts, parser and success rule per environment.</p>"
+        "<table><tr><th>environment</th><th>policy</th><th>success (95% CI)</th><th>mean reward</th>"
+        f"<th>episodes</th><th>mean steps</th><th>invalid actions</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def index_page(results: dict[str, Any], split: str, others: dict[str, dict[str, Any]] | None = None) -> str:
+    """A one-table page comparing the policies, linking to their reports (and one for the other environments)."""
     rows = []
     for name, result in results.items():
         m = result.metrics
@@ -73,26 +99,31 @@ def index_page(results: dict[str, Any], split: str) -> str:
         f"<p>Reward definition: {html.escape(reward_definition(results))}</p>"
         "<table><tr><th>policy</th>"
         "<th>score (95% CI)</th><th>success</th><th>episodes</th><th>mean steps</th><th>invalid actions</th>"
-        f"</tr>{''.join(rows)}</table></body></html>\n"
+        f"</tr>{''.join(rows)}</table>{env_rows(others or {})}</body></html>\n"
     )
 
 
-def other_environments(url: str, out: Path, tasks: int) -> dict[str, Any]:
-    """Expert and random episodes of every enabled environment besides WebShop (``WEBSHOP_ENVS`` / ``ENVS=``)."""
+def other_environments(
+    url: str, out: Path, tasks: int, split: str, concurrency: int, progress: bool
+) -> dict[str, dict[str, Any]]:
+    """Expert and random evaluations of every enabled environment besides WebShop (``WEBSHOP_ENVS`` / ``ENVS=``),
+    by ``webshop-train eval --env``'s runner: ``{env: {policy: EvalResult}}``."""
     import asyncio
 
-    from webshop_env.envs import demo, registry
+    from webshop_trainer.evaluation.env_runner import default_rounds, evaluate_env_async
+    from webshop_trainer.evaluation.runner import EvalConfig, PolicySpec
 
-    results: dict[str, Any] = {}
+    results: dict[str, dict[str, Any]] = {}
     for env_id in os.environ.get("WEBSHOP_ENVS", "webshop").split(","):
         env_id = env_id.strip()
         if not env_id or env_id == "webshop":
             continue
-        count = registry.make(env_id).task_count()
-        sample = [(i * 7919) % count for i in range(min(tasks, count))]  # spread over the task list
-        results[env_id] = asyncio.run(demo.play(url, env_id, sample))
-        (out / env_id).mkdir(parents=True, exist_ok=True)
-        (out / env_id / "summary.json").write_text(json.dumps(results[env_id], indent=2) + "\n")
+        results[env_id] = {}
+        for policy in ("expert", "random"):
+            config = EvalConfig(out=out / env_id / policy, url=url, split=split, max_samples=tasks,
+                                max_turns=default_rounds(env_id), concurrency=concurrency, overwrite=True,
+                                progress=progress)  # fmt: skip
+            results[env_id][policy] = asyncio.run(evaluate_env_async(config, PolicySpec(name=policy), env_id))
     return results
 
 
@@ -156,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress=not args.no_progress,
             )
             results[policy] = evaluate(config, PolicySpec(name=policy, seed=0))
-        others = other_environments(record["url"], args.out, args.env_tasks)
+        others = other_environments(
+            record["url"], args.out, args.env_tasks, args.split, args.concurrency, not args.no_progress
+        )
     except EvalError as error:
         print(f"demo: evaluation failed: {error}", file=sys.stderr)
         return 1
@@ -165,10 +198,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("cluster stopped")
 
     index = args.out / "index.html"
-    index.write_text(index_page(results, args.split))
+    index.write_text(index_page(results, args.split, others))
     summary = {
         name: {k: r.metrics[k] for k in ("score", "success_rate", "episodes", "mean_steps")}
         for name, r in results.items()
+    }
+    summary |= {
+        env_id: {
+            name: {k: r.metrics[k] for k in ("success_rate", "mean_reward", "episodes", "mean_steps")}
+            for name, r in policies.items()
+        }
+        for env_id, policies in others.items()
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
@@ -181,17 +221,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"episodes {m['episodes']}  mean steps {m['mean_steps']:.2f}"
         )
     for env_id, policies in others.items():
-        print(f"\n{env_id} ({args.env_tasks} tasks through the balancer):")
-        for name, m in policies.items():
+        print(f"\n{env_id} (first {args.env_tasks} tasks of its {args.split} split, through the balancer):")
+        for name, result in policies.items():
+            m = result.metrics
             print(
-                f"  {name:<7} success {100 * m['success_rate']:5.1f} %  final reward {m['mean_final_reward']:.3f}  "
-                f"mean steps {m['mean_steps']:.2f}"
+                f"  {name:<7} success {100 * m['success_rate']:5.1f} %  mean reward {m['mean_reward']:.3f}  "
+                f"episodes {m['episodes']}  mean steps {m['mean_steps']:.2f}"
             )
     print("reports:")
     print(f"  {index.resolve()}")
     for name, result in results.items():
         print(f"  {result.report_path.resolve()}   ({name}; metrics.json and trajectories.jsonl beside it)")
-    return 0 if all(r.complete for r in results.values()) else 1
+    for env_id, policies in others.items():
+        for name, result in policies.items():
+            print(f"  {result.report_path.resolve()}   ({env_id}, {name})")
+    finished = [*results.values(), *(r for policies in others.values() for r in policies.values())]
+    return 0 if all(r.complete for r in finished) else 1
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ SLOW: dict[str, str] = {
     "tests/docker/": "the Docker stack for real (make test-docker, 6-10 minutes)",
     "tests/faults/": "replicas, hosts and session stores frozen, cut off or killed under load (about 3 minutes)",
     "tests/integration/test_ray_serve_local.py": "a Ray head serving the env as a Ray Serve app (130 s)",
+    "tests/integration/test_ray_serve_limits.py": "a Ray head serving the env; stalled requests wait out 2 s limits "
+    "(100 s)",
+    "tests/integration/test_ray_serve_attach.py": "four commands attach to dead Ray heads, with 10 s timeouts (110 s)",
     "tests/integration/test_benchmarks.py": "the benchmark commands on small catalogs and two clusters (40 s)",
     "tests/eval/test_eval_e2e.py": "eval end to end through a cluster",
     "tests/eval/test_demo.py": "make demo end to end",

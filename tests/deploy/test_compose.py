@@ -4,6 +4,7 @@ rendered with .env.example, and shaped as docs/architecture.md describes; .env.e
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ PROFILED = {
     "eval": ["eval"],
     "eval-verl09": ["eval"],
     "tensorboard": ["monitor"],
+    "sciworld": ["sciworld"],
 }
 
 
@@ -115,6 +117,45 @@ def test_balancer(rendered: dict) -> None:
         assert services[name]["depends_on"]["balancer"]["condition"] == "service_healthy"
 
 
+def test_sciworld_replicas(rendered: dict, compose: Compose) -> None:
+    """SciWorld's replicas: their own image target (Java), one worker, internal network, and the balancer's
+    sticky upstream pointed at them; the `webshop` replicas serve every other environment."""
+    services = rendered["services"]
+    sciworld = services["sciworld"]
+    assert sciworld["build"]["target"] == "sciworld" and services["webshop"]["build"]["target"] == "env"
+    assert sciworld["image"] == "webshop-sciworld:local"
+    assert sciworld["command"] == ["serve", "--workers", "1", "--envs", "sciworld"]
+    assert sciworld["deploy"]["replicas"] == 2 and set(sciworld["networks"]) == {"envnet"}
+    assert not _published(sciworld) and sciworld["read_only"] is True
+    assert sciworld["environment"]["WEBSHOP_STATE_SECRET"] == compose.secret
+    assert sciworld["environment"]["WEBSHOP_REDIS_URL"] == "redis://sessions:6379/0"
+    assert sciworld["environment"]["JAVA_TOOL_OPTIONS"] == "-Xmx384m"
+    balancer = services["balancer"]
+    assert balancer["environment"]["WEBSHOP_SCIWORLD_BACKEND"] == "sciworld:8000"
+    assert balancer["depends_on"]["sciworld"]["condition"] == "service_healthy"
+    assert balancer["depends_on"]["sciworld"]["required"] is False, "only with the profile sciworld"
+
+
+def test_webshop_replicas_leave_sciworld_to_its_own(rendered: dict, tmp_path: Path) -> None:
+    """The `webshop` replicas' command, run by a real shell with a stand-in webshop-env: SciWorld is dropped from
+    WEBSHOP_ENVS, the rest kept in order, WebShop alone when nothing else is left."""
+    (tmp_path / "webshop-env").write_text('#!/bin/sh\necho "$@"\n')
+    (tmp_path / "webshop-env").chmod(0o755)
+    script = rendered["services"]["webshop"]["command"][0].replace("$$", "$")  # compose's escape for a `$`
+    assert rendered["services"]["webshop"]["entrypoint"] == ["/bin/sh", "-euc"]
+    for envs, want in (
+        ("webshop,textcraft,babyai,sciworld", "webshop,textcraft,babyai"),
+        ("sciworld, textcraft", "textcraft"),
+        ("sciworld", "webshop"),
+        ("webshop", "webshop"),
+    ):
+        result = subprocess.run(
+            ["/bin/sh", "-euc", script], capture_output=True, text=True, check=True,
+            env={"PATH": f"{tmp_path}:/usr/bin:/bin", "WEBSHOP_ENVS": envs, "WEBSHOP_WORKERS": "3"},
+        )  # fmt: skip
+        assert result.stdout.split() == ["serve", "--workers", "3", "--envs", want], envs
+
+
 def test_runs_on_debians_docker_engine(rendered: dict) -> None:
     """Nothing that Compose refuses on Engine 20.10 (Debian's docker.io): healthcheck.start_interval needs 25."""
     for name, service in rendered["services"].items():
@@ -184,7 +225,8 @@ def test_settings_from_the_environment_are_applied(compose: Compose) -> None:
     )  # fmt: skip
     services = rendered["services"]
     assert services["webshop"]["deploy"]["replicas"] == 3
-    assert services["webshop"]["command"] == ["serve", "--workers", "8"]
+    assert services["webshop"]["environment"]["WEBSHOP_WORKERS"] == "8"
+    assert 'serve --workers "$$WEBSHOP_WORKERS"' in services["webshop"]["command"][0]
     assert services["trainer"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0,1"]
     (port,) = services["balancer"]["ports"]
     assert (port["published"], port["host_ip"]) == ("40000", "0.0.0.0")

@@ -273,6 +273,26 @@ def test_trainer_full_config_and_explicit_settings(rendered: dict, stubs: dict[s
     assert (env["WEBSHOP_N_GPUS"], env["WEBSHOP_EXPERIMENT"], env["WEBSHOP_ROLLOUT_N"]) == ("4", "run7", "8")
 
 
+@pytest.mark.parametrize(("line", "config", "envs"), [("0.7", "textcraft_grpo_test", "textcraft"),
+                                                     ("0.9", "mixed_grpo_train", "textcraft,babyai,webshop")])  # fmt: skip
+def test_trainer_builds_the_data_of_another_environment_or_a_mix(
+    rendered: dict, stubs: dict[str, Any], line: str, config: str, envs: str
+) -> None:
+    """`make train-test ENV=textcraft` (TRAIN_CONFIG=textcraft_grpo_test, TRAIN_ENVS=textcraft): that config, its
+    environments' train/val/test rows (the image's own route: the data command picks it from the installed verl)."""
+    result = _train(rendered, stubs, TRAIN_CONFIG=config, TRAIN_ENVS=envs, VERL_LINE=line)
+    assert result.returncode == 0, result.stderr
+    calls = _calls(stubs["log"])
+    assert [args[0] for name, args, _ in calls if name == "webshop-train"] == ["preflight", "data", "train"]
+    run = stubs["root"] / "outputs" / "logs" / config
+    (data,) = [args for _, args, _ in calls if args[0] == "data"]
+    assert data == ["data", "--env", envs, "--catalog", "/data/catalog", "--out-dir", f"{run}/data"]
+    _, train, env = calls[-1]
+    assert train[:5] == ["train", "--config", config, "--experiment", config]
+    assert (env["WEBSHOP_TRAIN_FILE"], env["WEBSHOP_VAL_FILE"]) == (f"{run}/data/train.parquet",
+                                                                    f"{run}/data/val.parquet")  # fmt: skip
+
+
 def test_trainer_rejects_an_unknown_config(rendered: dict, stubs: dict[str, Any]) -> None:
     result = _train(rendered, stubs, TRAIN_CONFIG="huge")
     assert result.returncode == 2

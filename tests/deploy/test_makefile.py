@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config", "train-test", "train-full", "eval",
                  "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker", "host-checks"]  # fmt: skip
-FILES = ["Makefile", "mk/stack.mk", ".env.example", "compose.yaml", "services/trainer/src/webshop_trainer/gpu_plan.py",
+FILES = ["Makefile", "mk/stack.mk", "mk/gpu.mk", ".env.example", "compose.yaml", "services/trainer/src/webshop_trainer/gpu_plan.py",
          "scripts/host_checks.py",
          "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml"]  # fmt: skip
 
@@ -236,3 +236,84 @@ def test_eval_runs_in_the_image_of_the_verl_line_that_wrote_the_checkpoint() -> 
         run = next(row for row in shown.replace("\\\n", " ").splitlines() if "run --rm" in row)
         assert run.rstrip().endswith(f" {service}"), run
     assert _make("eval", "MODEL_PATH=x", "VERL_LINE=0.8").returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "config", "data_envs", "served"),
+    [
+        (["train-test"], "test", "webshop", "webshop"),
+        (["train-test", "ENV=webshop"], "test", "webshop", "webshop"),
+        (["train-full", "ENV=webshop"], "full", "webshop", "webshop"),
+        (["train-test", "ENV=textcraft"], "textcraft_grpo_test", "textcraft", "textcraft,webshop"),
+        (["train-full", "ENV=babyai"], "babyai_grpo_train", "babyai", "babyai,webshop"),
+        (
+            ["train-test", "ENV=mixed"],
+            "mixed_grpo_test",
+            "textcraft,babyai,webshop",
+            "babyai,textcraft,webshop",
+        ),
+        (
+            ["train-full", "ENV=textcraft,webshop"],
+            "mixed_grpo_train",
+            "textcraft,webshop",
+            "textcraft,webshop",
+        ),
+    ],
+)
+def test_env_picks_the_environments_config_data_and_served_environments(
+    args: list[str], config: str, data_envs: str, served: str
+) -> None:
+    """`make train-test ENV=textcraft`: the GPU plan and the container run textcraft_grpo_test, the container
+    builds TextCraft's data (TRAIN_ENVS) and `make up` serves TextCraft next to WebShop; WebShop keeps test/full."""
+    for line, config_dir, service in (
+        ("0.7", "configs", "trainer"),
+        ("0.9", "configs/verl09", "trainer-verl09"),
+    ):
+        shown = _make("-n", *args, f"VERL_LINE={line}", "ENVS=webshop").stdout.replace("\\\n", " ")
+        plans = [row for row in shown.splitlines() if "gpu_plan.py" in row]
+        assert plans and all(
+            f"--config {config} " in row and f"--config-dir {config_dir} " in row for row in plans
+        )
+        up = next(row for row in shown.splitlines() if "--no-print-directory -f mk/stack.mk up" in row)
+        assert up.rstrip().endswith(f"up ENVS={served}"), up
+        run = next(row for row in shown.splitlines() if "run --rm" in row)
+        assert f"-e TRAIN_CONFIG={config} " in run and f"-e TRAIN_ENVS={data_envs} " in run
+        assert run.rstrip().endswith(f" {service}"), run
+    name = {"test": "webshop_grpo_test", "full": "webshop_grpo_train"}.get(config, config)
+    assert (REPO / "configs" / f"{name}.yaml").is_file() and (
+        REPO / "configs" / "verl09" / f"{name}.yaml"
+    ).is_file()
+
+
+def test_an_unknown_env_is_refused_before_anything_runs() -> None:
+    result = _make("train-test", "ENV=textcraft,alfworld")
+    assert result.returncode == 2 and "not 'alfworld'" in result.stderr
+    # SciWorld has configs but no data builder yet: refused before an image is built, saying what works instead
+    result = _make("train-full", "ENV=sciworld,webshop")
+    assert result.returncode == 2 and "cannot build SciWorld's data yet" in result.stderr
+    assert "--config sciworld_grpo_test" in result.stderr
+
+
+def test_make_up_serves_the_environments_named(stack_copy: Path) -> None:
+    """`make up` hands compose the environments (ENVS=..., else .env's WEBSHOP_ENVS, else webshop) and turns the
+    SciWorld replicas' profile on exactly when SciWorld is named; down/ps/logs always cover that profile."""
+
+    def up_line(*args: str) -> str:
+        result = _make("-n", "up", "SKIP_HOST_CHECKS=1", "COMPOSE=compose", *args, cwd=stack_copy)
+        assert result.returncode == 0, result.stderr
+        return next(line for line in result.stdout.splitlines() if " up --detach" in line)
+
+    (stack_copy / ".env").write_text((REPO / ".env.example").read_text())
+    assert up_line().startswith('WEBSHOP_ENVS="webshop" compose  up ')
+    assert up_line("ENVS=webshop,textcraft,sciworld").startswith(
+        'WEBSHOP_ENVS="webshop,textcraft,sciworld" compose --profile sciworld up '
+    )
+    (stack_copy / ".env").write_text(
+        (REPO / ".env.example")
+        .read_text()
+        .replace("\nWEBSHOP_ENVS=webshop\n", "\nWEBSHOP_ENVS=babyai,sciworld\n")
+    )
+    assert up_line().startswith('WEBSHOP_ENVS="babyai,sciworld" compose --profile sciworld up ')
+    assert up_line("ENVS=textcraft").startswith('WEBSHOP_ENVS="textcraft" compose  up ')
+    down = _make("-n", "down", "COMPOSE=compose", cwd=stack_copy).stdout
+    assert "--profile sciworld" in down

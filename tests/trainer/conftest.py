@@ -48,6 +48,57 @@ def in_process_env(monkeypatch: pytest.MonkeyPatch, env_app: Any) -> Iterator[An
     interaction.EPISODES.clear()
 
 
+def babyai_served() -> bool:
+    """Whether BabyAI can be served here (minigrid installed)."""
+    try:
+        from webshop_env.envs import registry
+
+        registry.make("babyai")
+    except Exception:  # not installed (minigrid) or not there yet
+        return False
+    return True
+
+
+@pytest.fixture
+def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) -> Iterator[Any]:
+    """WebShop, TextCraft (and BabyAI where it can be served) in one app, every client of the trainer (the
+    interactions' and the agent loops') routed to it in-process: the real app, routes, signed tokens and clients."""
+    if not HAVE_VERL:
+        pytest.skip(NEEDS_VERL)
+    import httpx
+
+    from webshop_env.api import routes_envs
+    from webshop_env.api.app import create_app
+    from webshop_env.api.service import Runtime
+    from webshop_env.api.settings import Settings
+    from webshop_env.catalog.store import open_catalog
+    from webshop_trainer import interaction
+
+    served = ["webshop", "textcraft", *(["babyai"] if babyai_served() else [])]
+    settings = Settings(
+        catalog=generated_catalog_dir, state_secret=SECRET, access_log=False, envs=",".join(served)
+    )
+    app = create_app(settings)
+    secret = settings.secret_bytes()
+    app.state.runtime = Runtime(settings, open_catalog(generated_catalog_dir), secret, app.state.metrics)
+    app.state.envs = routes_envs.build_runtimes(settings, secret, app.state.metrics)
+    transport = httpx.ASGITransport(app=app)
+
+    class InProcessWebShop(interaction.WebShopClient):
+        def __init__(self, base_url: str, **kwargs: Any) -> None:
+            super().__init__(base_url, transport=transport, **kwargs)
+
+    class InProcessEnv(interaction.EnvClient):
+        def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
+            super().__init__(base_url, env_id, transport=transport, **kwargs)
+
+    monkeypatch.setattr(interaction, "WebShopClient", InProcessWebShop)
+    monkeypatch.setattr(interaction, "EnvClient", InProcessEnv)
+    interaction.EPISODES.clear()
+    yield app
+    interaction.EPISODES.clear()
+
+
 @pytest.fixture(scope="session")
 def expert_plans_generated(generated_catalog) -> dict[int, list[str]]:
     """Train-split synthetic goals of the generated catalog whose expert plan reaches reward 1.0."""

@@ -203,3 +203,111 @@ def test_memory_and_checkpoint_settings_of_the_gpu_runs(monkeypatch: pytest.Monk
     assert full.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 1
     assert full.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 1
     assert full.trainer.max_actor_ckpt_to_keep == 1
+
+
+# ---- the other environments and the mix (configs/{textcraft,babyai,sciworld,mixed}_grpo_{test,train}.yaml) -------
+#: AgentGym-RL's settings (examples/train/AgentGym-RL/<env>_train.sh): batch, rollouts, rounds, response tokens,
+#: new tokens per turn, PPO mini-batch, PPO epochs, and the full run's epochs.
+AGENTGYM_RL = {"textcraft": (32, 8, 30, 10240, 512, 8, 2, 60), "babyai": (16, 8, 20, 4096, 200, 8, 1, 10),
+               "sciworld": (8, 8, 20, 4096, 200, 4, 1, 10)}  # fmt: skip
+ENV_CONFIGS = [f"{env}_grpo_{kind}" for env in (*AGENTGYM_RL, "mixed") for kind in ("test", "train")]
+
+
+def _resolved(name: str, overrides: list[str] | None = None, directory: Path = CONFIGS):
+    from omegaconf import OmegaConf
+
+    _, config = compose_training_config(name, overrides or [], directory)
+    OmegaConf.resolve(config)
+    return config
+
+
+@pytest.fixture
+def no_size_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("WEBSHOP_TRAIN_BATCH_SIZE", "WEBSHOP_ROLLOUT_N", "WEBSHOP_TURN_TOKENS", "WEBSHOP_TRAIN_FILE",
+                     "WEBSHOP_N_GPUS", "WEBSHOP_MODEL_PATH", "WEBSHOP_PPO_MINI_BATCH_SIZE", "WEBSHOP_MICRO_BATCH_SIZE",
+                     "WEBSHOP_TRAIN_MAX_SAMPLES"):  # fmt: skip
+        monkeypatch.delenv(variable, raising=False)
+
+
+@pytest.mark.parametrize("name", ENV_CONFIGS)
+def test_each_environment_config_is_valid_for_verl_and_both_routes(name: str, no_size_settings: None) -> None:
+    """verl 0.7.1's schema and validate_config; the interaction route (tool_agent + the interaction config + the
+    reward function) and the agent-loop route (the agent-loop config) both configured; verl's turn limit leaves
+    every environment its rounds (the last reply of a round budget of N needs N + 1 assistant turns)."""
+    report = check_training_config(name, directory=CONFIGS)
+    assert report["valid"], report["errors"]
+    config = _resolved(name)
+    rollout = config.actor_rollout_ref.rollout
+    assert rollout.agent.default_agent_loop == "tool_agent"
+    assert rollout.multi_turn.interaction_config_path.endswith("webshop_interaction.yaml")
+    assert rollout.agent.agent_loop_config_path.endswith("webshop_agent_loop.yaml")
+    assert config.reward.custom_reward_function.path == "pkg://webshop_trainer.reward"
+    longest = max(block.max_rounds for block in config.environments.values())
+    assert rollout.multi_turn.max_assistant_turns == rollout.multi_turn.max_user_turns == longest + 1
+    env = name.split("_grpo_")[0]
+    assert config.data.train_files == f"data/verl/{env}/train.parquet"  # `webshop-train data --env` writes it
+    assert config.trainer.experiment_name == name
+    tokens_per_turn = max(block.turn_tokens for block in config.environments.values())
+    assert config.data.max_response_length >= tokens_per_turn  # room for one whole turn at least
+
+
+@pytest.mark.parametrize("env_id", sorted(AGENTGYM_RL))
+def test_the_environment_configs_have_agentgym_rls_settings(env_id: str, no_size_settings: None) -> None:
+    batch, n, rounds, response, turn_tokens, mini, ppo_epochs, epochs = AGENTGYM_RL[env_id]
+    for kind in ("test", "train"):
+        config = _resolved(f"{env_id}_grpo_{kind}")
+        actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+        assert (config.data.train_batch_size, rollout.n, config.data.max_response_length) == (
+            batch,
+            n,
+            response,
+        )
+        assert dict(config.environments) == {env_id: {"max_rounds": rounds, "turn_tokens": turn_tokens}}
+        assert (actor.optim.lr, actor.kl_loss_coef, actor.kl_loss_type) == (1e-6, 0.001, "low_var_kl")
+        assert (actor.ppo_mini_batch_size, actor.ppo_epochs) == (mini, ppo_epochs)
+        assert config.algorithm.adv_estimator == "grpo"
+    test, full = _resolved(f"{env_id}_grpo_test"), _resolved(f"{env_id}_grpo_train")
+    assert test.data.train_max_samples == 2 * batch and test.trainer.total_epochs == 1  # two steps
+    assert test.trainer.n_gpus_per_node == 1 and full.trainer.n_gpus_per_node == 4
+    assert full.trainer.total_epochs == epochs and full.trainer.save_freq == 25
+    assert full.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_the_mixed_configs_keep_each_environments_episode_shape(no_size_settings: None) -> None:
+    for kind in ("test", "train"):
+        config = _resolved(f"mixed_grpo_{kind}")
+        shapes = {env: (block.max_rounds, block.turn_tokens) for env, block in config.environments.items()}
+        assert shapes == {"textcraft": (30, 512), "babyai": (20, 200), "webshop": (24, 512)}
+        assert config.data.max_response_length == max(v[3] for v in AGENTGYM_RL.values())
+        assert config.data.max_prompt_length == 2048  # WebShop's first turn, the longest
+
+
+@pytest.mark.parametrize("name", ENV_CONFIGS)
+def test_both_lines_run_the_same_hyper_parameters(name: str, no_size_settings: None) -> None:
+    """configs/verl09/<name>.yaml differs from configs/<name>.yaml only where verl 0.8+ needs it: no interaction
+    config, no reward function (the agent loop returns the reward), the environment's agent loop by default."""
+    text = {
+        line: (CONFIGS / sub / f"{name}.yaml").read_text() for line, sub in (("0.7", "."), ("0.9", "verl09"))
+    }
+    body = {}
+    for line, content in text.items():
+        lines = content[content.index("hydra:") :].splitlines()
+        body[line] = [row for row in lines if not row.lstrip().startswith("#")]
+    only_07 = set(body["0.7"]) - set(body["0.9"])
+    only_09 = set(body["0.9"]) - set(body["0.7"])
+    assert {row.strip().split(":")[0] for row in only_07} <= {"interaction_config_path", "default_agent_loop",
+                                                               "custom_reward_function", "path", "name"}  # fmt: skip
+    assert {row.strip().split(":")[0] for row in only_09} == {"default_agent_loop"}
+
+
+def test_the_launcher_runs_an_environment_config_by_name_on_this_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`webshop-train train --config textcraft_grpo_test` picks configs/ on verl 0.7.1 (configs/verl09/ on 0.9);
+    `test` and `full` stay WebShop's."""
+    assert main(["train", "--config", "textcraft_grpo_test", "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().err
+    assert "--config-name textcraft_grpo_test" in printed and f"--config-path {CONFIGS}" in printed
+    assert "data/verl/textcraft/train.parquet" in printed
+    assert main(["train", "--config", "test", "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    assert "--config-name webshop_grpo_test" in capsys.readouterr().err

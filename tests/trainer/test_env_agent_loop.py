@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,7 +26,6 @@ from webshop_trainer.config import AGENT_LOOP_CONFIG, config_dir
 from webshop_trainer.envs.agentgym import ONE_ACTION_ONLY
 
 pytestmark = pytest.mark.slow
-SECRET = "trainer-env-loop-tests-secret-0123456789abcdef-01234"
 
 
 def babyai_served() -> bool:
@@ -37,43 +36,6 @@ def babyai_served() -> bool:
     except Exception:  # not installed (minigrid) or not there yet
         return False
     return True
-
-
-@pytest.fixture
-def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) -> Iterator[Any]:
-    """WebShop, TextCraft (and BabyAI where it can be served) in one app, every client routed to it in-process."""
-    import httpx
-
-    from webshop_env.api import routes_envs
-    from webshop_env.api.app import create_app
-    from webshop_env.api.service import Runtime
-    from webshop_env.api.settings import Settings
-    from webshop_env.catalog.store import open_catalog
-    from webshop_trainer import interaction
-
-    served = ["webshop", "textcraft", *(["babyai"] if babyai_served() else [])]
-    settings = Settings(
-        catalog=generated_catalog_dir, state_secret=SECRET, access_log=False, envs=",".join(served)
-    )
-    app = create_app(settings)
-    secret = settings.secret_bytes()
-    app.state.runtime = Runtime(settings, open_catalog(generated_catalog_dir), secret, app.state.metrics)
-    app.state.envs = routes_envs.build_runtimes(settings, secret, app.state.metrics)
-    transport = httpx.ASGITransport(app=app)
-
-    class InProcessWebShop(interaction.WebShopClient):
-        def __init__(self, base_url: str, **kwargs: Any) -> None:
-            super().__init__(base_url, transport=transport, **kwargs)
-
-    class InProcessEnv(interaction.EnvClient):
-        def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
-            super().__init__(base_url, env_id, transport=transport, **kwargs)
-
-    monkeypatch.setattr(interaction, "WebShopClient", InProcessWebShop)
-    monkeypatch.setattr(interaction, "EnvClient", InProcessEnv)
-    interaction.EPISODES.clear()
-    yield app
-    interaction.EPISODES.clear()
 
 
 class ScriptServer:

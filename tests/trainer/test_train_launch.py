@@ -130,16 +130,13 @@ def test_step_metrics_skip_absent_and_empty_keys() -> None:
     assert step_metrics({"success": np.array([]), "other": np.array([1.0])}) == {}
 
 
-def test_later_verl_lines_run_verls_own_main_ppo(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The launcher module is shared by both verl lines; only 0.7.x gets the TaskRunner subclass."""
-    import types
-
+def test_later_verl_lines_run_verls_main_ppo_with_the_v1_task_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher module is shared by both verl lines: 0.7.x gets the TaskRunner subclass, 0.9 verl's v1
+    main with the task runner that adds the per-environment step metrics."""
     from webshop_trainer import config, verl_main
 
     called: list[str] = []
-    fake = types.ModuleType("verl.trainer.main_ppo")
-    fake.main = lambda: called.append("verl")  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "verl.trainer.main_ppo", fake)
+    monkeypatch.setattr(verl_main, "main_v1", lambda: called.append("verl"))
     monkeypatch.setattr(verl_main, "main", lambda: called.append("webshop"))
     monkeypatch.setattr(config, "installed_verl_line", lambda: "0.9")
     verl_main.run()
@@ -166,6 +163,10 @@ def test_a_finished_run_says_so_instead_of_training_nothing(
     checkpoints = tmp_path / "out" / "webshop_grpo_test" / "checkpoints"
     checkpoints.mkdir(parents=True)
     (checkpoints / "latest_checkpointed_iteration.txt").write_text(str(saved))
+    step = checkpoints / f"global_step_{saved}"  # a whole checkpoint (the launcher checks before resuming)
+    (step / "actor").mkdir(parents=True)
+    (step / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"x")
+    (step / "data.pt").write_bytes(b"x")
     env = {k: v for k, v in os.environ.items() if not k.startswith("WEBSHOP_")}
     env.update(WEBSHOP_TRAIN_FILE=str(train), WEBSHOP_VAL_FILE=str(train))
     # an unknown key makes main_ppo fail at once if it is launched: the finished run must not get there

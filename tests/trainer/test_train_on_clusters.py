@@ -314,3 +314,23 @@ def test_resume_never_picks_a_half_written_checkpoint(
     assert (message is None) == (case in ("sound", "killed_while_saving"))
     picked = _verl_resume_dir(root)
     assert picked == (None if expected is None else str(root / f"global_step_{expected}")), (message, picked)
+
+
+def test_a_dead_head_is_named_before_verl_waits_on_it() -> None:
+    """The launcher checks the head of the cluster it joins (RAY_ADDRESS) before verl's ray.init, which would retry
+    for minutes without a word: a refused port is named at once, a listening one passes."""
+    import socket
+
+    from webshop_trainer.cli import head_unreachable
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    problem = head_unreachable({"RAY_ADDRESS": f"127.0.0.1:{port}"})
+    assert (
+        problem is not None and f":{port} refuses connections" in problem
+    )  # (Ray names 127.0.0.1 by its IP)
+    with socket.socket() as listening:
+        listening.bind(("0.0.0.0", 0))  # every address: Ray checks the machine's own IP for 127.0.0.1
+        listening.listen()
+        assert head_unreachable({"RAY_ADDRESS": f"127.0.0.1:{listening.getsockname()[1]}"}) is None

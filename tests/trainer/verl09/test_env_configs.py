@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 from webshop_trainer.config import training_config_dir
 
 #: (batch, rollouts, rounds, response tokens, tokens per turn), AgentGym-RL's examples/train/AgentGym-RL/*_train.sh
-AGENTGYM_RL = {"textcraft": (32, 8, 30, 10240, 512), "babyai": (16, 8, 20, 4096, 200)}
+AGENTGYM_RL = {"textcraft": (32, 8, 30, 10240, 512), "babyai": (16, 8, 20, 4096, 200),
+               "sciworld": (8, 8, 20, 4096, 200)}  # fmt: skip
 
 
 def resolved(name: str, overrides: list[str] | None = None):
@@ -21,7 +22,8 @@ def resolved(name: str, overrides: list[str] | None = None):
     return config
 
 
-@pytest.mark.parametrize("name", ["textcraft_grpo_test", "babyai_grpo_test", "mixed_grpo_test"])
+@pytest.mark.parametrize("name", [f"{env}_grpo_{kind}" for env in ("textcraft", "babyai", "sciworld", "mixed")
+                                  for kind in ("test", "train")])  # fmt: skip
 def test_each_environment_config_composes_and_validates(name: str) -> None:
     from webshop_trainer.preflight import check_training_config
 
@@ -53,8 +55,26 @@ def test_the_single_environment_configs_have_agentgym_rls_settings(env_id: str, 
     )  # `webshop-train data --env` writes it
 
 
-def test_the_mixed_config_keeps_each_environments_episode_shape() -> None:
-    config = resolved("mixed_grpo_test")
+@pytest.mark.parametrize("env_id", sorted(AGENTGYM_RL))
+def test_the_full_runs_keep_agentgym_rls_settings_on_the_projects_gpus(env_id: str, monkeypatch) -> None:
+    for variable in (
+        "WEBSHOP_TRAIN_BATCH_SIZE",
+        "WEBSHOP_ROLLOUT_N",
+        "WEBSHOP_TURN_TOKENS",
+        "WEBSHOP_N_GPUS",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    config = resolved(f"{env_id}_grpo_train")
+    batch, n, rounds, response, turn_tokens = AGENTGYM_RL[env_id]
+    rollout = config.actor_rollout_ref.rollout
+    assert (config.data.train_batch_size, rollout.n, config.data.max_response_length) == (batch, n, response)
+    assert dict(config.environments[env_id]) == {"max_rounds": rounds, "turn_tokens": turn_tokens}
+    assert rollout.agent.default_agent_loop == f"{env_id}_agent" and config.trainer.n_gpus_per_node == 4
+
+
+@pytest.mark.parametrize("kind", ["test", "train"])
+def test_the_mixed_config_keeps_each_environments_episode_shape(kind: str) -> None:
+    config = resolved(f"mixed_grpo_{kind}")
     shapes = {env: (block.max_rounds, block.turn_tokens) for env, block in config.environments.items()}
     assert shapes == {"textcraft": (30, 512), "babyai": (20, 200), "webshop": (24, 512)}
     assert config.data.max_response_length == max(r for *_, r, _ in AGENTGYM_RL.values())

@@ -141,3 +141,11 @@ def test_a_batch_mixing_textcraft_and_webshop_rolls_out_and_passes_the_trainers_
     assert extras["success"].count(1.0) >= 4  # the TextCraft expert plans all craft their goal
     assert min(s for s in extras["steps"]) >= 1 and max(extras["steps"]) >= steps[-1]
     assert result["step_metrics"]["training/global_step"] == 1.0
+    # verl_main's v1 task runner: every training step's metrics per environment, from TransferQueue
+    metrics = result["step_metrics"]
+    assert metrics["env/textcraft/trajectories"] == 4.0 and metrics["env/webshop/trajectories"] == 4.0
+    assert metrics["env/textcraft/success_rate"] == 1.0  # the expert's plans
+    assert metrics["env/textcraft/steps_mean"] == pytest.approx(sum(steps) * 2 / 4)
+    assert {
+        f"env/webshop/{name}" for name in ("reward_mean", "success_rate", "steps_mean", "invalid_rate")
+    } <= set(metrics)

@@ -110,13 +110,13 @@ def test_preflight_passes_on_verl_0_9_1(generated_catalog_dir: Path, tmp_path: P
     assert not (out / "verl0.9" / "cluster" / "pids.json").exists()
 
 
-def test_the_launcher_runs_verls_own_main_ppo_with_the_0_9_configs(tmp_path: Path) -> None:
+def test_the_launcher_runs_verls_main_ppo_through_verl_main_with_the_0_9_configs(tmp_path: Path) -> None:
     from webshop_trainer.cli import train_command, train_environment
     from webshop_trainer.config import training_config_dir
 
     directory = training_config_dir()
     command = train_command("test", ["trainer.total_epochs=1"], directory, tmp_path / "run")
-    assert command[1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert command[1:3] == ["-m", "webshop_trainer.verl_main"]  # verl's main_ppo with the v1 task runner
     assert command[command.index("--config-path") + 1] == str(directory.resolve())
     assert directory.name == "verl09" and (directory / "webshop_grpo_test.yaml").is_file()
     agent_file = Path(train_environment(tmp_path, "run", directory)["WEBSHOP_AGENT_LOOP_CONFIG"])

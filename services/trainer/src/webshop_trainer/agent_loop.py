@@ -50,9 +50,8 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 from verl.utils.profiler import simple_timer
 
-from webshop_env.client import WebShopRequestError
-
 from . import envs
+from . import episode as episodes
 from .agent_tokens import TurnTokens
 from .config import ENVIRONMENT_SETTINGS, ENVIRONMENTS_KEY, InteractionSettings
 from .interaction import EPISODES, Episode, TurnScore, ensure_ready, shared_client
@@ -183,22 +182,21 @@ class EnvAgentLoop(AgentLoopBase):
         session = uuid4().hex  # the env episode's key here and the LLM server's sticky request id
         metrics: dict[str, float] = {}
         with simple_timer("tool_calls", metrics):
-            if webshop:
-                first = await client.reset(task, goal_set=goal_set, split=split)
-            else:
-                first = await client.reset(task)
-        EPISODES.put(session, Episode(state=first["state"], goal=task, goal_set=goal_set, split=split))
+            first = await episodes.reset(self.spec, client, task, goal_set=goal_set, split=split)
+        episode = Episode(state=first["state"], goal=task, goal_set=goal_set, split=split)
+        EPISODES.put(session, episode)
         try:
-            return await self._play(session, first, kwargs, sampling_params, metrics)
+            return await self._play(session, episode, first, kwargs, sampling_params, metrics)
         finally:
             episode = EPISODES.get(session)
             EPISODES.drop(session)
             if self.spec.holds_simulator and episode is not None:
-                await _close_quietly(client, episode.state)
+                await episodes.close_quietly(client, episode.state)
 
     async def _play(
         self,
         session: str,
+        episode: Episode,
         first: Mapping[str, Any],
         row: Mapping[str, Any],
         sampling_params: dict[str, Any],
@@ -215,12 +213,10 @@ class EnvAgentLoop(AgentLoopBase):
         messages: list[dict[str, Any]] = [*system, {"role": "user", "content": spec.first_message(first)}]
         tokens = TurnTokens(self, want_logprobs=bool(sampling_params.get("logprobs")))
         await tokens.start(messages)
-        state = first["state"]
         turn_scores: list[TurnScore] = []
         generated: list[list[int]] = []
         fields: dict[str, Any] = {}
         user_turns, env_error, stop = 1, 0.0, "budget"
-        paid = 0.0  # the episode's reward so far (each turn's TurnScore adds what it changed)
         while len(tokens.mask) < self.response_length:
             params = {
                 **sampling_params,
@@ -235,33 +231,13 @@ class EnvAgentLoop(AgentLoopBase):
             generated.append(list(output.token_ids))
             reply = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
             messages.append({"role": "assistant", "content": reply})
-            parsed = spec.parse(reply)
-            result: Mapping[str, Any] = {}
-            if parsed.action is None:  # the client answers the reply itself (AgentGym: several actions)
-                outcome = envs.Outcome.not_sent()
-            else:
-                try:
-                    with simple_timer("tool_calls", metrics):
-                        result = await client.step(state, parsed.action)
-                except WebShopRequestError as error:
-                    if self.settings.on_env_error == "raise":
-                        raise
-                    logger.warning("%s refused a step of %s: %s; ending the trajectory with reward 0",
-                                   spec.env_id, session, error)  # fmt: skip
-                    turn_scores.append(TurnScore(-paid, done=True, stepped=False, success=False))
-                    env_error, stop = 1.0, "env_error"
-                    break
-                outcome = spec.outcome(result, parsed)
-                state = result["state"]
-            penalty = self.settings.invalid_action_penalty if not parsed.well_formed else 0.0
-            reward = outcome.env_reward
-            turn_scores.append(TurnScore(reward - paid - penalty, invalid=not outcome.valid, done=outcome.done,
-                                         env_reward=reward, purchased=outcome.finished,
-                                         success=outcome.success))  # fmt: skip
-            paid = reward
-            episode = EPISODES.get(session)
-            if episode is not None:
-                episode.state, episode.steps = state, episode.steps + 1
+            turn = await episodes.play_turn(spec, self.settings, client, episode, reply, metrics=metrics,
+                                            instance_id=session)  # fmt: skip
+            turn_scores.append(turn.score)
+            if turn.error is not None:
+                env_error, stop = 1.0, "env_error"
+                break
+            outcome = turn.outcome
             if outcome.done:
                 stop = "done"
                 break
@@ -269,8 +245,7 @@ class EnvAgentLoop(AgentLoopBase):
                 stop = "step_limit"
                 break
             previous = list(messages)
-            messages.append({"role": "user", "content": spec.step_message(
-                result, parsed, outcome, self.settings.max_observation_chars)})  # fmt: skip
+            messages.append({"role": "user", "content": episodes.next_message(spec, turn, self.settings)})
             ids, mask, logprobs = await tokens.add_context(previous, messages)
             if len(mask) >= self.response_length:  # no room for another model turn: end on the last one
                 messages.pop()
@@ -320,15 +295,6 @@ def generation_fields(kept: Mapping[str, Any], turn: Mapping[str, Any] | None) -
     if latest is not None:
         merged["max_global_steps"] = latest
     return merged
-
-
-async def _close_quietly(client: Any, state: str) -> None:
-    """Free the simulator a finished episode holds (SciWorld's JVM) at once; a failure only costs the server's idle
-    reaping, so it is logged, never raised."""
-    try:
-        await client.close(state)
-    except Exception as error:  # best effort: the server reaps idle episodes anyway
-        logger.warning("could not close a %s episode: %s", getattr(client, "env_id", "?"), error)
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .config import (
     AGENT_LOOP_CONFIG,
@@ -32,6 +33,14 @@ from .config import (
     training_config_dir,
     training_config_name,
     worker_env,
+    worker_secrets,
+)
+from .worker_secrets import (
+    given_secret_overrides,
+    hook_overrides,
+    remove_secrets,
+    secrets_path,
+    write_secrets,
 )
 
 
@@ -71,9 +80,19 @@ def _env_data(args: argparse.Namespace) -> int:
         env_ids = envs.parse_ids(args.env)
         weights = [float(w) for w in args.weights.split(",")] if args.weights else None
         out_dir = args.out_dir or Path("data/verl") / "_".join(env_ids)
+        if args.agent_loop and args.interaction:
+            raise DataError("--agent-loop and --interaction name two routes: pick one")
+        if args.interaction and installed_verl_line() != "0.7":
+            raise DataError(
+                "--interaction writes rows for verl 0.7.1's ToolAgentLoop + interactions, which verl 0.8 removed; "
+                f"this environment has verl {installed_verl_line()}: leave it out (rows for the agent loops)"
+            )
+        # the route: --agent-loop (<env>_agent, both lines), --interaction (tool_agent, 0.7.1), else the line's own
+        interaction = args.interaction or (not args.agent_loop and installed_verl_line() == "0.7")
         summary = build_env_datasets(env_ids, out_dir, weights=weights, catalog_dir=args.catalog,
                                      goal_set=args.goal_set or DEFAULT_GOAL_SET, train_rows=args.train_rows,
-                                     val_rows=args.val_rows, test_rows=args.test_rows)  # fmt: skip
+                                     val_rows=args.val_rows, test_rows=args.test_rows,
+                                     interaction=interaction)  # fmt: skip
     except (DataError, CatalogError, envs.UnknownEnvironment, ValueError) as error:
         print(f"webshop-train data: {error}", file=sys.stderr)
         return 2
@@ -94,15 +113,21 @@ def _envs(args: argparse.Namespace) -> int:
 
 
 def _preflight(args: argparse.Namespace) -> int:
+    from . import envs
     from .preflight import PreflightOptions, run_preflight
 
+    try:  # --env: another environment or a mix (make preflight ENV=...); none: WebShop's preflight
+        env_ids = envs.parse_ids(args.env) if args.env else None
+    except envs.UnknownEnvironment as error:
+        print(f"webshop-train preflight: --env: {error}", file=sys.stderr)
+        return 2
     options = PreflightOptions(
         config=args.config, catalog=args.catalog, out_dir=args.out, env_url=args.env_url, goals=args.goals,
         rollouts=args.rollouts, max_turns=args.max_turns, replicas=args.replicas, config_dir=args.config_dir,
-        goal_set=args.goal_set, fresh_cluster=args.fresh_cluster, overrides=list(args.overrides),
+        goal_set=args.goal_set, fresh_cluster=args.fresh_cluster, overrides=list(args.overrides), envs=env_ids,
     )  # fmt: skip
     summary = run_preflight(options)
-    brief = {k: summary.get(k) for k in ("ok", "config_valid", "agent_loop_worker", "step_metrics_ok", "rollouts",
+    brief = {k: summary.get(k) for k in ("ok", "envs", "config_valid", "agent_loop_worker", "step_metrics_ok", "rollouts",
                                          "mean_reward", "oracle_mean_reward",
                                          "leaked_states", "seconds", "checks", "errors", "summary_path")}  # fmt: skip
     print(json.dumps(brief, indent=2))
@@ -115,16 +140,23 @@ def _preflight(args: argparse.Namespace) -> int:
 
 
 def _rehearse(args: argparse.Namespace) -> int:
+    from . import envs
     from .rehearsal.run import RehearsalOptions, run_rehearsal
 
+    try:
+        env_ids = tuple(envs.parse_ids(args.envs))
+    except envs.UnknownEnvironment as error:
+        print(f"webshop-train rehearse: --envs: {error}", file=sys.stderr)
+        return 2
     summary = run_rehearsal(RehearsalOptions(out_dir=args.out, catalog=args.catalog, goals=args.goals,
                                              outage_s=args.outage_s, env=args.env,
                                              train_further=args.train_further, fail_fast=args.fail_fast,
-                                             model_dir=args.model_dir))  # fmt: skip
+                                             model_dir=args.model_dir, envs=env_ids))  # fmt: skip
     brief = {k: summary.get(k) for k in ("ok", "verl_version", "injected", "steps_completed", "resumed_from_step",
                                          "checkpoint", "merged_model", "eval_episodes", "env_outage_survived",
                                          "env_reward_mean", "update_direction_ok", "seconds", "checks", "errors",
-                                         "summary_path")}  # fmt: skip
+                                         "summary_path", "envs")}  # fmt: skip
+    brief["per_env"] = summary.get("per_env")
     print(json.dumps(brief, indent=2))
     if not summary["ok"]:
         print(f"rehearsal FAILED: {'; '.join(summary['errors']) or 'a check failed'} (log: {summary['log']})",
@@ -140,9 +172,10 @@ def _tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
-TRAIN_MODULE = "webshop_trainer.verl_main"  # verl's main_ppo + per-step WebShop metrics
-# verl 0.9: its own main_ppo (the v1 TransferQueue trainer; verl_main's metrics hook is 0.7.1's trainer loop)
-TRAIN_MODULE_VERL09 = "verl.trainer.main_ppo"
+TRAIN_MODULE = "webshop_trainer.verl_main"  # verl's main_ppo + per-step WebShop and per-environment metrics
+# verl 0.9: the same module, which runs verl's main_ppo (the v1 TransferQueue trainer) with a task runner that
+# adds the per-environment step metrics (verl_main.main_v1)
+TRAIN_MODULE_VERL09 = "webshop_trainer.verl_main"
 
 
 def train_command(
@@ -203,21 +236,17 @@ def _training_catalog_line(env: dict[str, str], overrides: Sequence[str], defaul
     )
 
 
-def finished_run(config_name: str, overrides: Sequence[str], directory: Path,
-                 env: dict[str, str]) -> tuple[int, int, Path] | None:  # fmt: skip
-    """``(last saved step, total steps, checkpoint directory)`` when the run this launch would resume has already
-    saved its last step (verl would resume there and train nothing), else None.
-
-    The total is where verl's loop ends: ``len(train dataset) // train_batch_size * total_epochs`` (the rows
-    from the parquet, capped by ``data.train_max_samples``), or ``trainer.total_training_steps`` if that is less.
-    """
-    import pyarrow.parquet as pq
+def composed_config(
+    config_name: str, overrides: Sequence[str], directory: Path, env: Mapping[str, str]
+) -> Any:
+    """The training config as ``main_ppo`` composes it, resolved with ``env`` (the configs read WEBSHOP_*
+    through oc.env)."""
     from omegaconf import OmegaConf
 
     from .preflight import compose_training_config
 
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the configs read WEBSHOP_* through oc.env
+    os.environ.update(env)
     try:
         _, config = compose_training_config(training_config_name(config_name), overrides, directory)
         OmegaConf.resolve(config)
@@ -227,6 +256,145 @@ def finished_run(config_name: str, overrides: Sequence[str], directory: Path,
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    return config
+
+
+#: The dataset settings verl reads files from, relative to the working directory of its task runner.
+DATA_FILE_KEYS = ("data.train_files", "data.val_files")
+
+
+def _hydra_string(value: str) -> str:
+    """A Hydra override's quoted string (only the quote is escaped)."""
+    return "'" + value.replace("'", "\\'") + "'"
+
+
+def caller_data_overrides(config: Any, overrides: Sequence[str], cwd: Path) -> list[str]:
+    """``overrides`` with every relative dataset path of ``config`` (the config's defaults, ``WEBSHOP_TRAIN_FILE``,
+    a ``data.*_files=`` override) made absolute against ``cwd``, the caller's directory.
+
+    Why: verl opens ``data.train_files`` from its task runner's working directory, which is the run directory
+    (the launcher's ``cwd``) or, on a joined cluster, wherever that node's ``ray start`` ran; a path the user
+    typed means the directory they typed it in. URLs (``hdfs://``, ``s3://``) are left as they are.
+    """
+    from omegaconf import OmegaConf
+
+    resolved = list(overrides)
+    for key in DATA_FILE_KEYS:
+        value = OmegaConf.select(config, key)
+        if value is None:
+            continue
+        paths = [value] if isinstance(value, str) else [str(v) for v in value]
+        fixed = [p if "://" in p or Path(p).is_absolute() else str((cwd / p).resolve()) for p in paths]
+        if fixed == paths:
+            continue
+        text = (
+            _hydra_string(fixed[0])
+            if isinstance(value, str)
+            else "[" + ",".join(map(_hydra_string, fixed)) + "]"
+        )
+        resolved = [o for o in resolved if o.split("=", 1)[0].lstrip("+~") != key]
+        resolved.append(f"{key}={text}")
+    return resolved
+
+
+def batch_problems(config: Any) -> list[str]:
+    """What verl would refuse, or silently floor, about the batch sizes for ``nnodes x n_gpus_per_node`` GPUs
+    (its ``validate_config`` and FSDP workers' checks), in words, for the launcher to say before anything starts."""
+    trainer, actor = config.trainer, config.actor_rollout_ref.actor
+    rollout = config.actor_rollout_ref.rollout
+    world = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
+    if world <= 0:
+        return [f"trainer.nnodes x n_gpus_per_node is {world}"]
+    problems = []
+    n = int(rollout.n)
+    tp = int(rollout.get("tensor_model_parallel_size") or 1)
+    if world % tp:
+        problems.append(f"{world} GPUs do not divide into rollout engines of tensor_model_parallel_size {tp}")
+    if actor.get("use_dynamic_bsz"):
+        return problems
+    sequences = int(config.data.train_batch_size) * n
+    if sequences % world:
+        problems.append(f"data.train_batch_size x rollout.n = {config.data.train_batch_size} x {n} = {sequences} "
+                        f"sequences per step do not divide among {world} GPUs")  # fmt: skip
+    sp = int(actor.get("ulysses_sequence_parallel_size") or 1)
+    mini = int(actor.ppo_mini_batch_size) * n // max(1, world // sp)
+    micro = int(actor.get("ppo_micro_batch_size_per_gpu") or 1)
+    if mini <= 0:
+        problems.append(f"actor.ppo_mini_batch_size x rollout.n = {actor.ppo_mini_batch_size} x {n} is less than one "
+                        f"sequence per GPU on {world} GPUs")  # fmt: skip
+    elif mini % micro:
+        problems.append(f"each GPU's mini-batch (ppo_mini_batch_size x rollout.n / GPUs = {mini}) is not a multiple "
+                        f"of ppo_micro_batch_size_per_gpu ({micro})")  # fmt: skip
+    return problems
+
+
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def complete_checkpoint(step_dir: Path, need_data: bool = True) -> bool:
+    """Whether ``global_step_N`` is whole: verl writes ``data.pt`` (the dataloader's state) after every rank saved
+    its part of ``actor/`` (FSDP: ``model_world_size_W_rank_R.pt`` for every R), and a rotation
+    (max_actor_ckpt_to_keep) may remove ``actor/`` later. ``need_data=False``: the actor alone."""
+    import re
+
+    actor = step_dir / "actor"
+    if (need_data and not (step_dir / "data.pt").is_file()) or not actor.is_dir():
+        return False
+    ranks: dict[int, set[int]] = {}
+    for path in actor.glob("model_world_size_*_rank_*.pt"):
+        match = re.fullmatch(r"model_world_size_(\d+)_rank_(\d+)\.pt", path.name)
+        if match:
+            ranks.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
+    if not ranks:  # another layout (Megatron): a non-empty actor/
+        return need_data and any(actor.iterdir())
+    return any(found == set(range(size)) for size, found in ranks.items())
+
+
+def repair_resume_point(checkpoints: Path) -> str | None:
+    """Make verl's resume (``resume_mode: auto``: the step in ``latest_checkpointed_iteration.txt``) start from a
+    complete checkpoint: a tracker naming an incomplete or missing one (a job killed while saving, or between
+    verl's rotation of the previous checkpoint and the new one's ``data.pt``; an empty tracker) is pointed at the
+    newest complete step (else the newest whole actor, whose dataloader then restarts its epoch), or moved aside
+    when there is none. Returns what it did, or None when the tracker was sound (or absent)."""
+    tracker = checkpoints / TRACKER
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text().strip()
+    if text.isdigit() and complete_checkpoint(checkpoints / f"global_step_{int(text)}"):
+        return None
+    saved = sorted((int(p.name.split("_")[-1]), p) for p in checkpoints.glob("global_step_*")
+                   if p.name.split("_")[-1].isdigit())  # fmt: skip
+    whole = [step for step, path in saved if complete_checkpoint(path)]
+    actor_only = [step for step, path in saved if complete_checkpoint(path, need_data=False)]
+    named = repr(text) if text else "nothing"
+    if whole or actor_only:
+        step = whole[-1] if whole else actor_only[-1]
+        temporary = tracker.with_name(f".{TRACKER}.tmp")
+        temporary.write_text(str(step))
+        os.replace(temporary, tracker)
+        how = (
+            "the newest complete one"
+            if whole
+            else "the newest whole actor (no dataloader state: its epoch restarts)"
+        )
+        return f"{TRACKER} named {named}, not a complete checkpoint: resuming from global_step_{step}, {how}"
+    aside = tracker.with_name(f"{TRACKER}.incomplete-{text or 'empty'}")
+    os.replace(tracker, aside)
+    return f"{TRACKER} named {named} and no checkpoint is complete: starting fresh (moved to {aside.name})"
+
+
+def finished_run(config_name: str, overrides: Sequence[str], directory: Path, env: dict[str, str],
+                 config: Any = None) -> tuple[int, int, Path] | None:  # fmt: skip
+    """``(last saved step, total steps, checkpoint directory)`` when the run this launch would resume has already
+    saved its last step (verl would resume there and train nothing), else None.
+
+    The total is where verl's loop ends: ``len(train dataset) // train_batch_size * total_epochs`` (the rows
+    from the parquet, capped by ``data.train_max_samples``), or ``trainer.total_training_steps`` if that is less.
+    """
+    import pyarrow.parquet as pq
+
+    if config is None:  # the launcher passes the one it composed (a composition costs seconds)
+        config = composed_config(config_name, overrides, directory, env)
     trainer = config.trainer
     checkpoints = Path(str(trainer.default_local_dir))
     marker = checkpoints / "latest_checkpointed_iteration.txt"
@@ -283,6 +451,20 @@ def worker_env_overrides(env: Mapping[str, str]) -> list[str]:
     ]  # Hydra's quoted string: only the quote is escaped
 
 
+def head_unreachable(env: Mapping[str, str]) -> str | None:
+    """Why the Ray cluster the run joins cannot be reached (None: its head answers), within the attach timeout.
+
+    Why: verl's ``ray.init`` on a dead head retries for minutes without a word; a launcher that checks first says
+    what is wrong at once (webshop_env.ray_serve.attach, the same check as serve-ray and env-check)."""
+    from webshop_env.ray_serve.attach import AttachError, check_head
+
+    try:
+        check_head(env.get("RAY_ADDRESS") or None)
+    except AttachError as error:
+        return str(error)
+    return None
+
+
 def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
     """``WEBSHOP_ENV=ray``: deploy the env app on the training cluster (or find it there) and wait until every
     node serves it, before verl starts (``webshop-env serve-ray``: idempotent). Returns its exit status."""
@@ -312,28 +494,79 @@ def _train(args: argparse.Namespace) -> int:
     output_root = Path(args.output_dir or os.environ.get("WEBSHOP_OUTPUT_DIR") or "outputs")
     env = {**os.environ, **train_environment(output_root, experiment, directory)}
     overrides = list(args.overrides)
+    secret_keys = given_secret_overrides(overrides)
+    if secret_keys:  # named, never echoed
+        print(f"webshop-train train: {', '.join(secret_keys)}: a secret never goes into an override (it would be "
+              "printed, kept in .hydra/overrides.yaml and sent to W&B with the config); set it in the environment "
+              "(or .env) instead: the launcher hands it to the workers in a file only they read", file=sys.stderr)  # fmt: skip
+        return 2
     if env.get("WANDB_API_KEY") and not any(o.startswith("trainer.logger=") for o in overrides):
         overrides.append("trainer.logger=[console,file,tensorboard,wandb]")
     on_ray = env.get("WEBSHOP_ENV", "").strip().lower() == "ray"
-    if on_ray:
-        from webshop_env.ray_serve import needs_token_mode
+    # verl joins a running cluster (WEBSHOP_ENV=ray, RAY_ADDRESS, an address override): its workers inherit their
+    # node's `ray start` environment, not this one, so the run's settings travel in verl's runtime_env
+    joined = (
+        on_ray
+        or bool(env.get("RAY_ADDRESS"))
+        or any(o.split("=", 1)[0].lstrip("+") == "ray_kwargs.ray_init.address" for o in overrides)
+    )
+    run_dir = output_root.resolve() / experiment
+    secrets_file = None
+    if joined:
+        if on_ray:
+            from webshop_env.ray_serve import needs_token_mode
 
-        if needs_token_mode(env):
-            env["RAY_AUTH_MODE"] = "token"  # verl's ray.init joins the cluster with this machine's token
+            if needs_token_mode(env):
+                env["RAY_AUTH_MODE"] = "token"  # verl's ray.init joins the cluster with this machine's token
         given = {o.split("runtime_env.env_vars.", 1)[1].split("=", 1)[0] for o in overrides
                  if "ray_kwargs.ray_init.runtime_env.env_vars." in o}  # fmt: skip
         overrides = worker_env_overrides({k: v for k, v in env.items() if k not in given}) + overrides
-    run_dir = output_root.resolve() / experiment
+        if worker_secrets(env):  # in a file only the workers read (worker_secrets), never in the runtime_env
+            secrets_file = secrets_path(run_dir)
+            overrides = hook_overrides(overrides, secrets_file)
+    nnodes = env.get("WEBSHOP_NNODES", "").strip()  # a Slurm job's node count (webshop-grpo.sbatch)
+    if nnodes and not any(o.split("=", 1)[0].lstrip("+") == "trainer.nnodes" for o in overrides):
+        if not nnodes.isdigit() or int(nnodes) < 1:
+            print(
+                f"webshop-train train: WEBSHOP_NNODES must be a positive integer, not {nnodes!r}",
+                file=sys.stderr,
+            )
+            return 2
+        overrides.append(f"trainer.nnodes={int(nnodes)}")
+    config = None
+    try:  # relative dataset paths mean the caller's directory, not the run directory verl runs in
+        config = composed_config(args.config, overrides, directory, env)
+        overrides = caller_data_overrides(config, overrides, Path.cwd())
+    except Exception as error:  # verl reports a bad override with its own words below
+        print(f"webshop-train train: could not compose the config to resolve dataset paths ({type(error).__name__}: "
+              f"{str(error).splitlines()[0] if str(error) else ''}); they are passed on as given", file=sys.stderr)  # fmt: skip
     command = train_command(args.config, overrides, directory, run_dir)
     log_path = run_dir / "logs" / "train.log"
     print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
     print(f"  logs: {log_path}   metrics: {env['VERL_FILE_LOGGER_PATH']}", file=sys.stderr)
+    if secrets_file is not None:
+        print(f"  secrets for the workers ({', '.join(worker_secrets(env))}): in {secrets_file} (mode 0600) "
+              "while verl runs", file=sys.stderr)  # fmt: skip
     config_file = directory / f"{training_config_name(args.config)}.yaml"
     catalog_line = _training_catalog_line(env, overrides, _config_train_file(config_file))
     print(f"  {catalog_line}", file=sys.stderr)
+    problems = batch_problems(config) if config is not None else []
+    if problems:
+        gpus = f"{config.trainer.nnodes} node(s) x {config.trainer.n_gpus_per_node} GPU(s)"
+        print(f"webshop-train train: the batch sizes do not fit {gpus}:\n  " + "\n  ".join(problems) + "\n  "
+              "change data.train_batch_size, actor_rollout_ref.actor.ppo_mini_batch_size, "
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (WEBSHOP_TRAIN_BATCH_SIZE, "
+              "WEBSHOP_PPO_MINI_BATCH_SIZE, WEBSHOP_MICRO_BATCH_SIZE) or the GPUs (docs/multi-node.md)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if args.dry_run:
         return 0
-    finished = finished_run(args.config, overrides, directory, env)
+    if config is not None and config.trainer.resume_mode == "auto":
+        repaired = repair_resume_point(Path(str(config.trainer.default_local_dir)))
+        if repaired:
+            print(f"webshop-train train: {repaired}", file=sys.stderr)
+    # (a config that does not compose: verl says why, below)
+    finished = finished_run(args.config, overrides, directory, env, config) if config is not None else None
     if finished is not None:
         step, total, checkpoints = finished
         print(f"webshop-train train: run {experiment!r} is already finished: its checkpoint of step {step} (of "
@@ -344,6 +577,10 @@ def _train(args: argparse.Namespace) -> int:
               f"  train it further: raise trainer.total_epochs (TRAIN_EXTRA_ARGS=\"trainer.total_epochs=N\")",
               file=sys.stderr)  # fmt: skip
         return 0
+    unreachable = head_unreachable(env) if on_ray or env.get("RAY_ADDRESS") else None
+    if unreachable:
+        print(f"webshop-train train: error: {unreachable}; nothing was trained", file=sys.stderr)
+        return 1
     if on_ray and deploy_env_on_cluster(env) != 0:
         print("webshop-train train: the env is not serving on every node of the Ray cluster (see above); "
               "nothing was trained", file=sys.stderr)  # fmt: skip
@@ -351,6 +588,19 @@ def _train(args: argparse.Namespace) -> int:
     kept = keep_earlier_metrics(Path(env["VERL_FILE_LOGGER_PATH"]))
     if kept is not None:
         print(f"  the earlier invocation's metrics: {kept}", file=sys.stderr)
+    if secrets_file is not None:
+        write_secrets(secrets_file, worker_secrets(env))
+    try:
+        return _run_logged(command, env, run_dir, log_path, catalog_line)
+    finally:
+        if secrets_file is not None:
+            remove_secrets(secrets_file)
+
+
+def _run_logged(
+    command: list[str], env: Mapping[str, str], run_dir: Path, log_path: Path, catalog_line: str
+) -> int:
+    """Run ``main_ppo``, its output to this terminal and to ``train.log``; SIGTERM/SIGINT passed on to it."""
     # cwd: the run directory (writable by whoever runs this), never the image's home or the caller's directory.
     with open(log_path, "ab") as log, subprocess.Popen(command, env=env, cwd=run_dir, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT) as process:  # fmt: skip
@@ -385,7 +635,9 @@ def _env_check(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
     print(text)
-    for node in report["nodes"]:
+    if report.get("error"):
+        print(f"webshop-train env-check: error: {report['error']}", file=sys.stderr)
+    for node in report.get("nodes", []):
         if "error" in node:
             print(f"webshop-train env-check: node {node['node_ip']}: {node['error']}", file=sys.stderr)
         else:
@@ -425,8 +677,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="AgentGym-RL webshop_train.json (item_id webshop_<N>, synthetic goals)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--agent-loop", action="store_true",
-                   help="rows for the WebShop agent loop (agent_name webshop_agent; the verl 0.9 line) instead of "
-                        "the 0.7.1 interaction path (tool_agent)")  # fmt: skip
+                   help="rows for the agent loop (agent_name webshop_agent, with --env <env>_agent; the verl 0.9 "
+                        "line, and 0.7.1 too) instead of the 0.7.1 interaction path (tool_agent)")  # fmt: skip
+    p.add_argument("--interaction", action="store_true",
+                   help="with --env: rows for verl 0.7.1's ToolAgentLoop + each environment's interaction "
+                        "(agent_name tool_agent); default with --env: this on verl 0.7.x, --agent-loop on 0.9")  # fmt: skip
     p.set_defaults(func=_data)
 
     p = commands.add_parser(
@@ -444,6 +699,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fresh-cluster", action="store_true", help="always start (and stop) a cluster of its own"
     )
+    p.add_argument("--env", default=None,
+                   help="another environment or a mix (textcraft, babyai, textcraft,webshop): its configs "
+                        "(<env>_grpo_test/_train, mixed_grpo_* for several), data, cluster and agent loop "
+                        "(default: WebShop's preflight)")  # fmt: skip
     p.add_argument("--goal-set", default="synthetic")
     p.add_argument("--goals", type=int, default=4)
     p.add_argument("--rollouts", type=int, default=2)
@@ -471,6 +730,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", choices=["http", "ray"], default="http",
                    help="http: a local cluster (replicas + nginx) at WEBSHOP_URL; ray: the env as a Ray Serve app on "
                    "a Ray head of its own that verl joins, reached with WEBSHOP_ENV=ray (default: http)")  # fmt: skip
+    p.add_argument("--envs", default="webshop",
+                   help="the environment(s) rehearsed, comma-separated: webshop (default), textcraft, babyai, or a "
+                   "mix in one run (textcraft,webshop); the others write OUT/verl<line>-<env>[+<env>]/ (make "
+                   "rehearse ENV=...)")  # fmt: skip
     p.add_argument("--train-further", action="store_true",
                    help="then train it further as the README says (trainer.total_epochs=2): a resume from the end of "
                    "the epoch must train step 4")  # fmt: skip

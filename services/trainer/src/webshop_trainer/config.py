@@ -55,14 +55,39 @@ def default_env_mode() -> str:
 #: What a run's Ray workers must see on every node (``ray start`` workers inherit their node's environment, not
 #: the launcher's): the WebShop settings, where verl's loggers write (its task runner is a Ray actor: without
 #: these its metrics go to a relative path on some node), W&B and Hugging Face.
-WORKER_SETTINGS = ("WEBSHOP_", "VERL_FILE_LOGGER_PATH", "TENSORBOARD_DIR", "WANDB_", "HF_")
+WORKER_SETTINGS = (
+    "WEBSHOP_",
+    "VERL_FILE_LOGGER_PATH",
+    "TENSORBOARD_DIR",
+    "WANDB_",
+    "HF_",
+    "HUGGING_FACE_HUB_TOKEN",
+)
 #: Never forwarded to the workers: they do not need it, and a runtime environment is visible to the whole cluster.
 PRIVATE_SETTINGS = frozenset({"WEBSHOP_STATE_SECRET"})
+#: A setting whose name has one of these words (``WANDB_API_KEY``, ``HF_TOKEN``) is a secret: it never goes into
+#: a Hydra override, a config, a Ray runtime environment (Ray's runtime_env_agent.log prints those whole) or a log;
+#: the launcher hands it to the workers in a file only they read (:mod:`webshop_trainer.worker_secrets`).
+SECRET_NAME_WORDS = frozenset({"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS"})
+
+
+def is_secret(name: str) -> bool:
+    """Whether a setting's name marks it as a secret (a word of :data:`SECRET_NAME_WORDS`, ``_``-separated)."""
+    return not SECRET_NAME_WORDS.isdisjoint(name.upper().split("_"))
 
 
 def worker_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The settings a run's Ray workers get on every node (``WORKER_SETTINGS``, less ``PRIVATE_SETTINGS``)."""
-    return {k: env[k] for k in sorted(env) if k.startswith(WORKER_SETTINGS) and k not in PRIVATE_SETTINGS}
+    """The settings a run's Ray workers get on every node through their runtime environment
+    (``WORKER_SETTINGS``, less ``PRIVATE_SETTINGS`` and secrets)."""
+    return {k: env[k] for k in sorted(env)
+            if k.startswith(WORKER_SETTINGS) and k not in PRIVATE_SETTINGS and not is_secret(k)}  # fmt: skip
+
+
+def worker_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    """The secret settings among ``WORKER_SETTINGS`` (less ``PRIVATE_SETTINGS``): forwarded in a file, never in
+    the runtime environment."""
+    return {k: env[k] for k in sorted(env)
+            if k.startswith(WORKER_SETTINGS) and k not in PRIVATE_SETTINGS and is_secret(k) and env[k]}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,17 @@
 Writes ``train.parquet``, ``val.parquet`` and ``test.parquet`` (verl's format, one row per task) into one folder.
 Each environment's tasks are split once, by a fixed rule (:func:`split_tasks`), so the three splits never share a
 task; the split sizes are printed. A row carries its environment in ``data_source`` (verl groups validation metrics
-by it) and ``agent_name`` (``<env>_agent``: the agent loop verl runs for the row), so one file trains several
-environments in one run.
+by it), so one file trains several environments in one run, by either route:
+
+- the agent loop (verl 0.7.1 and 0.9.1): ``agent_name`` = ``<env>_agent``, the environment's entry of
+  configs/webshop_agent_loop.yaml;
+- verl 0.7.1's interaction (``interaction=True``, ``webshop-train data --env ... --interaction``, the default on
+  the 0.7 line): ``agent_name`` = ``tool_agent``, and ``extra_info.interaction_kwargs`` = ``{name: <env>, task,
+  goal, goal_set, split}`` picks the environment's entry of configs/webshop_interaction.yaml (``ToolAgentLoop``
+  selects the interaction by ``name``). The prompt's first user turn is then what the model sees first: the
+  environment's own reset text for the task (the interaction checks it against the service's at the first turn).
+
+Every row carries ``interaction_kwargs`` and its environment and task in ``extra_info``, whichever route it names.
 
 Mixing: the training rows of each environment are in proportion to ``--weights`` (default equal), as many as the
 scarcest environment allows without repeating a task (or ``--train-rows``), and interleaved so that every prefix
@@ -34,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import envs
+from .config import AGENT_NAME
 from .data import DEFAULT_GOAL_SET, DataError, split_goal_ids
 from .data import SCHEMA as WEBSHOP_SCHEMA
 
@@ -44,8 +54,15 @@ TEXTCRAFT_TASKS = 544
 BABYAI_LEVELS = 40
 BABYAI_SEEDS = 50  # the pool: tasks 0 .. 40 * 50 - 1
 
-# WebShop's row schema (data.SCHEMA) with the environment and its task in ``extra_info``, after ``index``.
+# WebShop's row schema (data.SCHEMA) with the environment and its task in ``extra_info``, after ``index``, and the
+# task in ``interaction_kwargs``, after ``name`` (what ``EnvInteraction.start_interaction`` reads).
 _WEBSHOP_EXTRA = WEBSHOP_SCHEMA.field("extra_info").type
+_WEBSHOP_KWARGS = _WEBSHOP_EXTRA.field("interaction_kwargs").type
+_KWARGS = pa.field(
+    "interaction_kwargs",
+    pa.struct([_WEBSHOP_KWARGS.field(0), pa.field("task", pa.int64()),
+               *(_WEBSHOP_KWARGS.field(k) for k in range(1, _WEBSHOP_KWARGS.num_fields))]),
+)  # fmt: skip
 SCHEMA = WEBSHOP_SCHEMA.set(
     WEBSHOP_SCHEMA.get_field_index("extra_info"),
     pa.field(
@@ -55,7 +72,12 @@ SCHEMA = WEBSHOP_SCHEMA.set(
                 _WEBSHOP_EXTRA.field(0),
                 pa.field("env", pa.string()),
                 pa.field("task", pa.int64()),
-                *(_WEBSHOP_EXTRA.field(k) for k in range(1, _WEBSHOP_EXTRA.num_fields)),
+                *(
+                    _KWARGS
+                    if _WEBSHOP_EXTRA.field(k).name == "interaction_kwargs"
+                    else _WEBSHOP_EXTRA.field(k)
+                    for k in range(1, _WEBSHOP_EXTRA.num_fields)
+                ),
             ]
         ),
     ),
@@ -132,11 +154,18 @@ def train_counts(
 
 
 class RowBuilder:
-    """One environment's rows: the first user turn from the environment's own reset (its core, in process)."""
+    """One environment's rows: the first user turn from the environment's own reset (its core, in process).
 
-    def __init__(self, env_id: str, catalog: Any = None, goal_set: str = DEFAULT_GOAL_SET) -> None:
+    ``interaction``: rows for verl 0.7.1's ``ToolAgentLoop`` + the environment's interaction (``agent_name``
+    ``tool_agent``) instead of its agent loop (``<env>_agent``).
+    """
+
+    def __init__(
+        self, env_id: str, catalog: Any = None, goal_set: str = DEFAULT_GOAL_SET, interaction: bool = False
+    ) -> None:
         self.spec = envs.get(env_id)
         self.goal_set = goal_set
+        self.agent_name = AGENT_NAME if interaction else self.spec.agent_name
         if env_id == envs.WEBSHOP:
             from webshop_env.core.env import WebShopEnv
 
@@ -155,22 +184,23 @@ class RowBuilder:
         if spec.env_id == envs.WEBSHOP:
             from .data import build_row
 
-            row = build_row(self.webshop, task, self.goal_set, WEBSHOP_SPLIT[split], index, spec.agent_name)
+            row = build_row(self.webshop, task, self.goal_set, WEBSHOP_SPLIT[split], index, self.agent_name)
             row["extra_info"] |= {"env": spec.env_id, "task": task}
+            row["extra_info"]["interaction_kwargs"]["task"] = task
             return row
         first = self.core.reset(task)
         opening = spec.first_message({"observation": first.observation, "info": dict(first.info)})
         instruction = _instruction(opening)
         return {
             "data_source": spec.data_source,
-            "agent_name": spec.agent_name,
+            "agent_name": self.agent_name,
             "prompt": [{"role": "system", "content": spec.system_prompt}, {"role": "user", "content": opening}],
             "ability": spec.ability,
             "reward_model": {"style": "environment", "ground_truth": str(first.info.get("goal") or instruction)},
             "extra_info": {"index": index, "env": spec.env_id, "task": task, "goal": task, "goal_set": None,
                            "split": split, "instruction": instruction,
-                           "interaction_kwargs": {"name": spec.env_id, "goal": task, "goal_set": None,
-                                                  "split": split}},
+                           "interaction_kwargs": {"name": spec.env_id, "task": task, "goal": task,
+                                                  "goal_set": None, "split": split}},
         }  # fmt: skip
 
 
@@ -202,8 +232,12 @@ def build_env_datasets(
     train_rows: int | None = None,
     val_rows: int | None = None,
     test_rows: int | None = None,
+    interaction: bool = False,
 ) -> dict[str, Any]:
-    """Write ``out_dir/{train,val,test}.parquet`` for ``env_ids`` and return the summary (split sizes per env)."""
+    """Write ``out_dir/{train,val,test}.parquet`` for ``env_ids`` and return the summary (split sizes per env).
+
+    ``interaction``: rows for verl 0.7.1's interaction route (``agent_name: tool_agent``), else for the agent loop
+    (``<env>_agent``; both lines)."""
     env_ids = list(env_ids)
     for env_id in env_ids:
         envs.get(env_id)
@@ -232,10 +266,11 @@ def build_env_datasets(
                     raise DataError(f"{env_id}: task {task} is in both {seen[task]} and {split}")
                 seen[task] = split
     counts = train_counts({e: len(tasks[e]["train"]) for e in env_ids}, by_env, train_rows)
-    builders = {e: RowBuilder(e, catalog, goal_set) for e in env_ids}
+    builders = {e: RowBuilder(e, catalog, goal_set, interaction) for e in env_ids}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"out_dir": str(out.resolve()), "envs": env_ids, "weights": by_env,
+                               "agent_names": {e: b.agent_name for e, b in builders.items()},
                                "files": {}, "sizes": {}}  # fmt: skip
     limits = {"train": None, "val": val_rows, "test": test_rows}
     for split in SPLITS:

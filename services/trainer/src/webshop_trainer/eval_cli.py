@@ -4,6 +4,10 @@
 namespace and returns the exit status. ``main(argv)`` runs them stand-alone (``python -m
 webshop_trainer.eval_cli eval ...``).
 
+``eval --env NAME`` evaluates another served environment (TextCraft, BabyAI, SciWorld) on its test split with its
+trainer-side spec, and ``--env textcraft,babyai,webshop`` a mix (``evaluation.env_runner``); without ``--env``
+(or with ``--env webshop``) it is WebShop's evaluation as before.
+
 Exit status of ``eval``: 0 complete; 1 usage or set-up error (environment unreachable, bad arguments);
 2 the run finished incomplete (policy failures after retries, listed in ``metrics.json``: rerun to resume).
 """
@@ -34,6 +38,13 @@ def add_commands(subparsers: Any) -> None:
         "prompt and action extraction; resumable (finished episodes in --out are skipped).",
     )
     p.add_argument("--policy", required=True, choices=("expert", "random", "openai", "checkpoint"))
+    p.add_argument(
+        "--env",
+        default=os.environ.get("EVAL_ENV") or "webshop",
+        help="environment(s) to evaluate, comma-separated: webshop (default), textcraft, babyai, sciworld, or a mix "
+        "(textcraft,babyai,webshop: OUT/<env>/ each, OUT/report.html over all); the test split is the "
+        "training data's (webshop-train data --env)",
+    )
     p.add_argument("--out", type=Path, required=True, help="output directory (resumed when it holds a run)")
     p.add_argument("--url", default=DEFAULT_URL, help="environment service / balancer (default: %(default)s)")
     p.add_argument("--split", default="test", choices=("test", "eval", "train"))
@@ -46,14 +57,15 @@ def add_commands(subparsers: Any) -> None:
         default=None,
         help="actions (env steps) per episode; hitting it scores 0 (truncated). Default: "
         f"{TRAINING_ENV_STEPS}, what training allows (multi_turn.max_assistant_turns = "
-        f"{TRAINING_MAX_ASSISTANT_TURNS} in both configs: verl stops after the last reply without sending it)",
+        f"{TRAINING_MAX_ASSISTANT_TURNS} in both configs: verl stops after the last reply without sending it); "
+        "other environments: their rounds in training (TextCraft 30, BabyAI 20, SciWorld 20)",
     )
     steps.add_argument(
         "--max-turns",
         type=int,
         default=None,
         help="the same limit given as verl's max_assistant_turns (N turns = N - 1 env steps), e.g. the value "
-        "of a training run's TRAIN_EXTRA_ARGS",
+        "of a training run's TRAIN_EXTRA_ARGS (WebShop only)",
     )
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight")
     p.add_argument("--seed", type=int, default=0, help="random policy / sampling / bootstrap seed")
@@ -138,16 +150,39 @@ def max_env_steps(max_steps: int | None, max_turns: int | None) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     """``webshop-train eval``."""
+    from . import envs
     from .evaluation.policies import PolicyError
     from .evaluation.runner import EvalConfig, EvalError, PolicySpec, evaluate
 
+    try:
+        env_ids = envs.parse_ids(args.env)
+    except envs.UnknownEnvironment as error:
+        print(f"webshop-train eval: --env: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    webshop_only = env_ids == [envs.WEBSHOP]
+    if args.max_turns is not None and not webshop_only:
+        print("webshop-train eval: --max-turns is WebShop's (verl's max_assistant_turns); give the other "
+              "environments' rounds as --max-steps", file=sys.stderr)  # fmt: skip
+        return EXIT_ERROR
+    for name in ("max_steps", "max_turns", "max_samples"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            print(f"webshop-train eval: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
+            return EXIT_ERROR
+    if webshop_only or args.max_steps is not None:
+        max_turns = max_env_steps(args.max_steps, args.max_turns)
+    else:
+        from .evaluation.env_runner import default_rounds
+
+        max_turns = default_rounds(env_ids[0])
     config = EvalConfig(
         out=args.out,
         url=args.url,
         split=args.split,
         goal_set=args.goal_set,
         max_samples=args.max_samples,
-        max_turns=max_env_steps(args.max_steps, args.max_turns),
+        max_turns=max_turns,
+        explicit_turns=args.max_steps is not None or args.max_turns is not None,
         concurrency=args.concurrency,
         catalog=args.catalog,
         max_policy_errors=args.max_policy_errors,
@@ -177,10 +212,19 @@ def run_eval(args: argparse.Namespace) -> int:
         max_observation_chars=args.max_observation_chars,
     )
     try:
-        result = evaluate(config, spec)
+        if webshop_only:
+            result = evaluate(config, spec)
+        else:
+            import asyncio
+
+            from .evaluation.env_runner import evaluate_envs_async
+
+            result = asyncio.run(evaluate_envs_async(config, spec, env_ids))
     except (EvalError, PolicyError) as error:
         print(f"webshop-train eval: {error}", file=sys.stderr)
         return EXIT_ERROR
+    if not webshop_only:
+        return _report_envs(result, spec.name, args.split, config.write_report)
     m = result.metrics
     print(
         f"{spec.name} on {args.split} ({m['config']['goal_set']} goals): score {m['score']:.1f} "
@@ -204,6 +248,36 @@ def run_eval(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def env_line(name: str, env_id: str, metrics: dict[str, Any]) -> str:
+    """One environment's figures in a line (success and mean reward with their 95 % intervals)."""
+    lo, hi = metrics["success_rate_ci95"]
+    return (
+        f"{name} on {env_id}: success {metrics['success_rate']:.3f} [{lo:.3f}, {hi:.3f}]  mean reward "
+        f"{metrics['mean_reward']:.3f} [{metrics['score_ci95'][0] / 100:.3f}, {metrics['score_ci95'][1] / 100:.3f}]"
+        f"  episodes {metrics['episodes']}/{metrics.get('requested_episodes', metrics['episodes'])}"
+        f"  mean steps {metrics['mean_steps']:.2f}  invalid {metrics['invalid_action_rate']:.3f}"
+    )
+
+
+def _report_envs(result: Any, policy: str, split: str, report: bool) -> int:
+    """Print another environment's (or a mix's) figures and outputs; the exit status."""
+    m = result.metrics
+    per_env = m["by_env"] if "by_env" in m else {m["env"]: m}
+    for env_id, metrics in per_env.items():
+        print(env_line(policy, env_id, metrics) + f"  ({split} split)")
+    print(f"  metrics       {result.metrics_path}")
+    if "by_env" not in m:
+        print(f"  trajectories  {result.out / 'trajectories.jsonl'}")
+    if report:
+        print(f"  report        {result.report_path}")
+    if not result.complete:
+        print(f"webshop-train eval: INCOMPLETE: {len(result.failures)} episode(s) failed; first error: "
+              f"{result.failures[0]['error'] if result.failures else 'none'}. Fix the cause and rerun the same "
+              "command to resume.", file=sys.stderr)  # fmt: skip
+        return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
 def run_report(args: argparse.Namespace) -> int:
     """``webshop-train report``."""
     if args.eval_dir is not None:
@@ -213,6 +287,17 @@ def run_report(args: argparse.Namespace) -> int:
         from .evaluation.runner import METRICS, REPORT, TRAJECTORIES
 
         metrics_path, trajectories = args.eval_dir / METRICS, args.eval_dir / TRAJECTORIES
+        mix = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
+        if "by_env" in mix:  # a mixed evaluation: each environment's directory, then the page over all
+            from .evaluation.report_html import write_mix_report
+
+            out = args.out or args.eval_dir
+            out.mkdir(parents=True, exist_ok=True)
+            dirs = {env_id: args.eval_dir / sub for env_id, sub in mix["dirs"].items()}
+            per_env = {env_id: json.loads((d / METRICS).read_text()) for env_id, d in dirs.items()}
+            records = {env_id: load_records(d / TRAJECTORIES) for env_id, d in dirs.items()}
+            print(f"report: {write_mix_report(out / REPORT, mix, per_env, records)}")
+            return EXIT_OK
         if not metrics_path.exists() or not trajectories.exists():
             print(
                 f"webshop-train report: {args.eval_dir} has no {METRICS} and {TRAJECTORIES}", file=sys.stderr

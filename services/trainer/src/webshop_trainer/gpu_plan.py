@@ -1,5 +1,6 @@
 """The GPU count of a training run, from ONE setting (``GPU_IDS``), checked on the host before any image is
-built or pulled: ``python3 services/trainer/src/webshop_trainer/gpu_plan.py --config test|full``.
+built or pulled: ``python3 services/trainer/src/webshop_trainer/gpu_plan.py --config test|full|<name>`` (``<name>``:
+a config of ``--config-dir``, e.g. ``textcraft_grpo_test``).
 
 Standard library only (the host needs no venv). It reads the knobs the configs take from the environment
 (``${oc.env:NAME,default}`` in configs/webshop_grpo_*.yaml) with their defaults from the YAML itself, the
@@ -25,6 +26,21 @@ from collections.abc import Mapping
 from pathlib import Path
 
 CONFIG_FILES = {"test": "webshop_grpo_test.yaml", "full": "webshop_grpo_train.yaml"}
+_CONFIG_NAME = re.compile(r"[a-z0-9]+(_[a-z0-9]+)*")
+
+
+def config_file(config: str, config_dir: Path) -> Path:
+    """``test``/``full`` (WebShop's runs) or a config's own name (``textcraft_grpo_test``, ``mixed_grpo_train``):
+    its file in ``config_dir``; raises ValueError naming the configs there when there is none."""
+    path = config_dir / (CONFIG_FILES.get(config) or f"{config}.yaml")
+    if not _CONFIG_NAME.fullmatch(config) or not path.is_file():
+        known = sorted(p.stem for p in config_dir.glob("*_grpo_*.yaml"))
+        raise ValueError(
+            f"no training config {config!r} in {config_dir}: test, full or one of {', '.join(known)}"
+        )
+    return path
+
+
 # config key (last part) -> the environment variable the configs read it from
 KNOBS = {
     "n_gpus_per_node": "WEBSHOP_N_GPUS",
@@ -90,7 +106,11 @@ def plan_errors(
             )
     if config == "eval":  # sglang serves on the GPUs it is given; only the ids themselves matter
         return count, errors
-    values = dict(config_defaults(config_dir / CONFIG_FILES[config]))
+    try:
+        path = config_file(config, config_dir)
+    except ValueError as error:
+        return count, [str(error)]
+    values = dict(config_defaults(path))
     for name in KNOBS.values():
         if settings.get(name):
             try:
@@ -115,7 +135,7 @@ def plan_errors(
             f"by the {count} GPU(s) of GPU_IDS"
         )
     if errors:
-        want = config_defaults(config_dir / CONFIG_FILES[config])["WEBSHOP_N_GPUS"]
+        want = config_defaults(path)["WEBSHOP_N_GPUS"]
         errors.append(
             f"the {config} config is sized for {want} GPU(s): set GPU_IDS in .env to {want} device(s), e.g. "
             f"GPU_IDS={','.join(str(i) for i in range(want))}, or change the knobs above"
@@ -141,7 +161,8 @@ def compose_override(ids: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", choices=[*sorted(CONFIG_FILES), "eval"], required=True)
+    parser.add_argument("--config", required=True,
+                        help="test, full (WebShop), a config's name (textcraft_grpo_test, mixed_grpo_train...) or eval")  # fmt: skip
     parser.add_argument("--env-file", type=Path, default=Path(".env"))
     parser.add_argument("--config-dir", type=Path, default=Path(__file__).resolve().parents[4] / "configs")
     parser.add_argument("--visible", type=int, default=None, help="GPUs on this host (nvidia-smi -L | wc -l)")

@@ -16,6 +16,15 @@ So, in this module:
   whether the reply was invalid and whether the episode ended. verl 0.7.1 drops the metrics dict that
   ``generate_response`` returns, and ``turn_scores`` is the only per-turn channel that reaches the reward
   function (``reward.compute_score``), which counts steps and invalid actions from it.
+
+``EnvInteraction`` is the same for any environment the trainer has a spec for (``webshop_trainer.envs``: TextCraft,
+BabyAI, SciWorld), one entry per environment in ``configs/webshop_interaction.yaml``; ``ToolAgentLoop`` picks the
+entry by the row's ``interaction_kwargs["name"]``, so one 0.7.1 run can mix environments. What a reply does to an
+episode is ``webshop_trainer.episode``'s, shared with the agent loop (``agent_loop.EnvAgentLoop``).
+
+Both honour ``interaction_kwargs["max_rounds"]`` (model turns per episode), which
+``tool_agent_loop.WebShopToolAgentLoop`` sets from the training config's ``environments.<env>.max_rounds``: the
+run's own file sets each environment's episode length on both routes, whatever ``max_assistant_turns`` allows.
 """
 
 from __future__ import annotations
@@ -392,7 +401,8 @@ class WebshopInteraction(BaseInteraction):
             "env_reward": env_reward,
             "truncated": truncated,
         }
-        if done:
+        if done or reached_rounds(episode.steps, kwargs):
+            done = True
             self._finish(instance_id)
         return done, message, score, metrics
 
@@ -412,3 +422,139 @@ class WebshopInteraction(BaseInteraction):
     def _finish(self, instance_id: str) -> None:
         self.registry.drop(instance_id)
         self._owned.discard(instance_id)
+
+
+def reached_rounds(steps: int, kwargs: Mapping[str, Any], default: int | None = None) -> bool:
+    """Whether an episode that has played ``steps`` model turns has used up its rounds: the row's
+    ``max_rounds`` (set by ``WebShopToolAgentLoop`` from the training config), else ``default`` (None: no limit
+    of its own; verl's ``max_assistant_turns`` ends it)."""
+    rounds = kwargs.get("max_rounds")
+    rounds = default if rounds is None else int(rounds)
+    return rounds is not None and steps >= rounds
+
+
+class EnvInteraction(BaseInteraction):
+    """verl 0.7.1 interaction that plays one episode of any environment per trajectory through its spec.
+
+    Config (one ``interaction:`` entry per environment): ``env_id`` (a spec of ``webshop_trainer.envs``; default
+    the entry's ``name``), ``max_rounds`` (model turns per episode; null: the spec's, AgentGym-RL's: TextCraft 30,
+    BabyAI 20, SciWorld 20; the row's ``max_rounds`` wins) and any ``InteractionSettings`` field; unknown keys raise.
+
+    The first user turn is the row's (``webshop-train data --env``: the environment's own reset text for the task);
+    the first reply checks that it is what the service shows for the row's task, so rows built for another task,
+    environment or version fail at once rather than train the model on a task it does not play.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        # imported here: envs imports this module (WebShop's spec reads its goals with parse_goal)
+        from . import envs
+
+        values = dict(config)
+        env_id = values.pop("env_id", None) or values.get("name")
+        max_rounds = values.pop("max_rounds", None)
+        self.spec = envs.get(str(env_id))
+        self.settings = InteractionSettings.from_config(values)
+        self.max_rounds = int(max_rounds) if max_rounds is not None else self.spec.max_rounds
+        if self.max_rounds is not None and self.max_rounds < 1:
+            raise ValueError(
+                f"{self.spec.env_id} interaction: max_rounds ({self.max_rounds}) must be at least 1"
+            )
+        self.registry = EPISODES
+        self._owned: set[str] = set()
+        self._openings: dict[str, str] = {}  # instance id -> the first turn the service showed, until checked
+        weakref.finalize(self, EPISODES.drop_many, self._owned)
+
+    # ---- verl API --------------------------------------------------------------------------------------
+    async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:
+        """Reset the environment on the row's task (``task``; WebShop: ``goal``); returns the instance id."""
+        from . import episode as episodes
+
+        instance_id = instance_id or uuid4().hex
+        task = self.spec.task_of(kwargs)
+        split = kwargs.get("split") or None
+        goal_set = (
+            (kwargs.get("goal_set") or self.settings.goal_set) if self.spec.env_id == "webshop" else None
+        )
+        self.registry.sweep(self.settings.state_ttl_s)
+        client = shared_client(self.settings, self.spec.env_id)
+        await ensure_ready(self.settings, client)
+        first = await episodes.reset(self.spec, client, task, goal_set=goal_set, split=split)
+        self.registry.put(
+            instance_id, Episode(state=first["state"], goal=task, goal_set=goal_set, split=split)
+        )
+        self._owned.add(instance_id)
+        self._openings[instance_id] = self.spec.first_message(first)
+        return instance_id
+
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict[str, Any]]:
+        """Play the last assistant message; returns ``(done, next user message, turn score, metrics)``."""
+        from . import episode as episodes
+
+        episode = self.registry.get(instance_id)
+        if episode is None:
+            logger.warning("no %s episode for %s (expired after %.0f s idle, or already finished)",
+                           self.spec.env_id, instance_id, self.settings.state_ttl_s)  # fmt: skip
+            return (
+                True,
+                "The episode has expired.",
+                TurnScore(0.0, done=True, stepped=False),
+                {"expired": True},
+            )
+        opening = self._openings.pop(instance_id, None)
+        if opening is not None:
+            await self._check_opening(instance_id, episode, opening, messages)
+        client = shared_client(self.settings, self.spec.env_id)
+        try:
+            turn = await episodes.play_turn(self.spec, self.settings, client, episode,
+                                            prompts.last_assistant_text(messages), instance_id=instance_id)  # fmt: skip
+        except BaseException:
+            await self._finish(instance_id)
+            raise
+        done = turn.done or reached_rounds(episode.steps, kwargs, self.max_rounds)
+        metrics: dict[str, Any] = {"action": turn.parsed.action, "valid": turn.outcome.valid, "steps": episode.steps,
+                                   "invalid_actions": episode.invalid, "env_reward": turn.outcome.env_reward,
+                                   "success": turn.outcome.success}  # fmt: skip
+        if turn.error is not None:
+            metrics["env_error"] = turn.error.error
+        message = episodes.next_message(self.spec, turn, self.settings)
+        if done:
+            await self._finish(instance_id)
+        return done, message, turn.score, metrics
+
+    async def calculate_score(self, instance_id: str | None = None, **kwargs: Any) -> float:
+        """The episode's reward so far (the reward it would get if it ended now)."""
+        episode = self.registry.get(instance_id) if instance_id else None
+        return episode.reward if episode else 0.0
+
+    async def finalize_interaction(self, instance_id: str | None = None, **kwargs: Any) -> None:
+        """Free one trajectory's state, or all of this object's when no id is given (0.7.1 never calls it)."""
+        for owned in [instance_id] if instance_id is not None else list(self._owned):
+            await self._finish(owned)
+
+    # ---- helpers ---------------------------------------------------------------------------------------
+    async def _check_opening(
+        self, instance_id: str, episode: Episode, opening: str, messages: list[dict[str, Any]]
+    ) -> None:
+        shown = next((prompts.message_text(m) for m in messages if m.get("role") == "user"), None)
+        if shown is None or shown.strip() == opening.strip():
+            return
+        await self._finish(instance_id)
+        raise ValueError(
+            f"{self.spec.env_id} task {episode.goal}: the row's first user turn is not what the environment shows "
+            f"for this task (row: {shown[:120]!r}...; environment: {opening[:120]!r}...); the rows were built for "
+            "another task, environment or version: rebuild them with `webshop-train data --env "
+            f"{self.spec.env_id}`"
+        )
+
+    async def _finish(self, instance_id: str) -> None:
+        from . import episode as episodes
+
+        episode = self.registry.get(instance_id)
+        self.registry.drop(instance_id)
+        self._owned.discard(instance_id)
+        self._openings.pop(instance_id, None)
+        if self.spec.holds_simulator and episode is not None:
+            await episodes.close_quietly(shared_client(self.settings, self.spec.env_id), episode.state)

@@ -495,6 +495,9 @@ class PreflightOptions:
     # the training run's own Hydra overrides (compose: TRAIN_EXTRA_ARGS): checked with the configs, and applied
     # to the rollout config before the preflight's small sizes
     overrides: list[str] = field(default_factory=list)
+    # the environments (``--env textcraft`` or a mix): their configs, data, cluster and agent loop
+    # (``run_env_preflight``); None or ["webshop"]: WebShop's preflight as it always was
+    envs: list[str] | None = None
 
 
 def _default_catalog(out_dir: Path) -> Path:
@@ -787,6 +790,8 @@ def run_agent_loop_preflight(options: PreflightOptions) -> dict[str, Any]:
 
 def run_preflight(options: PreflightOptions) -> dict[str, Any]:
     """Run every step; returns the summary (``ok`` False and ``errors`` filled when a check failed)."""
+    if options.envs and list(options.envs) != ["webshop"]:
+        return run_env_preflight(options)
     if installed_verl_line() != "0.7":
         return run_agent_loop_preflight(options)
     started = time.monotonic()
@@ -994,3 +999,379 @@ def _write_summary(
 def _mean(values: Sequence[float] | Mapping[Any, float]) -> float | None:
     values = list(values)
     return round(sum(values) / len(values), 4) if values else None
+
+
+# ---- another environment, or a mix (make preflight ENV=textcraft / ENV=textcraft,webshop) -------------------------
+def env_config_names(env_ids: Sequence[str], config: str | None) -> list[str]:
+    """The training configs of ``env_ids``: ``<env>_grpo_test`` / ``_train`` (``mixed_grpo_*`` for several
+    environments); ``config`` (test | full) picks one, the first is what the rollouts use."""
+    name = env_ids[0] if len(env_ids) == 1 else "mixed"
+    runs = {"test": f"{name}_grpo_test", "full": f"{name}_grpo_train"}
+    return [runs[config]] if config else [runs["test"], runs["full"]]
+
+
+def pick_env_tasks(env_id: str, count: int, max_rounds: int | None = None) -> dict[int, list[str]]:
+    """``count`` training tasks of ``env_id`` whose expert plan fits ``max_rounds`` (default: the spec's rounds) and replays to success in
+    process through the spec (``envs.replay``: the parser, the outcome), with distinct first user turns (the
+    scripted policy finds its plan by them), spread over the split."""
+    from webshop_env.envs import registry
+
+    from . import envs
+    from .env_data import split_tasks
+    from .envs.replay import replay_score
+    from .evaluation.policies import as_agentgym_reply
+
+    spec = envs.get(env_id)
+    core = registry.make(env_id)
+    train = split_tasks(env_id, "train")
+    stride = max(1, len(train) // max(1, 8 * count))
+    picked: dict[int, list[str]] = {}
+    openings: set[str] = set()
+    for task in train[::stride]:
+        if len(picked) >= count:
+            break
+        plan = list(core.expert(task) or [])
+        if not plan or len(plan) > (max_rounds or spec.max_rounds or 15):
+            continue
+        if replay_score(env_id, task, [as_agentgym_reply(a) for a in plan], core=core)["success"] != 1.0:
+            continue
+        first = core.reset(task)
+        opening = spec.first_message({"observation": first.observation, "info": dict(first.info)})
+        if opening in openings:
+            continue
+        openings.add(opening)
+        picked[task] = plan
+    if len(picked) < count:
+        raise PreflightError(f"found only {len(picked)} {env_id} training tasks whose expert plan succeeds")
+    return picked
+
+
+class PlanByOpeningServer:
+    """The scripted oracle of a mixed batch: replies ``Action: <plan[k]>`` at the k-th assistant turn of the
+    trajectory whose prompt holds one of ``plans``' first user turns (every environment parses that reply)."""
+
+    def __init__(self, tokenizer: Any, plans: Mapping[str, Sequence[str]]) -> None:
+        from .rehearsal.local_rollout import _StandInServer
+
+        self.tokenizer, self.plans = tokenizer, {k: list(v) for k, v in plans.items()}
+        self._base = _StandInServer()
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        await self._base.set_global_steps(global_steps)
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: Mapping[str, Any],
+                       **kwargs: Any) -> Any:  # fmt: skip
+        from .evaluation.policies import as_agentgym_reply
+        from .rehearsal.local_rollout import _ASSISTANT_TURN
+
+        text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        plan = next((p for opening, p in self.plans.items() if opening in text), None)
+        if plan is None:
+            raise RuntimeError(f"scripted policy: no plan for the prompt of request {request_id}")
+        turn = max(0, text.count(_ASSISTANT_TURN) - 1)
+        reply = "Thought: the plan's next step.\n" + as_agentgym_reply(plan[min(turn, len(plan) - 1)])
+        ids = [*self.tokenizer.encode(reply, add_special_tokens=False), self.tokenizer.eos_token_id]
+        self._base.calls += 1
+        return self._base._output(ids, [0.0] * len(ids) if sampling_params.get("logprobs") else None)
+
+
+def start_or_reuse_env_cluster(options: PreflightOptions, catalog_dir: Path, fingerprint: str, env_ids: Sequence[str],
+                               run_dir: Path) -> Cluster:  # fmt: skip
+    """The service at ``--env-url`` when it serves the catalog and every one of ``env_ids``, else replicas + nginx
+    of our own serving WebShop and them."""
+    url = None if options.fresh_cluster else (options.env_url or default_env_url())
+    if url:
+        info = _get_json(url.rstrip("/") + "/v1/info")
+        if (
+            info
+            and info.get("fingerprint") == fingerprint
+            and all(_get_json(f"{url.rstrip('/')}/{e}/v1/info") for e in env_ids if e != "webshop")
+        ):
+            return Cluster(url=url.rstrip("/"), reused=True)
+    from webshop_env import cluster
+
+    served = ",".join(dict.fromkeys(["webshop", *env_ids]))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cluster.down(run_dir, quiet=True)
+    try:
+        record = cluster.up(replicas=options.replicas, catalog=catalog_dir, base_port=0, port=0, workers=1,
+                            run_dir=run_dir, env={"WEBSHOP_ENVS": served}, timeout=180.0, quiet=True)  # fmt: skip
+    except cluster.ClusterError as error:
+        raise PreflightError(f"could not start the local env cluster ({served}): {error}") from None
+    return Cluster(
+        url=record["url"], reused=False, run_dir=run_dir, stop=lambda: cluster.down(run_dir, quiet=True)
+    )
+
+
+def run_env_preflight(options: PreflightOptions) -> dict[str, Any]:
+    """``webshop-train preflight --env textcraft`` (or a mix): the environment's configs through Hydra and verl's
+    checks, its rows (``env_data``'s builder) loaded by verl's dataset class, a cluster serving it, and its agent loop
+    through the installed line's worker, with the tiny model and with the scripted oracle (each environment's expert
+    plan, which must succeed on every trajectory), with per-environment metrics, token streams and leaks checked."""
+    from importlib.metadata import version
+
+    from . import envs
+
+    started = time.monotonic()
+    env_ids = list(options.envs or [])
+    out_dir = line_dir(options.out_dir) / "+".join(env_ids)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {"ok": False, "verl_version": version("verl"), "verl_line": installed_verl_line(),
+                               "envs": env_ids, "config_valid": False, "rollouts": 0, "mean_reward": None,
+                               "oracle_mean_reward": None, "leaked_states": None, "token_stream_ok": False,
+                               "errors": [], "checks": {}, "timings": {}}  # fmt: skip
+    errors: list[str] = summary["errors"]
+    checks: dict[str, bool] = summary["checks"]
+    cluster: Cluster | None = None
+    directory = (options.config_dir or training_config_dir()).resolve()
+    try:
+        t = time.monotonic()
+        os.environ.setdefault("WEBSHOP_INTERACTION_CONFIG", str(config_dir() / INTERACTION_CONFIG))
+        os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(config_dir() / AGENT_LOOP_CONFIG))
+        names = env_config_names(env_ids, options.config)
+        reports = [check_training_config(n, options.overrides, directory=directory) for n in names]
+        summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
+        for report in reports:
+            errors.extend(f"{report['name']}: {e}" for e in report["errors"])
+        summary["config_valid"] = checks["config_valid"] = all(r["valid"] for r in reports)
+        summary["timings"]["configs"] = round(time.monotonic() - t, 2)
+
+        t = time.monotonic()
+        from webshop_env.catalog.store import open_catalog
+
+        from .tiny_model import build_tiny_model
+
+        catalog_dir = (options.catalog or _default_catalog(out_dir)).resolve()
+        catalog = open_catalog(catalog_dir)
+        summary["catalog"] = {"dir": str(catalog_dir), "fingerprint": catalog.fingerprint}
+        model_dir = build_tiny_model(line_dir(options.out_dir) / "tiny_model", catalog_dir)
+        plans: dict[str, dict[int, list[str]]] = {}
+        for env_id in env_ids:
+            if env_id == envs.WEBSHOP:
+                plans[env_id] = pick_oracle_goals(
+                    catalog_dir, options.goal_set, "train", options.goals, options.max_turns
+                )
+            else:
+                plans[env_id] = pick_env_tasks(env_id, options.goals, options.max_turns - 1)
+        train_file = out_dir / "data" / "train.parquet"
+        rows, openings = write_env_rows(env_ids, plans, catalog, options.goal_set, train_file)
+        summary["dataset"] = {"rows": len(rows), "tasks": {e: sorted(p) for e, p in plans.items()},
+                              "plan_lengths": {e: sorted(len(p) for p in ps.values()) for e, ps in plans.items()}}  # fmt: skip
+        summary["timings"]["data"] = round(time.monotonic() - t, 2)
+
+        t = time.monotonic()
+        cluster = start_or_reuse_env_cluster(
+            options, catalog_dir, catalog.fingerprint, env_ids, out_dir / "cluster"
+        )
+        os.environ["WEBSHOP_URL"] = cluster.url  # the agent-loop config reads ${oc.env:WEBSHOP_URL}
+        summary["cluster"] = {"url": cluster.url, "reused": cluster.reused}
+        summary["timings"]["cluster"] = round(time.monotonic() - t, 2)
+
+        t = time.monotonic()
+        summary.update(_env_agent_loop_stage(options, directory, names[0], model_dir, train_file, rows, openings,
+                                             env_ids, errors, checks))  # fmt: skip
+        summary["timings"]["agent_loop_rollouts"] = round(time.monotonic() - t, 2)
+        if installed_verl_line() == "0.7":  # the interaction route too (the 0.7 configs' default: tool_agent)
+            t = time.monotonic()
+            interaction_file = out_dir / "data" / "train_interaction.parquet"
+            rows, _ = write_env_rows(
+                env_ids, plans, catalog, options.goal_set, interaction_file, interaction=True
+            )
+            summary["interaction"] = _env_interaction_stage(options, directory, names[0], model_dir,
+                                                            interaction_file, rows, openings, errors, checks)  # fmt: skip
+            summary["timings"]["interaction_rollouts"] = round(time.monotonic() - t, 2)
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}")
+        summary["traceback"] = traceback.format_exc(limit=8)
+    finally:
+        if cluster is not None and cluster.stop is not None:
+            cluster.stop()
+    return _write_summary(summary, errors, checks, started, out_dir)
+
+
+def write_env_rows(env_ids: Sequence[str], plans: Mapping[str, Mapping[int, Sequence[str]]], catalog: Any,
+                   goal_set: str, path: Path, interaction: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+    """The rows of the picked tasks (``env_data.RowBuilder``: what ``webshop-train data --env`` writes; the
+    interaction route's with ``interaction``) into ``path``; the rows and each row's first user turn -> its plan."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .env_data import SCHEMA, RowBuilder
+
+    rows: list[dict[str, Any]] = []
+    openings: dict[str, Sequence[str]] = {}
+    for env_id in env_ids:
+        builder = RowBuilder(env_id, catalog, goal_set, interaction=interaction)
+        for task, plan in plans[env_id].items():
+            row = builder.row(task, "train", len(rows))
+            rows.append(row)
+            openings[next(m["content"] for m in row["prompt"] if m["role"] == "user")] = plan
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+    return rows, openings
+
+
+def env_round_overrides(env_ids: Sequence[str], max_turns: int) -> list[str]:
+    """Each environment's rounds capped at ``max_turns - 1`` for the CPU rollouts (WebShop's preflight plays as few
+    turns; the expert plans picked fit them): a tiny model would otherwise play 30 TextCraft rounds per trajectory."""
+    return [f"++environments.{e}.max_rounds={max_turns - 1}" for e in env_ids]
+
+
+def _env_interaction_stage(options: PreflightOptions, directory: Path, name: str, model_dir: Path, train_file: Path,
+                           rows: Sequence[Mapping[str, Any]], openings: Mapping[str, Sequence[str]],
+                           errors: list[str], checks: dict[str, bool]) -> dict[str, Any]:  # fmt: skip
+    """verl 0.7.1's interaction route for the same tasks: ``ToolAgentLoop`` -> the environment's interaction
+    (configs/webshop_interaction.yaml, chosen by ``interaction_kwargs.name``) -> the reward function; the scripted
+    oracle must earn every trajectory's success."""
+    from omegaconf import OmegaConf
+    from verl.trainer.main_ppo import create_rl_dataset
+    from verl.utils import hf_tokenizer
+
+    from .interaction import EPISODES
+
+    interaction_file = config_dir() / INTERACTION_CONFIG
+    overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
+                 f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interaction_file}",
+                 f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
+                 *env_round_overrides([str(r["data_source"]) for r in rows], options.max_turns),
+                 *options.extra_overrides]  # fmt: skip
+    _, config = compose_training_config(name, overrides, directory)
+    OmegaConf.resolve(config)
+    tokenizer = hf_tokenizer(str(model_dir))
+    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
+    samples = [dataset[i] for i in range(len(dataset))]
+    checks["interaction_dataset"] = len(samples) == len(rows) and all(
+        s.get("agent_name") == AGENT_NAME and s["interaction_kwargs"].get("name") == s.get("data_source")
+        for s in samples
+    )  # fmt: skip
+    if not checks["interaction_dataset"]:
+        errors.append("interaction route: verl's dataset lost rows, agent_name or interaction_kwargs.name")
+    EPISODES.clear()
+    oracle = asyncio.run(
+        _run_rollouts(config, samples, options.rollouts, PlanByOpeningServer(tokenizer, openings))
+    )
+    gc.collect()
+    expected = len(samples) * options.rollouts
+    success = oracle["extras"].get("success", [])
+    result = {"worker": oracle.get("agent_loop_worker"), "oracle_rollouts": len(oracle["scores"]),
+              "oracle_mean_reward": _mean(oracle["scores"]), "oracle_success_rate": _mean(success),
+              "leaked_states": len(EPISODES), "step_metrics_error": oracle["step_metrics_error"]}  # fmt: skip
+    checks["interaction_oracle_success"] = len(success) == expected and all(x == 1.0 for x in success)
+    if not checks["interaction_oracle_success"]:
+        errors.append(f"interaction route: the scripted oracle did not succeed on every trajectory: {success} "
+                      f"(scores {oracle['scores']})")  # fmt: skip
+    checks["interaction_step_metrics"] = not oracle["step_metrics_error"]
+    if oracle["step_metrics_error"]:
+        errors.append(
+            f"interaction route: the per-step metric computation failed: {oracle['step_metrics_error']}"
+        )
+    checks["interaction_no_leaked_states"] = result["leaked_states"] == 0
+    return result
+
+
+def _env_agent_loop_stage(options: PreflightOptions, directory: Path, name: str, model_dir: Path, train_file: Path,
+                          rows: Sequence[Mapping[str, Any]], openings: Mapping[str, Sequence[str]],
+                          env_ids: Sequence[str], errors: list[str], checks: dict[str, bool]) -> dict[str, Any]:  # fmt: skip
+    """The rows through verl's dataset class and the installed line's agent-loop worker: the tiny model, then the
+    scripted oracle; what it found (``errors``/``checks`` filled in place)."""
+    from omegaconf import OmegaConf
+    from verl.utils import hf_tokenizer
+
+    try:
+        from verl.trainer.ppo.utils import create_rl_dataset  # verl 0.9
+    except ImportError:
+        from verl.trainer.main_ppo import create_rl_dataset  # verl 0.7.1
+
+    from .interaction import EPISODES
+    from .rehearsal.local_rollout import TinyModelServer
+
+    overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
+                 *env_round_overrides(env_ids, options.max_turns), *options.extra_overrides]  # fmt: skip
+    _, config = compose_training_config(name, overrides, directory)
+    OmegaConf.resolve(config)
+    tokenizer = hf_tokenizer(str(model_dir))
+    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
+    samples = [dataset[i] for i in range(len(dataset))]
+    by_env = [str(s.get("data_source")) for s in samples]
+    checks["env_dataset"] = len(samples) == len(rows) and all(
+        s.get("agent_name") == f"{s.get('data_source')}_agent" for s in samples
+    ) and sorted(set(by_env)) == sorted(env_ids)  # fmt: skip
+    if not checks["env_dataset"]:
+        errors.append(
+            f"verl's dataset kept {len(samples)} of {len(rows)} rows or lost agent_name/data_source"
+        )
+    EPISODES.clear()
+    tiny = asyncio.run(_run_agent_loop_rollouts(config, samples, options.rollouts,
+                                                TinyModelServer(str(model_dir), options.max_new_tokens)))  # fmt: skip
+    oracle = asyncio.run(_run_agent_loop_rollouts(config, samples, options.rollouts,
+                                                  PlanByOpeningServer(tokenizer, openings)))  # fmt: skip
+    gc.collect()
+    expected = len(samples) * options.rollouts
+    result: dict[str, Any] = {"config_used": name, "agent_loop_worker": tiny.get("agent_loop_worker"),
+                              "rollouts": len(tiny["scores"]), "mean_reward": _mean(tiny["scores"]),
+                              "oracle_rollouts": len(oracle["scores"]), "oracle_mean_reward": _mean(oracle["scores"]),
+                              "leaked_states": len(EPISODES), "step_metrics": oracle["step_metrics"]}  # fmt: skip
+    result["per_env"] = {"tiny_model": per_env_records(tiny["records"], env_ids),
+                         "oracle": per_env_records(oracle["records"], env_ids)}  # fmt: skip
+    result["oracle"] = {"success_rate": _mean(oracle["extras"].get("success", [])),
+                        "mean_steps": _mean(oracle["extras"].get("steps", [])),
+                        "invalid_actions": sum(oracle["extras"].get("invalid_actions", []))}  # fmt: skip
+    checks["env_tiny_rollouts"] = result["rollouts"] == expected and sorted(result["per_env"]["tiny_model"]) == sorted(
+        env_ids)  # fmt: skip
+    if not checks["env_tiny_rollouts"]:
+        errors.append(f"tiny-model rollouts: {result['rollouts']} of {expected}, per environment "
+                      f"{result['per_env']['tiny_model']}")  # fmt: skip
+    success = oracle["extras"].get("success", [])
+    checks["env_oracle_success"] = (
+        len(success) == expected and all(s == 1.0 for s in success)
+        and sorted(result["per_env"]["oracle"]) == sorted(env_ids)
+    )  # fmt: skip
+    if not checks["env_oracle_success"]:
+        errors.append(f"the scripted oracle's expert plans did not succeed on every trajectory: success {success}, "
+                      f"per environment {result['per_env']['oracle']}")  # fmt: skip
+    result["step_metrics_ok"] = checks["env_step_metrics"] = bool(oracle["step_metrics"]) and not any(
+        run["step_metrics_error"] for run in (tiny, oracle)
+    )
+    for label, run in (("tiny model", tiny), ("oracle", oracle)):
+        if run["step_metrics_error"]:
+            errors.append(
+                f"{label}: the trainer's per-step metric computation failed: {run['step_metrics_error']}"
+            )
+    # the per-environment figures every training step logs (verl_main), from the oracle's batch: all solved
+    per_env_metrics = {e: {k.rsplit("/", 1)[1]: v for k, v in oracle["step_metrics"].items()
+                           if k.startswith(f"env/{e}/")} for e in env_ids}  # fmt: skip
+    result["step_metrics_per_env"] = per_env_metrics
+    oracle_counts = {e: r["trajectories"] for e, r in result["per_env"]["oracle"].items()}
+    checks["env_step_metrics_per_env"] = all(
+        m.get("success_rate") == 1.0 and m.get("trajectories") == oracle_counts.get(e)
+        for e, m in per_env_metrics.items()
+    )
+    if not checks["env_step_metrics_per_env"]:
+        errors.append(
+            f"the step's per-environment metrics (env/<env>/...) are missing or wrong: {per_env_metrics}"
+        )
+    report = token_stream_report(tiny["records"] + oracle["records"], tokenizer)
+    result["token_stream"] = report
+    result["token_stream_ok"] = checks["env_token_stream"] = report["ok"] and tiny["padded_mask_ok"] and oracle[
+        "padded_mask_ok"]  # fmt: skip
+    if not result["token_stream_ok"]:
+        errors.append(f"token stream check failed: {report['problems'] or report}")
+    checks["env_no_leaked_states"] = result["leaked_states"] == 0
+    if result["leaked_states"]:
+        errors.append(f"{result['leaked_states']} episode state(s) left behind")
+    return result
+
+
+def per_env_records(
+    records: Sequence[Mapping[str, Any]], env_ids: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Trajectories per environment (the agent loop's records carry their environment): count, mean score, mean
+    model turns, and how they stopped."""
+    out: dict[str, dict[str, Any]] = {}
+    for env_id in env_ids:
+        mine = [r for r in records if r.get("env") == env_id]
+        if mine:
+            out[env_id] = {"trajectories": len(mine), "mean_score": _mean([float(r["reward"]) for r in mine]),
+                           "mean_turns": _mean([len(r["generated"]) for r in mine]),
+                           "stops": sorted({str(r["stop"]) for r in mine})}  # fmt: skip
+    return out

@@ -9,8 +9,9 @@ lengths. Weights are random: the model's replies are noise, which exercises the 
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from webshop_env.catalog.store import open_catalog
@@ -74,7 +75,7 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048):
 
 def build_tiny_model(
     out: Path | str,
-    catalog_dir: Path | str,
+    catalog_dir: Path | str | None,
     *,
     hidden_size: int = 64,
     layers: int = 2,
@@ -82,14 +83,19 @@ def build_tiny_model(
     vocab_size: int = 2048,
     seed: int = 0,
     force: bool = False,
+    texts: Sequence[str] | None = None,
 ) -> Path:
-    """Write a tiny Qwen2-architecture model + tokenizer to ``out`` (reused when already built the same way)."""
+    """Write a tiny Qwen2-architecture model + tokenizer to ``out`` (reused when already built the same way).
+    ``texts``: what the tokenizer is trained on instead of the catalog's texts (another environment's prompts and
+    episodes; ``catalog_dir`` may then be None)."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out)
     recipe = {"hidden_size": hidden_size, "layers": layers, "heads": heads, "vocab_size": vocab_size, "seed": seed,
-              "catalog": open_catalog(catalog_dir).fingerprint}  # fmt: skip
+              "catalog": open_catalog(catalog_dir).fingerprint if texts is None else None}  # fmt: skip
+    if texts is not None:
+        recipe["texts"] = hashlib.sha256("\0".join(texts).encode()).hexdigest()
     marker = out / MARKER
     if not force and marker.exists():
         try:
@@ -98,7 +104,7 @@ def build_tiny_model(
         except ValueError:
             pass
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(catalog_texts(catalog_dir), vocab_size=vocab_size)
+    tokenizer = build_tokenizer(catalog_texts(catalog_dir) if texts is None else texts, vocab_size=vocab_size)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,

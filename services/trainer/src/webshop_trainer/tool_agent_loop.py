@@ -10,7 +10,13 @@ verl's ``ToolAgentLoop`` as released:
   after ``<|im_end|>``), so the model is trained on streams that the chat template (and so eval, through
   sglang's chat endpoint) never produces.
 
-This subclass changes exactly those two things and calls verl's own code for everything else. It is declared
+It also gives each environment its own episode shape, as the agent loop does: the training config's
+``environments.<env>.turn_tokens`` (the env named by the row's ``interaction_kwargs["name"]``) caps that row's
+turns, and ``environments.<env>.max_rounds`` goes to the interaction as ``interaction_kwargs["max_rounds"]``
+(``WebshopInteraction`` and ``EnvInteraction`` end the episode there), so one run can mix environments with
+different budgets (verl's ``max_assistant_turns`` is one number for the whole run).
+
+This subclass changes exactly those things and calls verl's own code for everything else. It is declared
 under verl's own name ``tool_agent`` in ``configs/webshop_agent_loop.yaml``, which the 0.7 configs load
 (``rollout.agent.agent_loop_config_path``): verl's worker registers the file's entries over its built-in
 ones, so rows and configs keep ``agent_name: tool_agent``.
@@ -18,10 +24,12 @@ ones, so rows and configs keep ``agent_name: tool_agent``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
+from .agent_loop import environment_settings
 from .agent_tokens import turn_separator_ids
 from .config import TURN_TOKENS
 
@@ -39,6 +47,18 @@ class WebShopToolAgentLoop(ToolAgentLoop):
         self.turn_tokens = int(turn_tokens)
         self._separator: list[int] | None = None
         self._separate_next = False
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
+        """verl's ``run`` with the row's environment's ``turn_tokens`` and ``max_rounds`` (module docstring)."""
+        extra = kwargs.get("extra_info")
+        interaction_kwargs = extra.get("interaction_kwargs") if isinstance(extra, Mapping) else None
+        if self.interaction_config_file and isinstance(interaction_kwargs, Mapping):
+            shape = environment_settings(self.config, str(interaction_kwargs.get("name")))
+            self.turn_tokens = int(shape.get("turn_tokens", self.turn_tokens))
+            if shape.get("max_rounds") is not None:  # a copy: the batch's own row stays as it was
+                interaction_kwargs = {**interaction_kwargs, "max_rounds": int(shape["max_rounds"])}
+                kwargs["extra_info"] = {**extra, "interaction_kwargs": interaction_kwargs}
+        return await super().run(sampling_params, **kwargs)
 
     async def _handle_generating_state(self, agent_data: Any, sampling_params: dict[str, Any], *args: Any,
                                        **kwargs: Any) -> Any:  # fmt: skip

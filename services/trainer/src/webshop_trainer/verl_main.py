@@ -10,6 +10,16 @@ means of those keys to every step's metrics, so the metrics log and TensorBoard 
     webshop/success/mean, webshop/env_reward/mean, webshop/purchased/mean, webshop/steps/mean,
     webshop/invalid_actions/mean, webshop/invalid_rate/mean
 
+and the same per environment (the rows' ``data_source``), so a run that mixes environments shows each one's
+figures at every step, on both verl lines (:func:`env_step_metrics`):
+
+    env/<env>/reward_mean, env/<env>/success_rate, env/<env>/steps_mean, env/<env>/invalid_rate,
+    env/<env>/score_mean, env/<env>/trajectories
+
+verl 0.9.1 (v1 trainer) keeps the agent loop's ``reward_extra_info`` in each trajectory's ``extra_fields`` in
+TransferQueue and logs none of it on training steps: there the task runner (``WebshopTaskRunnerV1``) extends the
+v1 trainer's ``_compute_metrics`` with these per-environment metrics (:func:`install_env_step_metrics_v1`).
+
 It also makes a resume from a checkpoint taken at an epoch's end train the next epoch (:func:`install_epoch_resume`):
 verl 0.7.1 saves the dataloader's state right after the epoch's last batch, before its iterator is exhausted, and
 restoring that state gives the next epoch 0 batches, so ``trainer.total_epochs=N+1`` on a finished run trained
@@ -18,7 +28,7 @@ nothing and exited 0. verl 0.9.1 re-iterates on StopIteration and does not need 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import hydra
@@ -43,6 +53,43 @@ def step_metrics(non_tensor_batch: Mapping[str, Any]) -> dict[str, float]:
     return metrics
 
 
+ENV_METRIC_PREFIX = "env"
+#: ``env/<env>/<name>`` <- the mean of this ``reward_extra_info`` key over the step's trajectories of ``<env>``.
+ENV_METRICS = (("reward_mean", "env_reward"), ("success_rate", "success"), ("steps_mean", "steps"),
+               ("invalid_rate", "invalid_rate"), ("score_mean", "score"))  # fmt: skip
+
+
+def env_step_metrics(data_sources: Sequence[Any], infos: Mapping[str, Sequence[Any]]) -> dict[str, float]:
+    """Per environment (``data_sources``: one per trajectory, the rows' ``data_source``), the means of the
+    trajectories' ``reward_extra_info`` columns (``infos``: key -> one value per trajectory) as
+    ``env/<env>/<name>`` (:data:`ENV_METRICS`), and ``env/<env>/trajectories``. A value that is missing (None)
+    or not a finite number is left out of its mean; a key absent from ``infos`` gives no metric."""
+    sources = [str(s) if s is not None else "unknown" for s in data_sources]
+    for key, column in infos.items():
+        if len(column) != len(sources):
+            raise ValueError(f"{key}: {len(column)} values for {len(sources)} trajectories")
+    metrics: dict[str, float] = {}
+    for env in sorted(set(sources)):
+        rows = [i for i, s in enumerate(sources) if s == env]
+        metrics[f"{ENV_METRIC_PREFIX}/{env}/trajectories"] = float(len(rows))
+        for name, key in ENV_METRICS:
+            if key not in infos:
+                continue
+            values = [_finite(infos[key][i]) for i in rows]
+            values = [v for v in values if v is not None]
+            if values:
+                metrics[f"{ENV_METRIC_PREFIX}/{env}/{name}"] = float(np.mean(values))
+    return metrics
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if np.isfinite(number) else None
+
+
 def install_step_metrics() -> None:
     """Make verl's trainer loop add :func:`step_metrics` to the data metrics of each step (idempotent).
 
@@ -58,10 +105,56 @@ def install_step_metrics() -> None:
     def compute_data_metrics(batch: Any, use_critic: bool = True) -> dict[str, Any]:
         metrics = original(batch=batch, use_critic=use_critic)
         metrics.update(step_metrics(batch.non_tensor_batch))
+        extra = batch.non_tensor_batch
+        if "data_source" in extra:
+            infos = {key: list(extra[key]) for _, key in ENV_METRICS if key in extra}
+            metrics.update(env_step_metrics(list(extra["data_source"]), infos))
         return metrics
 
     compute_data_metrics.webshop_step_metrics = True  # type: ignore[attr-defined]
     ray_trainer.compute_data_metrics = compute_data_metrics
+
+
+def install_env_step_metrics_v1() -> None:
+    """verl 0.9.1: make the v1 trainer's ``PPOTrainer._compute_metrics`` (once per training step, after the step's
+    update) add :func:`env_step_metrics` of the step's trajectories, read from TransferQueue (their
+    ``data_source`` and ``extra_fields["reward_extra_info"]``, padding rows left out). Idempotent."""
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    original = PPOTrainer._compute_metrics
+    if getattr(original, "webshop_env_metrics", False):
+        return
+
+    def _compute_metrics(self: Any, batch: Any, metrics: dict, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, batch, metrics, *args, **kwargs)
+        metrics.update(env_step_metrics_tq(tq, batch))
+        return result
+
+    _compute_metrics.webshop_env_metrics = True  # type: ignore[attr-defined]
+    PPOTrainer._compute_metrics = _compute_metrics
+
+
+def env_step_metrics_tq(tq: Any, batch: Any) -> dict[str, float]:
+    """:func:`env_step_metrics` of a v1 batch (``KVBatchMeta``) from TransferQueue."""
+    keep = [not tag.get("is_padding", False) for tag in batch.tags]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                           select_fields=["data_source", "extra_fields"])  # fmt: skip
+    sources = [s for s, k in zip(_column(data["data_source"]), keep, strict=True) if k]
+    fields = [f for f, k in zip(_column(data["extra_fields"]), keep, strict=True) if k]
+    infos_rows = [
+        dict((f or {}).get("reward_extra_info") or {}) if isinstance(f, Mapping) else {} for f in fields
+    ]
+    keys = {key for _, key in ENV_METRICS if any(key in row for row in infos_rows)}
+    infos = {key: [row.get(key) for row in infos_rows] for key in keys}
+    return env_step_metrics(sources, infos)
+
+
+def _column(value: Any) -> list[Any]:
+    """A TransferQueue non-tensor field as a list of rows."""
+    if hasattr(value, "tolist"):
+        return list(value.tolist())
+    return list(value)
 
 
 def finish_exhausted_epoch(dataloader: Any, state: Mapping[str, Any], steps_done: int) -> bool:
@@ -129,6 +222,41 @@ def _task_runner_class() -> Any:
     return WebshopTaskRunner
 
 
+def _task_runner_class_v1() -> Any:
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    class WebshopTaskRunnerV1(TaskRunnerV1.__ray_actor_class__):  # type: ignore[misc, name-defined]
+        """verl 0.9.1's v1 TaskRunner (the class its Ray actor runs); the trainer loop runs in this actor, so the
+        per-environment step metrics are installed here."""
+
+        def run(self, config: Any) -> Any:
+            install_env_step_metrics_v1()
+            return super().run(config)
+
+    return WebshopTaskRunnerV1
+
+
+@hydra.main(config_path=None, config_name=None, version_base=None)
+def main_v1(config: Any) -> None:
+    """What verl 0.9.1's ``main_ppo.main`` does (device, config validation, ``run_ppo``), with the task runner
+    that adds the per-environment step metrics; the legacy (non-v1) trainer runs verl's own task runner."""
+    import ray
+    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                    use_critic=need_critic(config))  # fmt: skip
+    if config.trainer.use_v1:
+        run_ppo(config, task_runner_class=ray.remote(_task_runner_class_v1()))
+    else:
+        from verl.trainer.main_ppo_v0 import TaskRunner
+
+        run_ppo(config, task_runner_class=TaskRunner)
+
+
 @hydra.main(config_path=None, config_name=None, version_base=None)
 def main(config: Any) -> None:
     """What ``verl.trainer.main_ppo.main`` does, with the WebShop task runner."""
@@ -143,16 +271,14 @@ def main(config: Any) -> None:
 
 
 def run() -> None:
-    """verl 0.7.x: :func:`main`. Later lines (0.9: ``TaskRunnerV1``, validate_config in main) run verl's own
-    ``main_ppo`` unchanged, so ``webshop-train train`` launches through this module on either line."""
+    """verl 0.7.x: :func:`main`; verl 0.9: :func:`main_v1` (verl's ``main_ppo`` with the per-environment step
+    metrics), so ``webshop-train train`` launches through this module on either line."""
     from .config import installed_verl_line
 
     if installed_verl_line() == "0.7":
         main()
     else:
-        from verl.trainer.main_ppo import main as verl_main_ppo
-
-        verl_main_ppo()
+        main_v1()
 
 
 if __name__ == "__main__":

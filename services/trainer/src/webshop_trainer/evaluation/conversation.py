@@ -1,4 +1,5 @@
-"""The chat an LLM policy has with the environment, built exactly as in training.
+"""The chat an LLM policy has with the environment, built exactly as in training (``EnvConversation``: the other
+environments, from their trainer-side spec).
 
 Everything here delegates to the trainer's own modules: ``webshop_trainer.prompts`` (system prompt, first
 user turn, the user turn after each step) and ``webshop_trainer.actions`` (action extraction), and it sends
@@ -57,3 +58,33 @@ class Conversation:
     def action_of(output: str) -> str | None:
         """The action the training interaction takes from this reply (None: it names none)."""
         return extract_action(output)
+
+
+@dataclass
+class EnvConversation:
+    """The chat with another environment (TextCraft, BabyAI, SciWorld), built from its trainer-side spec
+    (``webshop_trainer.envs``) as the agent loop builds it: the spec's system prompt, its first user turn, then
+    each reply and the user turn the spec makes of the step (the runner makes it, with ``spec.step_message``, and
+    hands it over as the next turn's observation). The same interface as ``Conversation``."""
+
+    spec: Any
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, spec: Any, first_message: str) -> EnvConversation:
+        """``first_message``: ``spec.first_message`` of the reset (what the dataset row's prompt holds)."""
+        return cls(
+            spec,
+            [{"role": "system", "content": spec.system_prompt}, {"role": "user", "content": first_message}],
+        )
+
+    def add_reply(self, output: str) -> None:
+        self.messages.append({"role": "assistant", "content": output})
+
+    def add_step(self, observation: str, available_actions: Mapping[str, Any], action: str | None, valid: bool
+                 ) -> None:  # fmt: skip
+        """``observation`` is already the user turn the spec made of the step."""
+        self.messages.append({"role": "user", "content": observation})
+
+    def action_of(self, output: str) -> str | None:
+        return self.spec.parse(output).action

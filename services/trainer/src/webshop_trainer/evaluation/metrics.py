@@ -4,7 +4,9 @@ Pure functions over the episode records that ``runner`` writes to ``trajectories
 finished episode), so a report can always be recomputed from the trajectories alone.
 
 Definitions (the WebShop paper's): ``score`` = mean final reward × 100; ``success_rate`` = fraction of
-episodes with reward == 1. Intervals are 95 %: Wilson's for the success rate (well-behaved at 0 and 1,
+episodes with reward == 1. Other environments' records carry ``success`` as their spec judged it
+(``webshop_trainer.envs``: TextCraft's craft of the goal, BabyAI's level solved with a reward below 1), which
+then counts instead of the WebShop rule; ``summarize_mix`` puts several environments' summaries side by side. Intervals are 95 %: Wilson's for the success rate (well-behaved at 0 and 1,
 where the normal approximation collapses to a zero-width interval) and a seeded percentile bootstrap for
 the score (rewards are bounded and skewed, so a t-interval would mislead on small samples).
 """
@@ -75,10 +77,17 @@ def steps_histogram(steps: Iterable[int]) -> dict[str, list[Any]]:
     }
 
 
+def solved(record: Mapping[str, Any]) -> bool:
+    """The episode's success: its own ``success`` (its environment's rule), else WebShop's (reward == 1)."""
+    if "success" in record:
+        return bool(record["success"])
+    return is_success(float(record["reward"]))
+
+
 def _group(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rewards = [float(r["reward"]) for r in records]
     n = len(rewards)
-    successes = sum(1 for reward in rewards if is_success(reward))
+    successes = sum(1 for r in records if solved(r))
     return {
         "episodes": n,
         "score": 100.0 * sum(rewards) / n if n else 0.0,
@@ -91,7 +100,7 @@ def summarize(records: Sequence[Mapping[str, Any]], bootstrap_seed: int = 0) -> 
     """The metrics of finished episodes (records as ``runner`` writes them)."""
     rewards = [float(r["reward"]) for r in records]
     n = len(records)
-    successes = sum(1 for reward in rewards if is_success(reward))
+    successes = sum(1 for r in records if solved(r))
     total_steps = sum(int(r["steps"]) for r in records)
     invalid = sum(int(r.get("invalid_actions", 0)) for r in records)
     unparsed = sum(int(r.get("unparsed_outputs", 0)) for r in records)
@@ -116,3 +125,23 @@ def summarize(records: Sequence[Mapping[str, Any]], bootstrap_seed: int = 0) -> 
         "reward_histogram": reward_histogram(rewards),
         "steps_histogram": steps_histogram(int(r["steps"]) for r in records),
     }
+
+
+#: What a mixed evaluation's per-environment table shows of each environment's ``summarize``.
+MIX_KEYS = ("episodes", "score", "score_ci95", "success_rate", "success_rate_ci95", "successes", "mean_reward",
+            "mean_steps", "invalid_action_rate", "unparsed_output_rate", "truncated_rate")  # fmt: skip
+
+
+def summarize_mix(per_env: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Several environments' summaries side by side (``by_env``), and their episodes pooled (``overall``:
+    episodes, successes, success rate with its Wilson interval; rewards are not pooled, their scales differ)."""
+    episodes = sum(int(m["episodes"]) for m in per_env.values())
+    successes = sum(int(m["successes"]) for m in per_env.values())
+    low, high = wilson_interval(successes, episodes)
+    return {
+        "envs": list(per_env),
+        "by_env": {env: {k: m[k] for k in MIX_KEYS if k in m} for env, m in per_env.items()},
+        "overall": {"episodes": episodes, "successes": successes,
+                    "success_rate": successes / episodes if episodes else 0.0,
+                    "success_rate_ci95": [low, high]},
+    }  # fmt: skip

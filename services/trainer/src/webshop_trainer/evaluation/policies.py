@@ -9,6 +9,11 @@
   through ``conversation``), so eval numbers mean what training optimised.
 - ``checkpoint``: starts an sglang server from a model directory, then is the ``openai`` policy against it.
 
+On the other environments (``env_runner``: TextCraft, BabyAI, SciWorld) the expert plays the environment's plan
+and ``EnvRandomPolicy`` its listed actions (else actions of training tasks' plans), both replying ``Action: ...``
+(``as_agentgym_reply``) so that the environment's parser reads them like a model's; the LLM policies take the
+environment's spec (``OpenAIPolicy.env_spec``: its system prompt and first turn, ``conversation.EnvConversation``).
+
 A policy hands out one ``EpisodeAgent`` per episode (``begin``); the agent answers one ``Decision`` per turn.
 Endpoint failures that survive the retries raise ``PolicyError``: the runner reports them and never scores
 such an episode as a 0.
@@ -108,31 +113,47 @@ class Policy(ABC):
 PlanSource = Callable[[int, str], Awaitable[list[str]]]
 
 
+def as_action(action: str) -> str:
+    """WebShop's expert and random policies reply with the bare action (what WebShop's parser reads)."""
+    return action
+
+
+def as_agentgym_reply(action: str) -> str:
+    """The reply an AgentGym client reads ``action`` from (TextCraft, BabyAI, SciWorld: ``Action: <action>``), so
+    the expert's and the random policy's actions go through the environment's own parser like a model's."""
+    return f"Action: {action}"
+
+
 class ExpertPolicy(Policy):
-    """Plays the oracle's plan; an empty plan (no way to the product found) ends the episode at once."""
+    """Plays the oracle's plan; an empty plan (no way to the product found) ends the episode at once.
+
+    ``reply`` turns an action into the reply the runner parses (``as_agentgym_reply`` for the other
+    environments)."""
 
     name = "expert"
 
-    def __init__(self, plans: PlanSource, source: str) -> None:
+    def __init__(self, plans: PlanSource, source: str, reply: Callable[[str], str] = as_action) -> None:
         self._plans = plans
         self._source = source
+        self._reply = reply
 
     async def begin(self, first: Turn) -> EpisodeAgent:
-        return _PlanAgent(list(await self._plans(first.goal, first.goal_set)))
+        return _PlanAgent(list(await self._plans(first.goal, first.goal_set)), self._reply)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "plan_source": self._source}
 
 
 class _PlanAgent(EpisodeAgent):
-    def __init__(self, plan: list[str]) -> None:
+    def __init__(self, plan: list[str], reply: Callable[[str], str] = as_action) -> None:
         self._plan = plan
+        self._reply = reply
 
     async def act(self, turn: Turn) -> Decision:
         if turn.index >= len(self._plan):
             return Decision(output="", action=None, stop=True)
         action = self._plan[turn.index]
-        return Decision(output=action, action=action)
+        return Decision(output=self._reply(action), action=action)
 
 
 def catalog_plans(catalog: Any) -> PlanSource:
@@ -184,6 +205,50 @@ class _RandomAgent(EpisodeAgent):
             return Decision(output="", action=None, stop=True)
         action = self._rng.choice(actions)
         return Decision(output=action, action=action)
+
+
+class EnvRandomPolicy(Policy):
+    """The random policy of the other environments: at every turn a uniformly random action among those the
+    environment lists (``available_actions``, BabyAI), else among ``pool`` (the actions of expert plans of
+    *training* tasks: commands of the right form, mostly useless for the task at hand), sent as a reply the
+    environment's parser reads. Seeded per (seed, environment, task), like ``RandomPolicy``."""
+
+    name = "random"
+
+    def __init__(self, pool: Callable[[], Awaitable[list[str]]], seed: int = 0,
+                 reply: Callable[[str], str] = as_agentgym_reply) -> None:  # fmt: skip
+        self.seed = seed
+        self._pool_source = pool
+        self._pool: list[str] | None = None
+        self._lock = asyncio.Lock()
+        self._reply = reply
+
+    async def _actions(self) -> list[str]:
+        """The pool, built at the first episode that needs it (BabyAI lists its actions and never does)."""
+        async with self._lock:
+            if self._pool is None:
+                self._pool = sorted(set(await self._pool_source()))
+        return self._pool
+
+    async def begin(self, first: Turn) -> EpisodeAgent:
+        rng = random.Random(f"{self.seed}:{first.goal_set}:{first.goal}")
+        return _EnvRandomAgent(rng, self._actions, self._reply)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "seed": self.seed, "pool_size": len(self._pool or [])}
+
+
+class _EnvRandomAgent(EpisodeAgent):
+    def __init__(self, rng: random.Random, pool: Callable[[], Awaitable[list[str]]], reply: Callable[[str], str]
+                 ) -> None:  # fmt: skip
+        self._rng, self._pool, self._reply = rng, pool, reply
+
+    async def act(self, turn: Turn) -> Decision:
+        choices = list(turn.available_actions.get("actions") or []) or await self._pool()
+        if not choices:
+            return Decision(output="", action=None, stop=True)
+        action = self._rng.choice(choices)
+        return Decision(output=self._reply(action), action=action)
 
 
 def random_choices(turn: Turn, rng: random.Random) -> list[str]:
@@ -257,6 +322,8 @@ class OpenAIPolicy(Policy):
         self.max_observation_chars = max_observation_chars
         self._http: httpx.AsyncClient | None = None
         self._random = random.Random()
+        #: set by the runner for an environment other than WebShop (``webshop_trainer.envs.EnvSpec``)
+        self.env_spec: Any = None
         self.requests = 0
         self.retried = 0
 
@@ -274,8 +341,10 @@ class OpenAIPolicy(Policy):
 
     async def begin(self, first: Turn) -> EpisodeAgent:
         from ..actions import UNPARSEABLE_ACTION
-        from .conversation import Conversation  # only LLM policies need the prompt
+        from .conversation import Conversation, EnvConversation  # only LLM policies need the prompt
 
+        if self.env_spec is not None:  # another environment: its spec's system prompt; the runner parses
+            return _ChatAgent(self, EnvConversation.start(self.env_spec, first.observation), "")
         conversation = Conversation.start(
             first.instruction, first.observation, first.available_actions, self.max_observation_chars
         )
@@ -463,12 +532,14 @@ class CheckpointPolicy(OpenAIPolicy):
         if self.server == "cpu":
             return [self.python or sys.executable, "-m", "webshop_trainer.rehearsal.chat_server", "--model",
                     self.serve_path, "--port", str(self.port), "--served-model-name", self.served_model_name]  # fmt: skip
+        from .sglang_defaults import sglang_default_args  # verl's attention backend for this sglang
+
         return sglang_command(
             self.serve_path,
             self.port,
             python=self.python,
             served_model_name=self.served_model_name,
-            extra_args=self.server_args,
+            extra_args=[*self.server_args, *sglang_default_args(self.server_args, self.python)],
         )
 
     async def start(self) -> None:

@@ -1,4 +1,5 @@
-"""``webshop-train eval``: run a policy on a split's goals through the balancer, concurrently, resumably.
+"""``webshop-train eval``: run a policy on a split's goals through the balancer, concurrently, resumably (WebShop;
+``env_runner`` plays the other environments and mixes with this module's runner, outputs and resumption).
 
 Outputs in ``--out``:
 - ``trajectories.jsonl``: one JSON object per finished episode (goal, category, reward, ended_by, ...) with
@@ -32,7 +33,7 @@ from ..actions import step_was_valid
 from ..config import TURN_TOKENS, default_env_url
 from ..reward import is_success
 from ..turns import TRAINING_ENV_STEPS
-from .metrics import UNKNOWN_CATEGORY, summarize
+from .metrics import UNKNOWN_CATEGORY, solved, summarize
 from .policies import (
     CheckpointPolicy,
     ContextLengthExceeded,
@@ -101,6 +102,7 @@ class EvalConfig:
     env_retry_budget_s: float = 60.0
     progress: bool = True
     write_report: bool = True
+    explicit_turns: bool = False  # max_turns was given (a mix then uses it for every environment)
 
 
 @dataclass
@@ -167,8 +169,9 @@ def evaluate(config: EvalConfig, spec: PolicySpec) -> EvalResult:
     return asyncio.run(evaluate_async(config, spec))
 
 
-async def evaluate_async(config: EvalConfig, spec: PolicySpec) -> EvalResult:
-    """Run (or resume) the evaluation and write its outputs; see the module docstring."""
+async def evaluate_async(config: EvalConfig, spec: PolicySpec, policy: Policy | None = None) -> EvalResult:
+    """Run (or resume) the evaluation and write its outputs; see the module docstring. ``policy``: one the
+    caller started (a mixed evaluation shares its model server), used as it is and left open."""
     if config.max_turns < 1:
         raise EvalError("--max-turns must be at least 1")
     if config.concurrency < 1:
@@ -202,7 +205,9 @@ async def evaluate_async(config: EvalConfig, spec: PolicySpec) -> EvalResult:
             raise EvalError(f"the {config.split} split of the {goal_set} goals is empty on this server")
 
         catalog = _open_catalog(config.catalog, info["fingerprint"]) if config.catalog else None
-        policy = build_policy(spec, client, catalog, out)
+        owned = policy is None
+        if policy is None:
+            policy = build_policy(spec, client, catalog, out)
         identity = {
             "policy": _identity(policy.describe()),
             "split": config.split,
@@ -216,11 +221,13 @@ async def evaluate_async(config: EvalConfig, spec: PolicySpec) -> EvalResult:
         runner = _Runner(config, client, policy, goal_set, catalog)
         failures: list[dict[str, Any]] = []
         if todo:
-            await policy.start()
+            if owned:
+                await policy.start()
             try:
                 failures = await runner.run(todo, out / TRAJECTORIES, already=len(done), total=len(goals))
             finally:
-                await policy.close()
+                if owned:
+                    await policy.close()
         records = {**done, **{_key(goal_set, r["goal"]): r for r in runner.finished}}
     finally:
         await client.aclose()
@@ -501,6 +508,7 @@ class _Progress:
     def __init__(self, total: int, initial: int, enabled: bool, name: str) -> None:
         self._bar: Any = None
         self._rewards: list[float] = []
+        self._solved = 0
         if enabled:
             from tqdm.auto import tqdm
 
@@ -508,10 +516,11 @@ class _Progress:
 
     def update(self, record: dict[str, Any]) -> None:
         self._rewards.append(record["reward"])
+        self._solved += solved(record)
         if self._bar is not None:
             n = len(self._rewards)
             score = 100 * sum(self._rewards) / n
-            success = sum(1 for r in self._rewards if is_success(r)) / n
+            success = self._solved / n
             self._bar.set_postfix_str(f"score {score:.1f} success {success:.2f}", refresh=False)
             self._bar.update(1)
 

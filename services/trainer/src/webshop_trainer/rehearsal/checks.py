@@ -6,8 +6,10 @@ Each check compares what the trainer used with a source the training pipe cannot
   rollout server produced them (its record of every generation: prompt digest and tokens): a token the model did
   not produce (an env page, a separator) must never be trained on, and every model token must be;
 - **the reward** the trainer used (``token_level_scores`` / ``rm_scores``) with the environment's reward for the
-  actions the model took, replayed in-process on the same catalog (the env is deterministic and stateless), minus
-  the declared invalid-reply penalty: a sign flip or a shaping bug anywhere between the env and the advantage shows;
+  actions the model took, replayed in-process (WebShop on the same catalog, :func:`replay_reward`; any other
+  environment on its core, ``webshop_trainer.envs.replay.replay_score``: each environment is deterministic and
+  stateless), minus the declared invalid-reply penalty: a sign flip or a shaping bug anywhere between the env and
+  the advantage shows;
 - **the update's direction**, judged against GRPO advantages computed here from that replayed reward (not the
   advantages the pipe computed), on the loss tokens only: the first-order change of verl's token-mean surrogate,
   ``sum_i A_i * sum_t dlogp_it / T``, must be positive, and responses with a positive advantage must have become
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from ..reward import is_success
 
 #: |pipe reward - replayed reward| above this is a mismatch.
 REWARD_TOLERANCE = 1e-5
@@ -91,6 +95,7 @@ class Trajectory:
     goal: int | None = None
     goal_set: str | None = None
     agent_name: str | None = None
+    env_id: str | None = None  # the row's environment (None: WebShop)
     advantage: float = 0.0  # the pipe's own (for the report)
     before: np.ndarray | None = None
     after: np.ndarray | None = None
@@ -132,7 +137,7 @@ def mask_record(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
 def played_replies(trajectory: Trajectory, decode: Callable[[list[int]], str]) -> list[str]:
     """The model's replies the env was sent, in order.
 
-    The WebShop agent loop plays every reply; verl's ``ToolAgentLoop`` (``tool_agent``) ends without playing the
+    The agent loops play every reply; verl's ``ToolAgentLoop`` (``tool_agent``) ends without playing the
     last one when it hit the turn or length limit, which is exactly when nothing follows it in the stream (a played
     reply is always followed by the env's answer, the end-of-episode message included).
     """
@@ -171,7 +176,40 @@ def replay_reward(
             env_reward = float(step.reward)
             break
         state = step.state
-    return {"score": score, "env_reward": env_reward, "steps": float(steps)}
+    return {"score": score, "env_reward": env_reward, "success": 1.0 if is_success(env_reward) else 0.0,
+            "steps": float(steps)}  # fmt: skip
+
+
+#: The environment of a trajectory whose row names none.
+WEBSHOP = "webshop"
+
+
+def replay_episode(
+    trajectory: Trajectory, replies: Sequence[str], penalty: float, core: Any
+) -> dict[str, float]:
+    """``{"score", "env_reward", "success", "steps"}`` of ``replies`` replayed on the trajectory's task in its
+    environment's in-process ``core`` (WebShop: a ``WebShopEnv`` on the run's catalog, :func:`replay_reward`;
+    the others: ``envs.replay.replay_score``, which plays them as the agent loop does through the env's spec)."""
+    env_id = trajectory.env_id or WEBSHOP
+    if trajectory.goal is None:
+        raise ValueError(f"a {env_id} trajectory without a task (its row's extra_info names none)")
+    if env_id == WEBSHOP:
+        return replay_reward(core, int(trajectory.goal), trajectory.goal_set or "synthetic", replies, penalty)
+    from ..envs.replay import replay_score
+
+    return replay_score(env_id, int(trajectory.goal), replies, penalty=penalty, core=core)
+
+
+def env_figures(trajectories: Sequence[Trajectory], replayed: Sequence[Mapping[str, float]]
+                ) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Per environment: trajectories, the replayed env reward's mean, success rate and steps' mean."""
+    out: dict[str, dict[str, Any]] = {}
+    for env_id in sorted({t.env_id or WEBSHOP for t in trajectories}):
+        rows = [r for t, r in zip(trajectories, replayed, strict=True) if (t.env_id or WEBSHOP) == env_id]
+        out[env_id] = {"trajectories": len(rows), "env_reward_mean": _mean([r["env_reward"] for r in rows]),
+                       "success_rate": _mean([r.get("success", 0.0) for r in rows]),
+                       "steps_mean": _mean([r["steps"] for r in rows])}  # fmt: skip
+    return out
 
 
 def reward_record(
@@ -258,19 +296,21 @@ def step_record(step: int, trajectories: Sequence[Trajectory], index: Generation
                 decode: Callable[[list[int]], str], penalty: float, default_agent: str | None = None
                 ) -> dict[str, Any]:  # fmt: skip
     """One training step judged: the model's turns found in each trajectory (``index``), the loss mask against
-    them, the env's reward replayed (``env``: an in-process ``WebShopEnv``) against the trainer's, and the update
-    against GRPO advantages of that replayed reward. ``{"step", "mask", "reward", "direction"}``."""
+    them, the env's reward replayed against the trainer's, and the update against GRPO advantages of that
+    replayed reward. ``env``: the in-process core of each trajectory's environment, a callable ``env_id -> core``
+    (:func:`replay_episode`), or a ``WebShopEnv`` when every trajectory is WebShop's.
+    ``{"step", "mask", "reward", "direction", "envs"}`` (``envs``: :func:`env_figures`)."""
+    core_of = env if callable(env) and not hasattr(env, "reset") else (lambda _env_id: env)
     replayed = []
     for trajectory in trajectories:
         trajectory.spans = index.spans(trajectory.ids, trajectory.prompt_len)
         trajectory.agent_name = trajectory.agent_name or default_agent
         replies = played_replies(trajectory, decode)
-        replayed.append(
-            replay_reward(env, int(trajectory.goal), trajectory.goal_set or "synthetic", replies, penalty)
-        )
+        replayed.append(replay_episode(trajectory, replies, penalty, core_of(trajectory.env_id or WEBSHOP)))
     advantages = grpo_advantages([r["score"] for r in replayed], [t.uid for t in trajectories])
     return {"step": step, "mask": mask_record(trajectories), "reward": reward_record(trajectories, replayed),
-            "direction": direction_record(step, trajectories, advantages)}  # fmt: skip
+            "direction": direction_record(step, trajectories, advantages),
+            "envs": env_figures(trajectories, replayed)}  # fmt: skip
 
 
 def tied_names(state: Mapping[str, Any]) -> dict[str, set[str]]:

@@ -35,6 +35,8 @@ from .checks import Generation, name_check, prompt_digest
 from .generation import generate_tokens, score_tokens
 
 NAME = "cpu"
+#: The rollouts' sampling seed (each replica adds its rank), set by ``make learn SEED=...``.
+SEED_ENV = "WEBSHOP_ROLLOUT_SEED"
 SERVER_NAME = "webshop_cpu_rollout_{replica}"
 
 
@@ -65,6 +67,7 @@ class CpuLLMServer:
         )
         self.model.eval()
         self.replica_rank = replica_rank
+        seed = seed or int(os.environ.get(SEED_ENV, "0"))  # make learn's SEED: the rollouts' sampling
         self.generator = torch.Generator().manual_seed(seed + replica_rank)
         self.global_steps: int | None = None
         self.weight_version = 0

@@ -5,8 +5,9 @@ when ``$WEBSHOP_REHEARSAL_CHECKS`` names a directory; :mod:`.checks` holds the j
   ``PPOTrainer._update_actor``, the step's data in TransferQueue) every training step: the step's trajectories
   (token stream, loss mask, the reward the trainer used, the actor's log-probs before the update, ``old_log_probs``,
   and after it, the actor worker group's ``compute_log_prob`` on the same batch); the model's own tokens from the
-  rollout servers' records; the env's reward replayed in-process. One JSON line per step in ``steps.jsonl``:
-  ``{"step", "mask", "reward", "direction"}``.
+  rollout servers' records; the env's reward replayed in-process (each trajectory in its own environment: the
+  row's ``extra_info.env`` or ``data_source``). One JSON line per step in ``steps.jsonl``:
+  ``{"step", "mask", "reward", "direction", "envs"}``.
 - After every weight sync (``checkpoint_manager.update_weights``: at start, after a resume, after each step, around
   validation): each rollout server's load report and its log-probs of a fixed sequence (``fixed_sequence.json``,
   written by the rehearsal) against the actor's, computed by the actor worker group. One JSON line per sync in
@@ -69,7 +70,7 @@ class StepChecker:
         self.cursors: dict[int, int] = {}
         self.versions: dict[int, int] = {}
         self.syncs = 0
-        self._env: Any = None
+        self._cores: dict[str, Any] = {}
 
     @staticmethod
     def servers(trainer: Any) -> list[Any]:
@@ -85,13 +86,19 @@ class StepChecker:
             self.cursors[rank] = cursor
         return checks.GenerationIndex(self.generations)
 
-    def env(self) -> Any:
-        if self._env is None:
-            from webshop_env.catalog.store import open_catalog
-            from webshop_env.core.env import WebShopEnv
+    def env(self, env_id: str = checks.WEBSHOP) -> Any:
+        """The in-process core of ``env_id`` for the replay (WebShop: on the run's catalog), made once."""
+        if env_id not in self._cores:
+            if env_id == checks.WEBSHOP:
+                from webshop_env.catalog.store import open_catalog
+                from webshop_env.core.env import WebShopEnv
 
-            self._env = WebShopEnv(open_catalog(os.environ[CATALOG_ENV]))
-        return self._env
+                self._cores[env_id] = WebShopEnv(open_catalog(os.environ[CATALOG_ENV]))
+            else:
+                from webshop_env.envs import registry
+
+                self._cores[env_id] = registry.make(env_id)
+        return self._cores[env_id]
 
     def check_step(self, trainer: Any, step: int, trajectories: list[checks.Trajectory]) -> dict[str, Any]:
         """The three step checks on ``trajectories`` (their ``before``/``after`` log-probs filled in)."""
@@ -99,7 +106,7 @@ class StepChecker:
         def decode(ids: list[int]) -> str:
             return trainer.tokenizer.decode(ids, skip_special_tokens=True)
 
-        record = checks.step_record(step, trajectories, self.index(trainer), self.env(), decode,
+        record = checks.step_record(step, trajectories, self.index(trainer), self.env, decode,
                                     penalty=float(os.environ.get("WEBSHOP_INVALID_ACTION_PENALTY") or 0.0),
                                     default_agent=os.environ.get(TRAIN_AGENT_ENV))  # fmt: skip
         _write(STEPS_FILE, record)
@@ -189,15 +196,16 @@ def trajectories_verl07(batch: Any) -> list[checks.Trajectory]:
     mask, advantages = tensors["response_mask"], tensors["advantages"]
     scores = tensors["token_level_scores"].sum(-1)
     agents = extra.get("agent_name")
+    sources = extra.get("data_source")
     trajectories = []
     for i in range(len(prompts)):
         prompt = prompts[i][attention[i, :width].bool()].tolist()
         length = int(attention[i, width:].sum())
         row_mask = mask[i, :length].long()
-        info = _goal(extra["extra_info"][i])
+        info = _goal(extra["extra_info"][i], sources[i] if sources is not None else None)
         trajectories.append(checks.Trajectory(
             ids=prompt + responses[i, :length].tolist(), prompt_len=len(prompt), mask=row_mask.tolist(),
-            score=float(scores[i]), uid=str(extra["uid"][i]), goal=info[0], goal_set=info[1],
+            score=float(scores[i]), uid=str(extra["uid"][i]), goal=info[0], goal_set=info[1], env_id=info[2],
             agent_name=str(agents[i]) if agents is not None else None,
             advantage=float(advantages[i, :length][row_mask.bool()].mean()) if row_mask.any() else 0.0,
             before=tensors["old_log_probs"][i, :length].double().numpy(),
@@ -249,13 +257,15 @@ def trajectories_verl09(data: Any) -> list[checks.Trajectory]:
     uids, extras = _rows(data["uid"]), _rows(data["extra_info"])
     agents = _rows(data["agent_name"]) if "agent_name" in data.keys() else []  # noqa: SIM118
     agents = agents if len(agents) == len(prompts) else [None] * len(prompts)
+    sources = _rows(data["data_source"]) if "data_source" in data.keys() else []  # noqa: SIM118
+    sources = sources if len(sources) == len(prompts) else [None] * len(prompts)
     trajectories = []
     for i in range(len(prompts)):
         mask = masks[i].long()
-        info = _goal(extras[i])
+        info = _goal(extras[i], sources[i])
         trajectories.append(checks.Trajectory(
             ids=prompts[i].tolist() + responses[i].tolist(), prompt_len=len(prompts[i]), mask=mask.tolist(),
-            score=float(scores[i].sum()), uid=str(uids[i]), goal=info[0], goal_set=info[1],
+            score=float(scores[i].sum()), uid=str(uids[i]), goal=info[0], goal_set=info[1], env_id=info[2],
             agent_name=str(agents[i]) if agents[i] is not None else None,
             advantage=float(advantages[i][mask.bool()].mean()) if mask.any() else 0.0,
             before=before[i].double().numpy(),
@@ -272,7 +282,7 @@ def install_verl09() -> None:
         return
     update_actor, setup = PPOTrainer._update_actor, PPOTrainer._setup
     fields = ["prompts", "responses", "response_mask", "rm_scores", "advantages", "old_log_probs", "uid",
-              "extra_info", "agent_name"]  # fmt: skip
+              "extra_info", "agent_name", "data_source"]  # fmt: skip
 
     def _update_actor(self: Any, batch: Any, metrics: dict) -> Any:
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
@@ -300,12 +310,17 @@ def install_verl09() -> None:
 
 
 # ---- both ----------------------------------------------------------------------------------------------------
-def _goal(extra: Any) -> tuple[int | None, str | None]:
-    """A row's goal and goal set (``extra_info`` as the dataset wrote it)."""
+def _goal(extra: Any, data_source: Any = None) -> tuple[int | None, str | None, str | None]:
+    """A row's task, goal set and environment (``extra_info`` as the dataset wrote it: ``task`` or ``goal``, also
+    in ``interaction_kwargs``; the environment from ``env``, the interaction's ``name`` or the row's
+    ``data_source``)."""
     extra = dict(extra or {})
     kwargs = dict(extra.get("interaction_kwargs") or {})
-    goal = extra.get("goal", kwargs.get("goal"))
-    return (int(goal) if goal is not None else None), (extra.get("goal_set") or kwargs.get("goal_set"))
+    goal = next((v for v in (extra.get("task"), extra.get("goal"), kwargs.get("task"), kwargs.get("goal"))
+                 if v is not None), None)  # fmt: skip
+    env = extra.get("env") or (str(data_source) if data_source is not None else None)
+    return ((int(goal) if goal is not None else None), (extra.get("goal_set") or kwargs.get("goal_set")),
+            str(env) if env else None)  # fmt: skip
 
 
 def _watch_syncs(trainer: Any, line: str) -> None:

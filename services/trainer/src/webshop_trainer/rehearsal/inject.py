@@ -13,7 +13,10 @@ setup hook calls :func:`apply`); the rehearsal must then fail. The bugs, and the
 - ``sync_partial``: every sync pushes all tensors but the MLP weights (a name-mapping regression) ->
   ``weight_sync``;
 - ``sync_stale``: every sync after the first pushes the first sync's tensors again (all names, new version,
-  old values) -> ``weight_sync`` (its log-prob comparison).
+  old values) -> ``weight_sync`` (its log-prob comparison);
+- ``reward_zero``: the reward zeroed where the agent loops hand it to verl (every environment's agent loop and
+  the 0.7.1 interaction's turn reward), before the advantage -> ``make learn`` must report ``learned: false``
+  (``webshop_trainer.rehearsal.learn``: nothing to learn from), and the rehearsal's ``reward_matches_env``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 from typing import Any
 
 ENV = "WEBSHOP_REHEARSAL_INJECT"
-BUGS = ("reward_sign", "mask_env_pages", "sync_skip", "sync_partial", "sync_stale")
+BUGS = ("reward_sign", "mask_env_pages", "sync_skip", "sync_partial", "sync_stale", "reward_zero")
 
 
 def injected() -> list[str]:
@@ -143,3 +146,31 @@ def _sync_stale() -> None:
         return adapter._webshop_first
 
     _sync("sync_stale", transform)
+
+
+def _reward_zero() -> None:
+    from ..agent_loop import EnvAgentLoop
+    from ..interaction import WebshopInteraction
+
+    def run(original: Any) -> Any:
+        @functools.wraps(original)
+        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            output = await original(self, *args, **kwargs)
+            if output.reward_score is not None:
+                output.reward_score = 0.0
+            return output
+
+        return wrapper
+
+    def respond(original: Any) -> Any:
+        @functools.wraps(original)
+        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            done, message, score, metrics = await original(self, *args, **kwargs)
+            rebuild, fields = score.__reduce__()  # every attribute the turn reward carries, its value zeroed
+            return done, message, rebuild(0.0, *fields[1:]), metrics
+
+        return wrapper
+
+    _once(EnvAgentLoop, "run", run, "reward_zero")  # WebShopAgentLoop inherits it
+    if WebshopInteraction.__mro__[1] is not object:  # verl 0.7.x: the interaction exists
+        _once(WebshopInteraction, "generate_response", respond, "reward_zero")

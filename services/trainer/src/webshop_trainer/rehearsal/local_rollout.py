@@ -372,6 +372,9 @@ async def run_tq_rollouts(config: DictConfig, samples: Sequence[dict[str, Any]],
             f"{len(failed)} of {len(uids)} prompts' agent loops failed (see the log)"
         )
         return result
+    from ..verl_main import install_env_step_metrics_v1
+
+    install_env_step_metrics_v1()  # what the project's task runner installs in the trainer's process
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
     trainer.global_steps = global_steps
     # the GPU resource pool is the one thing not here: throughput is normalised per GPU

@@ -28,6 +28,7 @@ EXPECTED = {
     "sync_skip": "weight_sync",
     "sync_partial": "weight_sync",
     "sync_stale": "weight_sync",
+    "reward_zero": "reward_matches_env",  # make learn's bug: the reward the trainer used is 0, the env paid
 }
 
 

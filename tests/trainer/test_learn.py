@@ -144,14 +144,16 @@ def test_reward_zero_zeroes_what_every_agent_loop_hands_to_verl(monkeypatch):
     async def run(self, *args, **kwargs):
         return SimpleNamespace(reward_score=0.75)
 
-    monkeypatch.setattr(agent_loop.EnvAgentLoop, "run", run)
-    monkeypatch.setenv(inject.ENV, "reward_zero")
-    assert inject.apply() == ["reward_zero"]
-    for loop in (agent_loop.EnvAgentLoop, agent_loop.WebShopAgentLoop):
-        output = asyncio.run(loop.run(object(), {}))
-        assert output.reward_score == 0.0, loop.__name__
-    inject.apply()  # idempotent: wrapped once
-    assert agent_loop.EnvAgentLoop.run.webshop_injected == frozenset({"reward_zero"})
+    with inject.restored():  # the bug must not leak into the next test
+        monkeypatch.setattr(agent_loop.EnvAgentLoop, "run", run)
+        monkeypatch.setenv(inject.ENV, "reward_zero")
+        assert inject.apply() == ["reward_zero"]
+        for loop in (agent_loop.EnvAgentLoop, agent_loop.WebShopAgentLoop):
+            output = asyncio.run(loop.run(object(), {}))
+            assert output.reward_score == 0.0, loop.__name__
+        inject.apply()  # idempotent: wrapped once
+        assert agent_loop.EnvAgentLoop.run.webshop_injected == frozenset({"reward_zero"})
+    assert not hasattr(agent_loop.EnvAgentLoop.run, "webshop_injected")
     monkeypatch.setenv(inject.ENV, "reward_zero,nonsense")
     with pytest.raises(ValueError, match="unknown bug"):
         inject.injected()

@@ -140,7 +140,6 @@ def test_the_step_checks_see_a_flipped_reward_and_a_mask_over_env_pages(
     expert_plans_generated: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     from webshop_env.core.env import WebShopEnv
-    from webshop_trainer import agent_loop, interaction, tool_agent_loop
     from webshop_trainer.rehearsal import checks, inject
     from webshop_trainer.rehearsal.direction import trajectories_verl07
 
@@ -150,10 +149,7 @@ def test_the_step_checks_see_a_flipped_reward_and_a_mask_over_env_pages(
     env = WebShopEnv(generated_catalog)
 
     def judged(bug: str | None) -> dict[str, Any]:
-        with monkeypatch.context() as patch:
-            for cls, name in ((agent_loop.WebShopAgentLoop, "run"), (tool_agent_loop.WebShopToolAgentLoop, "run"),
-                              (interaction.WebshopInteraction, "generate_response")):  # fmt: skip
-                patch.setattr(cls, name, getattr(cls, name))  # restored after the bug
+        with monkeypatch.context() as patch, inject.restored():
             if bug:
                 patch.setenv(inject.ENV, bug)
                 assert inject.apply() == [bug]

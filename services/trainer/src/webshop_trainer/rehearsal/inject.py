@@ -21,9 +21,10 @@ setup hook calls :func:`apply`); the rehearsal must then fail. The bugs, and the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 ENV = "WEBSHOP_REHEARSAL_INJECT"
@@ -45,6 +46,29 @@ def apply() -> list[str]:
     for name in names:
         globals()[f"_{name}"]()
     return names
+
+
+@contextlib.contextmanager
+def restored() -> Iterator[None]:
+    """Every method a bug may replace put back as it was on leaving the block (a test seam: tests inject bugs into
+    their own process, which must not leak into the next test)."""
+    from ..agent_loop import EnvAgentLoop
+    from ..interaction import WebshopInteraction
+    from .cpu_rollout import CpuServerAdapter
+
+    points = [*((loop, "run") for loop in {EnvAgentLoop, *_agent_loops()}), (WebshopInteraction, "generate_response"),
+              (CpuServerAdapter, "update_weights")]  # fmt: skip
+    saved = [
+        (cls, name, vars(cls).get(name)) for cls, name in points
+    ]  # a class's own, not an inherited, method
+    try:
+        yield
+    finally:
+        for cls, name, own in saved:
+            if own is not None:
+                setattr(cls, name, own)
+            elif name in vars(cls):
+                delattr(cls, name)
 
 
 def _once(target: Any, attribute: str, make: Any, bug: str) -> None:

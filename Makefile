@@ -114,10 +114,10 @@ test-all: setup nginx redis chromium lucene slurm debootstrap ## everything CI r
 	$(MAKE) --no-print-directory lint docs
 	$(VENV)/bin/pytest --durations=25 $(PYTEST_ARGS)
 	$(VENV09)/bin/pytest --durations=25 tests/trainer/test_agent_loop.py tests/trainer/test_env_agent_loop.py tests/trainer/verl09  # the verl 0.9.1 line (its own environment)
-	@# WebShop on 0.7.1; on 0.9.1 the mixed run (TextCraft + WebShop in one run, per-environment checks and metrics)
-	@# in place of a WebShop-only one. The Ray-mode run (REHEARSE_ARGS="--env ray") left CI for its 60 minutes once
-	@# the environments' suites came in: run it by hand (docs/rehearsal.md). Costs: docs/rehearsal.md.
-	@for run in 0.7:webshop 0.9:textcraft,webshop; do started=$$SECONDS; line=$${run%%:*}; envs=$${run#*:}; \
+	@# The mixed run (TextCraft + WebShop in one run, per-environment checks and metrics) on both lines: 0.7.1's
+	@# interaction route, 0.9.1's agent loops; the second reuses the first's warm-started model. The Ray-mode run
+	@# (REHEARSE_ARGS="--env ray") left CI for its 60 minutes: run it by hand (docs/rehearsal.md, with the costs).
+	@for run in 0.7:textcraft,webshop 0.9:textcraft,webshop; do started=$$SECONDS; line=$${run%%:*}; envs=$${run#*:}; \
 	  $(MAKE) --no-print-directory rehearse VERL_LINE=$$line ENV=$$envs || exit 1; \
 	  echo "make rehearse VERL_LINE=$$line ENV=$$envs: $$((SECONDS - started)) s"; done
 	@started=$$SECONDS; $(MAKE) --no-print-directory test-docker && echo "make test-docker: $$((SECONDS - started)) s"
@@ -161,11 +161,11 @@ status-local: ## show the local cluster
 preflight: setup nginx redis data ## CPU checks of the verl path (configs, data, env cluster, agent loop; VERL_LINE=0.7|0.9; ENV=webshop|textcraft|babyai|mixed|a,b) -> outputs/preflight/summary.json
 	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make preflight: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
 	@$(STACK_TRAIN_ENV_CHECK)
-	$(TRAIN_VENV)/bin/webshop-train preflight --catalog $(CATALOG_DIR)$(if $(filter-out webshop,$(TRAIN_DATA_ENVS)), --env $(TRAIN_DATA_ENVS))
+	$(TRAIN_VENV)/bin/agent-train preflight --catalog $(CATALOG_DIR)$(if $(filter-out webshop,$(TRAIN_DATA_ENVS)), --env $(TRAIN_DATA_ENVS))
 
 rehearse: setup nginx redis data ## the test training run on CPU through verl's own trainer (VERL_LINE=0.7|0.9, ENV=webshop|textcraft|babyai|textcraft,webshop) -> outputs/rehearsal/verl<line>[-<env>]/summary.json
 	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make rehearse: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
-	$(TRAIN_VENV)/bin/webshop-train rehearse --catalog $(CATALOG_DIR) $(if $(ENV),--envs $(ENV)) $(REHEARSE_ARGS)
+	$(TRAIN_VENV)/bin/agent-train rehearse --catalog $(CATALOG_DIR) $(if $(ENV),--envs $(ENV)) $(REHEARSE_ARGS)
 
 bench: setup data ## in-process simulator benchmark (JSON)
 	$(VENV)/bin/webshop-env bench --catalog $(CATALOG_DIR) --json
@@ -185,12 +185,12 @@ include mk/stack.mk
 include mk/gpu.mk
 
 .PHONY: test-two-node
-test-two-node: setup nginx redis ## verl's own trainer (tiny model, CPU) on a 2-node Ray cluster in network namespaces, env served on both (root; ~30 min on 2 cores; not in test-all)
-	WEBSHOP_TEST_TWO_NODE_TRAIN=1 $(VENV)/bin/pytest -v tests/multinode/test_verl_two_nodes.py
+test-two-node: setup nginx redis slurm ## the long two-node runs, not in test-all: verl's own trainer (tiny model, CPU) on a 2-node Ray cluster in network namespaces, and the Slurm job requeued and resumed (root; ~35 min on 2 cores)
+	WEBSHOP_TEST_TWO_NODE_TRAIN=1 $(VENV)/bin/pytest -v tests/multinode/test_verl_two_nodes.py tests/multinode/test_slurm_preemption.py
 
 .PHONY: rehearse-bugs
 rehearse-bugs: setup nginx redis data ## the rehearsal on both verl lines with each bug it exists for put in (must fail) and without (must pass) -> outputs/rehearsal-bugs/matrix.json (REHEARSE_BUGS_ARGS=--bugs reward_sign --full ...)
-	$(PY) -m webshop_trainer.rehearsal.matrix --venv 0.7=$(VENV) --venv 0.9=$(VENV09) --catalog $(CATALOG_DIR) $(REHEARSE_BUGS_ARGS)
+	$(PY) -m agent_trainer.rehearsal.matrix --venv 0.7=$(VENV) --venv 0.9=$(VENV09) --catalog $(CATALOG_DIR) $(REHEARSE_BUGS_ARGS)
 
 # make learn: does GRPO through this stack make an agent better on tasks it never trained on? (docs/learning.md)
 # VERL_LINE defaults to 0.9 here (the line the learning runs were measured on) unless given on the command line.
@@ -198,4 +198,4 @@ LEARN_LINE = $(if $(filter command line environment,$(origin VERL_LINE)),$(VERL_
 .PHONY: learn
 learn: setup nginx redis data ## GRPO on CPU through verl's own trainer, judged on held-out tasks before/after (ENV=babyai|textcraft, VERL_LINE=0.9|0.7, SEED=0, LEARN_ARGS=--steps N ...; WEBSHOP_REHEARSAL_INJECT=reward_zero must not learn) -> outputs/learn/summary.json
 	@case "$(LEARN_LINE)" in 0.7|0.9) ;; *) echo "make learn: VERL_LINE must be 0.7 or 0.9, not '$(LEARN_LINE)'" >&2; exit 2;; esac
-	$(if $(filter 0.9,$(LEARN_LINE)),$(VENV09),$(VENV))/bin/python -m webshop_trainer.rehearsal.learn --env $(or $(ENV),babyai) --seed $(or $(SEED),0) $(LEARN_ARGS)
+	$(if $(filter 0.9,$(LEARN_LINE)),$(VENV09),$(VENV))/bin/python -m agent_trainer.rehearsal.learn --env $(or $(ENV),babyai) --seed $(or $(SEED),0) $(LEARN_ARGS)

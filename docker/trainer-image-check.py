@@ -52,13 +52,13 @@ _COMMON_MODULES = (
     "sglang.launch_server",
     "torch.utils.tensorboard",
     "webshop_env.client",
-    "webshop_trainer.agent_loop",
-    "webshop_trainer.evaluation.policies",
-    "webshop_trainer.evaluation.model_path",
+    "agent_trainer.agent_loop",
+    "agent_trainer.evaluation.policies",
+    "agent_trainer.evaluation.model_path",
 )
 GPU_RUN_MODULES = {
-    "0.7": (*_COMMON_MODULES, "verl.workers.fsdp_workers", "webshop_trainer.verl_main",
-            "webshop_trainer.interaction", "webshop_trainer.reward"),
+    "0.7": (*_COMMON_MODULES, "verl.workers.fsdp_workers", "agent_trainer.verl_main",
+            "agent_trainer.interaction", "agent_trainer.reward"),
     # verl 0.9: main_ppo's default v1 trainer (trainer.use_v1) imports TransferQueue; workers are engine workers
     "0.9": (*_COMMON_MODULES, "verl.workers.engine_workers", "verl.trainer.ppo.v1", "transfer_queue"),
 }  # fmt: skip

@@ -1,5 +1,5 @@
 # Trainer image of the verl 0.9 line (VERL_LINE=0.9): verl 0.9.1 GRPO with the WebShop agent loop
-# (webshop_trainer.agent_loop.WebShopAgentLoop, configs/verl09/). verl 0.8.0 removed interactions, so this image
+# (agent_trainer.agent_loop.WebShopAgentLoop, configs/verl09/). verl 0.8.0 removed interactions, so this image
 # has no interaction path; the 0.7.1 image (docker/trainer.Dockerfile) keeps it.
 #
 #   docker build -f docker/trainer-verl09.Dockerfile -t webshop-trainer-verl09:local .   (context: the repo root)
@@ -67,14 +67,14 @@ RUN python3 -m pip install --no-deps verl==0.9.1 \
  && python3 -m pip install --constraint image-lock.txt --constraint trainer-extra.txt \
         ./services/env ./services/trainer verl==0.9.1 TransferQueue \
  && python3 -c "import importlib.metadata as m, numpy, torch, verl, transfer_queue, verl.trainer.main_ppo, \
-verl.experimental.agent_loop, webshop_env, webshop_trainer.agent_loop; \
+verl.experimental.agent_loop, webshop_env, agent_trainer.agent_loop; \
 from packaging.version import Version; \
 assert Version(m.version('TransferQueue')) >= Version('0.1.10'), 'verl 0.9.1 needs TransferQueue>=0.1.10'; \
 print('torch', torch.__version__, '| sglang', m.version('sglang'), '| verl', verl.__version__, '| numpy', \
 numpy.__version__, '| TransferQueue', m.version('TransferQueue'))"
 
 # The Hydra configs: configs/verl09/ (training) and configs/webshop_agent_loop.yaml (the agent loop);
-# webshop-train finds them through WEBSHOP_CONFIG_DIR and picks verl09/ because verl 0.9 is installed.
+# agent-train finds them through WEBSHOP_CONFIG_DIR and picks verl09/ because verl 0.9 is installed.
 COPY configs/ /opt/webshop/configs/
 
 # 3. Checks that fail the build rather than the first GPU hour (docker/trainer-image-check.py, as in the 0.7.1
@@ -108,5 +108,5 @@ ENV HOME=/home/verl \
 USER 10001:10001
 WORKDIR /home/verl
 
-ENTRYPOINT ["webshop-train"]
+ENTRYPOINT ["agent-train"]
 CMD ["--help"]

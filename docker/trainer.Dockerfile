@@ -16,7 +16,7 @@
 # Non-root: the image runs as `verl` (uid 10001). verl, Ray, sglang and NCCL need no root on one node; they need
 # a writable HOME and caches (set below, moved to the cache volume by compose), a large /dev/shm (compose:
 # `ipc: host`) and a high open-files limit (compose: ulimits). Compose runs it as RUN_UID with its working
-# directory on the logs volume; `webshop-train train` starts main_ppo in the run's own directory. Run with
+# directory on the logs volume; `agent-train train` starts main_ppo in the run's own directory. Run with
 # `--user 0:0` only to debug.
 ARG TRAINER_BASE_IMAGE=lmsysorg/sglang:v0.5.9
 FROM ${TRAINER_BASE_IMAGE}
@@ -64,7 +64,7 @@ RUN python3 -m pip install --no-deps verl==0.7.1 \
  && python3 -m pip install --constraint image-lock.txt --constraint trainer-extra.txt \
         ./services/env ./services/trainer verl==0.7.1 cachetools
 
-# verl's Hydra configs (test and full runs, interaction config); webshop-train finds them through
+# verl's Hydra configs (test and full runs, interaction config); agent-train finds them through
 # WEBSHOP_CONFIG_DIR and passes main_ppo the absolute --config-path it needs.
 COPY configs/ /opt/webshop/configs/
 
@@ -103,5 +103,5 @@ ENV HOME=/home/verl \
 USER 10001:10001
 WORKDIR /home/verl
 
-ENTRYPOINT ["webshop-train"]
+ENTRYPOINT ["agent-train"]
 CMD ["--help"]

@@ -169,7 +169,7 @@ endef
 # listed by nvidia-smi), then handed to compose as the device list (GPU_COMPOSE) and as WEBSHOP_N_GPUS.
 GPU_COMPOSE := outputs/compose/gpus.yaml
 # (.env.example's values until `make up` has written .env)
-GPU_PLAN = $(PYTHON) services/trainer/src/webshop_trainer/gpu_plan.py --env-file "$$([ -f .env ] && echo .env || echo .env.example)" \
+GPU_PLAN = $(PYTHON) services/trainer/src/agent_trainer/gpu_plan.py --env-file "$$([ -f .env ] && echo .env || echo .env.example)" \
   --config-dir configs$(if $(filter 0.9,$(VERL_LINE)),/verl09)
 define STACK_GPU_PLAN
 visible=""; if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
@@ -190,9 +190,9 @@ TRAIN_CONFIG_OF = $(if $(filter webshop,$(TRAIN_ENV_NAME)),$(1),$(TRAIN_ENV_NAME
 define STACK_TRAIN_ENV_CHECK
 for e in $(TRAIN_ENV_LIST); do case "$$e" in webshop|textcraft|babyai|sciworld|mixed) ;; \
   *) echo "make $@: ENV names webshop, textcraft, babyai, sciworld, mixed or a comma list of them, not '$$e'" >&2; exit 2;; esac; done; \
-case ",$(TRAIN_DATA_ENVS)," in *,sciworld,*) echo "make $@: the trainer container cannot build SciWorld's data yet (webshop-train" \
+case ",$(TRAIN_DATA_ENVS)," in *,sciworld,*) echo "make $@: the trainer container cannot build SciWorld's data yet (agent-train" \
   "data --env has no SciWorld rule: each row's reset needs a simulator); run configs/sciworld_grpo_*.yaml with your own rows:" \
-  "WEBSHOP_TRAIN_FILE=... webshop-train train --config sciworld_grpo_test (docs/training-environments.md)" >&2; exit 2;; esac
+  "WEBSHOP_TRAIN_FILE=... agent-train train --config sciworld_grpo_test (docs/training-environments.md)" >&2; exit 2;; esac
 endef
 # HOST_PREFLIGHT=1: also run `make preflight` on the host first (needs the CPU venv and nginx). Without it the
 # preflight runs inside the trainer container, before training (it has everything the preflight needs).
@@ -228,7 +228,7 @@ train-preflight: ## the preflight inside the trainer container (CONFIG=test|full
 	@$(STACK_GPU_CHECK)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up
 	@$(GPU_PLAN) --config $(or $(CONFIG),test) --compose-override $(GPU_COMPOSE) >/dev/null
-	$(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --build --entrypoint webshop-train \
+	$(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --build --entrypoint agent-train \
 	  $(TRAINER_SERVICE) preflight --config $(or $(CONFIG),test) --catalog /data/catalog --env-url http://balancer:8080 \
 	  --out /outputs/logs/preflight $(TRAIN_EXTRA_ARGS)
 

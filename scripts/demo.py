@@ -7,7 +7,7 @@
 3. evaluates the ``expert`` (the oracle) and ``random`` policies on the test split through the balancer, the
    two ends of the scale any trained model lands between;
 4. evaluates the same two policies on every other environment the replicas serve (``ENVS=webshop,textcraft,...``:
-   the first ``--env-tasks`` tasks of its test split), with ``webshop-train eval --env``'s code
+   the first ``--env-tasks`` tasks of its test split), with ``agent-train eval --env``'s code
    (``evaluation.env_runner``: the trainer-side spec's prompts, parser and outcomes);
 5. writes ``metrics.json``, ``trajectories.jsonl`` and ``report.html`` per policy (``outputs/demo/<policy>/``,
    other environments ``outputs/demo/<env>/<policy>/``) plus ``index.html`` comparing them, prints where they
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if importlib.util.find_spec("webshop_trainer") is None:  # the eval code needs no verl: use the checkout
+if importlib.util.find_spec("agent_trainer") is None:  # the eval code needs no verl: use the checkout
     sys.path.insert(0, str(REPO / "services" / "trainer" / "src"))
 
 
@@ -107,11 +107,11 @@ def other_environments(
     url: str, out: Path, tasks: int, split: str, concurrency: int, progress: bool
 ) -> dict[str, dict[str, Any]]:
     """Expert and random evaluations of every enabled environment besides WebShop (``WEBSHOP_ENVS`` / ``ENVS=``),
-    by ``webshop-train eval --env``'s runner: ``{env: {policy: EvalResult}}``."""
+    by ``agent-train eval --env``'s runner: ``{env: {policy: EvalResult}}``."""
     import asyncio
 
-    from webshop_trainer.evaluation.env_runner import default_rounds, evaluate_env_async
-    from webshop_trainer.evaluation.runner import EvalConfig, PolicySpec
+    from agent_trainer.evaluation.env_runner import default_rounds, evaluate_env_async
+    from agent_trainer.evaluation.runner import EvalConfig, PolicySpec
 
     results: dict[str, dict[str, Any]] = {}
     for env_id in os.environ.get("WEBSHOP_ENVS", "webshop").split(","):
@@ -153,8 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from agent_trainer.evaluation.runner import EvalConfig, EvalError, PolicySpec, evaluate
     from webshop_env import cluster
-    from webshop_trainer.evaluation.runner import EvalConfig, EvalError, PolicySpec, evaluate
 
     started = time.monotonic()
     ensure_catalog(args.catalog.resolve(), args.raw.resolve(), args.products, args.catalog_seed)

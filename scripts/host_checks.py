@@ -61,7 +61,7 @@ def _load_standalone(name: str, path: Path) -> ModuleType:
 
 # KEY=VALUE lines of a compose .env file, read as the GPU plan reads them (one reader for both checks).
 read_env_file = _load_standalone(
-    "gpu_plan", REPO / "services" / "trainer" / "src" / "webshop_trainer" / "gpu_plan.py"
+    "gpu_plan", REPO / "services" / "trainer" / "src" / "agent_trainer" / "gpu_plan.py"
 ).read_env_file
 
 

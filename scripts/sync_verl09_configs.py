@@ -23,13 +23,13 @@ HEADER = """\
 # `multi_turn.interaction_config_path`). Written by scripts/sync_verl09_configs.py from ../{name}.yaml:
 # edit that file and run the script (tests/trainer/test_verl_lines.py checks that both lines agree).
 #
-#   webshop-train train --config {config} [hydra overrides...]   # in .venv-verl09 or the 0.9 trainer image
+#   agent-train train --config {config} [hydra overrides...]   # in .venv-verl09 or the 0.9 trainer image
 #   # = python -m verl.trainer.main_ppo --config-path "$PWD/configs/verl09" --config-name {name}
 #
 # Differences from the 0.7.1 file:
 #   rollout.agent.default_agent_loop: webshop_agent, declared in ../webshop_agent_loop.yaml
 #     (rollout.agent.agent_loop_config_path; WEBSHOP_AGENT_LOOP_CONFIG overrides). Rows built with
-#     `webshop-train data --agent-loop` name it themselves (agent_name: webshop_agent).
+#     `agent-train data --agent-loop` name it themselves (agent_name: webshop_agent).
 #   multi_turn.max_assistant_turns means the same episode length as on 0.7.1: the agent loop plays
 #     max_assistant_turns - 1 env steps (what the interaction path gets), every reply played.
 #   the reward is the env's, returned by the agent loop as reward_score: verl skips its reward function, so
@@ -56,7 +56,7 @@ def convert(text: str, config: str, name: str) -> str:
         body,
     )
     body, reward = re.subn(
-        r"  custom_reward_function:\n    path: pkg://webshop_trainer.reward\n    name: compute_score\n",
+        r"  custom_reward_function:\n    path: pkg://agent_trainer.reward\n    name: compute_score\n",
         "",
         body,
     )

@@ -37,7 +37,7 @@ SLOW: dict[str, str] = {
     "each environment (up to 7 minutes)",
     "tests/deploy/test_trainer_image.py": "imports every module of a GPU run (45 s)",
     "tests/trainer/test_train_launch.py::test_training_starts_as": "launches verl's main_ppo (40 s)",
-    "tests/trainer/test_train_launch.py::test_a_finished_run_says_so": "launches webshop-train train (20-160 s each)",
+    "tests/trainer/test_train_launch.py::test_a_finished_run_says_so": "launches agent-train train (20-160 s each)",
 }
 # Marked slow in their own files, yet what every change to the API must pass (tests/faults/test_fuzz_envs.py, the
 # other environments' routes, stays in make test-all: 2 more minutes).

@@ -128,7 +128,7 @@ def build(venv: Path, line: str, python: str) -> None:
     run([*pip, "install", "--no-deps", str(steps["verl"])])  # 3. verl, then the rest, under the lock
     run([*pip, "install", "--constraint", str(venv / "image-lock.txt"), "--constraint",
          str(venv / "trainer-extra.txt"), *editable(steps["install"])])  # type: ignore[arg-type]  # fmt: skip
-    run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m, torch, verl, sglang, webshop_trainer; "
+    run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m, torch, verl, sglang, agent_trainer; "
          "print('torch', torch.__version__, '| CUDA', torch.version.cuda, '| sglang', m.version('sglang'), "
          "'| verl', verl.__version__, '| transformers', m.version('transformers'))"])  # fmt: skip
     print(

@@ -1,6 +1,6 @@
 """The shell scripts compose.yaml runs (catalog-init, trainer, eval), executed here as the containers would get
 them after compose's interpolation: catalog-init against the real `webshop-env` CLI on a small generated
-catalog, the trainer and eval scripts against recording stubs of `webshop-train`, `nvidia-smi` and `python3`."""
+catalog, the trainer and eval scripts against recording stubs of `agent-train`, `nvidia-smi` and `python3`."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def _calls(log: Path) -> list[tuple[str, list[str], dict[str, str]]]:
 def stubs(tmp_path: Path) -> dict[str, Any]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in (("webshop-train", STUB), ("python3", STUB), ("nvidia-smi", NVIDIA_SMI_STUB)):
+    for name, body in (("agent-train", STUB), ("python3", STUB), ("nvidia-smi", NVIDIA_SMI_STUB)):
         (bin_dir / name).write_text(body)
         (bin_dir / name).chmod(0o755)
     return {"path": f"{bin_dir}:/usr/bin:/bin", "log": tmp_path / "calls.log", "root": tmp_path}
@@ -153,8 +153,8 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     assert result.returncode == 0, result.stderr
     calls = _calls(stubs["log"])
     assert [(name, args[0]) for name, args, _ in calls] == [
-        ("python3", "/opt/webshop/trainer-image-check.py"), ("webshop-train", "preflight"),
-        ("webshop-train", "data"), ("webshop-train", "data"), ("webshop-train", "train"),
+        ("python3", "/opt/webshop/trainer-image-check.py"), ("agent-train", "preflight"),
+        ("agent-train", "data"), ("agent-train", "data"), ("agent-train", "train"),
     ]  # fmt: skip
     run = stubs["root"] / "outputs" / "logs" / "webshop_grpo_test"
     ckpt = stubs["root"] / "outputs" / "checkpoints" / "webshop_grpo_test"
@@ -227,7 +227,7 @@ def test_the_configs_knobs_reach_the_trainer(rendered: dict, stubs: dict[str, An
     knobs = set()
     for config in configs.glob("webshop_grpo_*.yaml"):
         knobs |= set(re.findall(r"oc\.env:(WEBSHOP_\w+)", config.read_text()))
-    # set by the job script itself (data files), by `webshop-train train` (output dir, interaction config)
+    # set by the job script itself (data files), by `agent-train train` (output dir, interaction config)
     knobs -= {
         "WEBSHOP_TRAIN_FILE",
         "WEBSHOP_VAL_FILE",
@@ -283,7 +283,7 @@ def test_trainer_builds_the_data_of_another_environment_or_a_mix(
     result = _train(rendered, stubs, TRAIN_CONFIG=config, TRAIN_ENVS=envs, VERL_LINE=line)
     assert result.returncode == 0, result.stderr
     calls = _calls(stubs["log"])
-    assert [args[0] for name, args, _ in calls if name == "webshop-train"] == ["preflight", "data", "train"]
+    assert [args[0] for name, args, _ in calls if name == "agent-train"] == ["preflight", "data", "train"]
     run = stubs["root"] / "outputs" / "logs" / config
     (data,) = [args for _, args, _ in calls if args[0] == "data"]
     assert data == ["data", "--env", envs, "--catalog", "/data/catalog", "--out-dir", f"{run}/data"]
@@ -301,7 +301,7 @@ def test_trainer_rejects_an_unknown_config(rendered: dict, stubs: dict[str, Any]
 
 
 def test_trainer_stops_when_preflight_fails(rendered: dict, stubs: dict[str, Any]) -> None:
-    failing = stubs["root"] / "bin" / "webshop-train"
+    failing = stubs["root"] / "bin" / "agent-train"
     failing.write_text(STUB + 'if [ "$1" = preflight ]; then exit 1; fi\n')
     result = _train(rendered, stubs)
     assert result.returncode == 1
@@ -339,7 +339,7 @@ def test_eval_needs_a_model_and_passes_the_settings(rendered: dict, stubs: dict[
     # the imports first (sglang's server among them), with the GPU driver required
     assert imports[:2] == ("python3", ["/opt/webshop/trainer-image-check.py", "--configs", "/opt/webshop/configs",
                                        "--require-driver"])  # fmt: skip
-    assert name == "webshop-train"
+    assert name == "agent-train"
     assert args == [
         "eval", "--policy", "checkpoint", "--model-path", "/outputs/checkpoints/run7/hf", "--url",
         "http://balancer:8080", "--env", "webshop", "--catalog", "/data/catalog", "--split", "test", "--max-samples", "7",

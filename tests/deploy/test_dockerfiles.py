@@ -171,7 +171,7 @@ def test_trainer_image_contract() -> None:
     runs = [args for keyword, args in instructions if keyword == "RUN"]
     assert any("pip install --no-deps verl==0.7.1" in run for run in runs)
     assert any("--constraint image-lock.txt --constraint trainer-extra.txt" in run for run in runs)
-    assert dict(instructions)["ENTRYPOINT"] == '["webshop-train"]'
+    assert dict(instructions)["ENTRYPOINT"] == '["agent-train"]'
     constraints = (REPO / "docker" / "trainer-constraints.txt").read_text()
     pinned = re.findall(r"^([A-Za-z0-9_.-]+)==", constraints, re.MULTILINE)
     assert "numpy" in pinned

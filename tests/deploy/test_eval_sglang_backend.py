@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from webshop_trainer.evaluation.policies import CheckpointPolicy
-from webshop_trainer.evaluation.sglang_defaults import sglang_default_args, verl_attention_backend
+from agent_trainer.evaluation.policies import CheckpointPolicy
+from agent_trainer.evaluation.sglang_defaults import sglang_default_args, verl_attention_backend
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_EXAMPLE = REPO / ".env.example"
-SCRIPT = REPO / "services" / "trainer" / "src" / "webshop_trainer" / "gpu_plan.py"
+SCRIPT = REPO / "services" / "trainer" / "src" / "agent_trainer" / "gpu_plan.py"
 
 
 def test_gpu_ids_become_a_device_list(compose_cmd: list[str], tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config", "train-test", "train-full", "eval",
                  "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker", "host-checks"]  # fmt: skip
-FILES = ["Makefile", "mk/stack.mk", "mk/gpu.mk", ".env.example", "compose.yaml", "services/trainer/src/webshop_trainer/gpu_plan.py",
+FILES = ["Makefile", "mk/stack.mk", "mk/gpu.mk", ".env.example", "compose.yaml", "services/trainer/src/agent_trainer/gpu_plan.py",
          "scripts/host_checks.py",
          "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml"]  # fmt: skip
 
@@ -207,10 +207,10 @@ def test_training_order_plan_then_gpu_then_stack_then_container_preflight() -> N
     )
     run = lines[first("run --rm")]
     assert "-f outputs/compose/gpus.yaml" in run and "--compose-override" in run and "WEBSHOP_N_GPUS=" in run
-    host_preflight = ("webshop-train preflight --catalog", "--no-print-directory preflight")
+    host_preflight = ("agent-train preflight --catalog", "--no-print-directory preflight")
     assert not any(text in line for line in lines for text in host_preflight), "optional: HOST_PREFLIGHT=1"
     with_host = _make("-n", "train-test", "HOST_PREFLIGHT=1").stdout
-    assert "webshop-train preflight" in with_host
+    assert "agent-train preflight" in with_host
 
 
 def test_eval_accepts_the_three_model_forms_and_says_so(stack_copy: Path) -> None:

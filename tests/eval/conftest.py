@@ -18,7 +18,7 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-if importlib.util.find_spec("webshop_trainer") is None:  # not installed: use the checkout
+if importlib.util.find_spec("agent_trainer") is None:  # not installed: use the checkout
     sys.path.insert(0, str(HERE.parents[1] / "services" / "trainer" / "src"))
 
 from _eval_support import SAMPLES, SECRET, ScriptedChatServer  # noqa: E402
@@ -80,7 +80,7 @@ def chat(chat_server: ScriptedChatServer) -> ScriptedChatServer:
 
 
 def _run(cluster: dict[str, Any], out: Path, policy: str, **options: Any) -> Any:
-    from webshop_trainer.evaluation.runner import EvalConfig, PolicySpec, evaluate
+    from agent_trainer.evaluation.runner import EvalConfig, PolicySpec, evaluate
 
     config = EvalConfig(
         out=out,

@@ -1,4 +1,4 @@
-"""``webshop-train report --run``: training curves from verl's metric log (file logger and console output)."""
+"""``agent-train report --run``: training curves from verl's metric log (file logger and console output)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,20 @@ from _eval_support import png_is_blank
 
 pytest.importorskip("verl", reason="the metric names come from verl's own code")
 
-from webshop_trainer.eval_cli import EXIT_ERROR, EXIT_OK, main
-from webshop_trainer.evaluation.curves import read_metric_log, write_curves
+from agent_trainer.eval_cli import EXIT_ERROR, EXIT_OK, main
+from agent_trainer.evaluation.curves import read_metric_log, write_curves
 
 
 def verl_step_metrics(step: int) -> dict:
     """One training step's metrics as a real run computes them: verl's compute_data_metrics on a batch that
-    carries the reward function's keys, with webshop_trainer.verl_main's per-step metrics installed."""
+    carries the reward function's keys, with agent_trainer.verl_main's per-step metrics installed."""
     import numpy as np
     import torch
     from verl import DataProto
     from verl.trainer.ppo import ray_trainer
 
-    from webshop_trainer.reward import episode_summary
-    from webshop_trainer.verl_main import install_step_metrics
+    from agent_trainer.reward import episode_summary
+    from agent_trainer.verl_main import install_step_metrics
 
     episodes = [episode_summary([0.0] * (3 + i % 3) + [1.0 if i < step % 4 else 0.0]) for i in range(4)]
     scores = torch.zeros(4, 6)

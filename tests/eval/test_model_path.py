@@ -11,14 +11,14 @@ import pytest
 
 pytest.importorskip("verl", reason="the merge needs verl: pip install -c constraints.txt -e services/trainer")
 
-from webshop_trainer.evaluation import policies
-from webshop_trainer.evaluation.model_path import (
+from agent_trainer.evaluation import policies
+from agent_trainer.evaluation.model_path import (
     MERGED_DIR,
     ModelPathError,
     find_step_dir,
     resolve_model_path,
 )
-from webshop_trainer.evaluation.policies import CheckpointPolicy, PolicyError, serveable_model
+from agent_trainer.evaluation.policies import CheckpointPolicy, PolicyError, serveable_model
 
 SAVER = Path(__file__).with_name("_save_verl_checkpoint.py")
 
@@ -60,7 +60,7 @@ def test_the_latest_step_of_an_experiment_directory(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def verl_checkpoint(tmp_path_factory: pytest.TempPathFactory, generated_catalog_dir: Path) -> Path:
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("ckpt")
     model_dir = build_tiny_model(root / "tiny", generated_catalog_dir)

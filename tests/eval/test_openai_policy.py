@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from _eval_support import ScriptedChatServer
 
-from webshop_trainer import prompts
-from webshop_trainer.config import TURN_TOKENS
-from webshop_trainer.eval_cli import EXIT_ERROR, EXIT_INCOMPLETE, main
-from webshop_trainer.evaluation import policies
-from webshop_trainer.evaluation.policies import (
+from agent_trainer import prompts
+from agent_trainer.config import TURN_TOKENS
+from agent_trainer.eval_cli import EXIT_ERROR, EXIT_INCOMPLETE, main
+from agent_trainer.evaluation import policies
+from agent_trainer.evaluation.policies import (
     SGLANG_MISSING,
     CheckpointPolicy,
     ContextLengthExceeded,
@@ -23,7 +23,7 @@ from webshop_trainer.evaluation.policies import (
     PolicyError,
     sglang_command,
 )
-from webshop_trainer.evaluation.runner import EvalConfig, PolicySpec, evaluate
+from agent_trainer.evaluation.runner import EvalConfig, PolicySpec, evaluate
 
 SAMPLES = 8
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from webshop_trainer.evaluation.policies import ExpertPolicy, RandomPolicy, Turn, random_choices
+from agent_trainer.evaluation.policies import ExpertPolicy, RandomPolicy, Turn, random_choices
 
 INSTRUCTION = "i need a red cotton t-shirt for men in size large, and price lower than 30.00 dollars"
 SEARCH_PAGE = {"has_search_bar": True, "clickables": ["search"]}

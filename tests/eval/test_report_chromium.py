@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from _eval_support import png_is_blank
 
-from webshop_trainer.evaluation.metrics import summarize
-from webshop_trainer.evaluation.report_html import render_report
+from agent_trainer.evaluation.metrics import summarize
+from agent_trainer.evaluation.report_html import render_report
 
 pytestmark = pytest.mark.cluster
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webshop_trainer.eval_cli import max_env_steps
-from webshop_trainer.turns import TRAINING_ENV_STEPS, TRAINING_MAX_ASSISTANT_TURNS, env_steps_for_turns
+from agent_trainer.eval_cli import max_env_steps
+from agent_trainer.turns import TRAINING_ENV_STEPS, TRAINING_MAX_ASSISTANT_TURNS, env_steps_for_turns
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -3,7 +3,7 @@
 
 Two heads that are gone: a port where nothing listens any more (a killed head on a live machine), and a port
 that accepts TCP connections but never speaks Ray (a hung head, or a connection that goes nowhere). Both
-``webshop-env serve-ray`` and ``webshop-train env-check`` return non-zero with the message naming the head
+``webshop-env serve-ray`` and ``agent-train env-check`` return non-zero with the message naming the head
 (``WEBSHOP_RAY_ATTACH_TIMEOUT_S`` = 10 s); the test's own bound is generous, and nothing is timed beyond "it
 returns". Without the attach timeout each command waits on ``ray.init`` past that bound.
 """
@@ -51,7 +51,7 @@ def test_serve_ray_and_env_check_fail_clearly_when_the_head_is_gone(dead_heads, 
                   address)  # fmt: skip
     assert served.returncode != 0
     assert "Ray head at" in served.stderr and port in served.stderr, served.stderr[-3000:]
-    checked = _run([sys.executable, "-m", "webshop_trainer.cli", "env-check", "--episodes", "1"], address)
+    checked = _run([sys.executable, "-m", "agent_trainer.cli", "env-check", "--episodes", "1"], address)
     assert checked.returncode != 0
     report = json.loads(checked.stdout.strip().splitlines()[-1])
     assert report["ok"] is False and "Ray head at" in report["error"] and port in report["error"]

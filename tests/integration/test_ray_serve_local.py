@@ -107,7 +107,7 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
     assert created.status_code == 200 and created.json()["observation"].startswith("Crafting commands:")
 
     # The launcher's step before verl (WEBSHOP_ENV=ray): serve-ray against the cluster finds the app serving.
-    from webshop_trainer.cli import deploy_env_on_cluster
+    from agent_trainer.cli import deploy_env_on_cluster
 
     launcher_env = {**os.environ, "RAY_ADDRESS": record["address"], "WEBSHOP_CATALOG": str(generated_catalog_dir),
                     "WEBSHOP_RAY_PORT": str(serve_port), "WEBSHOP_RAY_REPLICAS_PER_NODE": "2",

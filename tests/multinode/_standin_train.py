@@ -1,6 +1,6 @@
 """A training stand-in for the Slurm preemption test: steps that take ``--step-s`` seconds each, a checkpoint after
 every step in verl's layout and order (each rank's ``actor/model_world_size_W_rank_R.pt``, one at a time, then
-``data.pt``, then ``latest_checkpointed_iteration.txt``), and resume as ``webshop-train train`` resumes: the
+``data.pt``, then ``latest_checkpointed_iteration.txt``), and resume as ``agent-train train`` resumes: the
 launcher's :func:`repair_resume_point`, then verl's own ``find_latest_ckpt_path``. SIGTERM kills it wherever it
 is (as it kills verl's ``main_ppo``), a checkpoint half written included.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
-from webshop_trainer.cli import TRACKER, repair_resume_point
+from agent_trainer.cli import TRACKER, repair_resume_point
 
 RANKS = 2
 

@@ -3,7 +3,7 @@
 A real 2-node Ray cluster (head + worker, each in a network namespace of its own, ``ray start``). The head is
 lost in one of two ways: its Ray processes are SIGKILLed (its address then refuses connections), or its link
 goes down (its address no longer answers at all: a blackhole). Then, on the worker node, ``webshop-env
-serve-ray`` and ``webshop-train env-check`` are pointed at the head, as a requeued job step or an operator
+serve-ray`` and ``agent-train env-check`` are pointed at the head, as a requeued job step or an operator
 would: each returns non-zero with the message naming the head, within the test's generous bound (the probe
 that found it: a new ``ray.init`` hung for more than 150 s). Nothing is timed beyond "it returns".
 
@@ -54,7 +54,7 @@ def test_attaching_to_a_lost_head_fails_with_a_message(two_nodes: RayNodes, faul
     )  # fmt: skip
     assert served.returncode != 0
     assert f"Ray head at {nodes.address}" in served.stderr, served.stderr[-3000:]
-    checked = hosts.run(1, [sys.executable, "-m", "webshop_trainer.cli", "env-check", "--episodes", "1"],
+    checked = hosts.run(1, [sys.executable, "-m", "agent_trainer.cli", "env-check", "--episodes", "1"],
                         timeout=BOUND_S, env=env)  # fmt: skip
     assert checked.returncode != 0
     report = json.loads(checked.stdout.strip().splitlines()[-1])

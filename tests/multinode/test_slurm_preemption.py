@@ -10,7 +10,9 @@ job checks before anything starts, and what a preempted or requeued job does.
   ``find_latest_ckpt_path`` on resume); a real verl trainer across two Slurm nodes does not fit this 2-core machine
   twice over.
 
-Needs root, ``ip`` and ``make slurm``; skips with the reason otherwise.
+Needs root, ``ip`` and ``make slurm``; skips with the reason otherwise. The requeue takes ~5 minutes on 2 cores
+(Ray and the env started twice on both nodes): it runs with ``make test-two-node`` (WEBSHOP_TEST_TWO_NODE_TRAIN=1),
+not in ``make test-all`` (CI's 60 minutes).
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ def _wait_for(predicate, timeout: float, what: str, slurm: SlurmCluster, job: st
         time.sleep(1.0)
 
 
+@pytest.mark.skipif(
+    os.environ.get("WEBSHOP_TEST_TWO_NODE_TRAIN") != "1",
+    reason="a requeued Slurm job takes ~5 min on 2 cores: make test-two-node (WEBSHOP_TEST_TWO_NODE_TRAIN=1)",
+)
 def test_a_requeued_job_resumes_from_its_latest_complete_checkpoint(
     slurm_cluster: SlurmCluster, generated_catalog_dir: Path, tmp_path: Path
 ) -> None:
@@ -111,6 +117,6 @@ def test_a_requeued_job_resumes_from_its_latest_complete_checkpoint(
     trained_again = [int(s) for s in re.findall(r"standin: step (\d+) trained", second)]
     assert trained_again == list(range(resumed + 1, steps + 1))
     assert f"standin: done at step {steps}" in second
-    assert second.count("Ray runtime started") >= 1 and "webshop-train env-check" in second
+    assert second.count("Ray runtime started") >= 1 and "agent-train env-check" in second
     figure(f"Slurm job {job}: requeued after step {last_saved} was saved, resumed there, {info['JobState']} "
            f"after {info['Restarts']} restart in {info['RunTime']} (this run)")  # fmt: skip

@@ -1,6 +1,6 @@
 """``deploy/slurm/webshop-grpo.sbatch`` on a real Slurm cluster (slurmctld, and two slurmd nodes, each in a
 network namespace of its own): Ray head and worker started by the script with ``srun``, the env deployed
-as a Ray Serve app, ``webshop-train env-check`` from both nodes, and the training command replaced by a CPU
+as a Ray Serve app, ``agent-train env-check`` from both nodes, and the training command replaced by a CPU
 stand-in: the preflight (configs, data, verl's agent-loop worker on CPU) against the first node's Serve proxy.
 No Docker, no nginx, no root needed by the script. The job ends COMPLETED (``scontrol show job``), the env
 served expert episodes on both nodes, each through its own node's proxy, with the rewards the expert's
@@ -51,7 +51,7 @@ def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_memory_monitor_refresh_ms": "0",
-        "WEBSHOP_TRAIN_CMD": f"webshop-train preflight --config test --catalog {generated_catalog_dir} "
+        "WEBSHOP_TRAIN_CMD": f"agent-train preflight --config test --catalog {generated_catalog_dir} "
         f"--env-url http://127.0.0.1:{SERVE_PORT} --out {preflight_out}",
     }
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "WEBSHOP_"))}, **env}

@@ -3,7 +3,7 @@
 A real 2-node Ray cluster (head + worker, each in a network namespace of its own on one bridge, ``ray start``
 with 1 declared GPU each), the env deployed on both by ``webshop-env serve-ray`` (the catalog staged on each
 node by Ray tasks), then the rehearsal's training run (its tiny model, its CPU rollout engine and CPU seams;
-``webshop_trainer.rehearsal``) launched by ``webshop-train train`` on the head with ``trainer.nnodes=2
+``agent_trainer.rehearsal``) launched by ``agent-train train`` on the head with ``trainer.nnodes=2
 trainer.n_gpus_per_node=1`` and ``WEBSHOP_ENV=ray``: the actor's FSDP workers, one per node, train together
 over gloo across the bridge, and each node's agent-loop workers reach the env through their own node's Serve
 proxy. One training step; it passes when verl logged it and both nodes held an actor worker and served steps.
@@ -61,8 +61,8 @@ def two_nodes():
 def test_verls_trainer_runs_across_two_nodes(
     two_nodes: RayNodes, generated_catalog_dir: Path, tmp_path
 ) -> None:
-    from webshop_trainer.config import installed_verl_line
-    from webshop_trainer.rehearsal import run as rehearsal
+    from agent_trainer.config import installed_verl_line
+    from agent_trainer.rehearsal import run as rehearsal
 
     nodes, hosts = two_nodes, two_nodes.hosts
     line = installed_verl_line()
@@ -101,7 +101,7 @@ def test_verls_trainer_runs_across_two_nodes(
                  f"actor_rollout_ref.model.path={prepared['model']}", f"data.train_files={prepared['train']}",
                  f"data.val_files={prepared['val']}", f"data.train_max_samples={options.goals}",
                  f"trainer.default_local_dir={run / 'checkpoints'}"]  # fmt: skip
-    command = [sys.executable, "-m", "webshop_trainer.cli", "train", "--config", rehearsal.training_config(line, ("webshop",)),
+    command = [sys.executable, "-m", "agent_trainer.cli", "train", "--config", rehearsal.training_config(line, ("webshop",)),
                "--experiment", rehearsal.EXPERIMENT, "--output-dir", str(work / "runs"), *overrides,
                "trainer.total_training_steps=1"]  # fmt: skip
     log = work / "train.log"

@@ -36,7 +36,7 @@ def in_process_env(monkeypatch: pytest.MonkeyPatch, env_app: Any) -> Iterator[An
         pytest.skip(NEEDS_VERL)
     import httpx
 
-    from webshop_trainer import interaction
+    from agent_trainer import interaction
 
     class InProcessClient(interaction.WebShopClient):
         def __init__(self, base_url: str, **kwargs: Any) -> None:
@@ -67,12 +67,12 @@ def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) ->
         pytest.skip(NEEDS_VERL)
     import httpx
 
+    from agent_trainer import interaction
     from webshop_env.api import routes_envs
     from webshop_env.api.app import create_app
     from webshop_env.api.service import Runtime
     from webshop_env.api.settings import Settings
     from webshop_env.catalog.store import open_catalog
-    from webshop_trainer import interaction
 
     served = ["webshop", "textcraft", *(["babyai"] if babyai_served() else [])]
     settings = Settings(

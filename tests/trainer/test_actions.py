@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip(
-    "webshop_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
+    "agent_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
 )
 
-from webshop_trainer.actions import clean_reply, extract_action
+from agent_trainer.actions import clean_reply, extract_action
 
 CASES: list[tuple[str, str | None]] = [
     # plain

@@ -18,8 +18,8 @@ pytest.importorskip("verl", reason="the trainer package needs verl: make setup")
 
 from verl.utils import hf_tokenizer
 
-from webshop_trainer import prompts
-from webshop_trainer.config import AGENT_LOOP_CONFIG, AGENT_LOOP_NAME, config_dir
+from agent_trainer import prompts
+from agent_trainer.config import AGENT_LOOP_CONFIG, AGENT_LOOP_NAME, config_dir
 
 pytestmark = pytest.mark.slow
 MAX_TURNS = 9  # rollout.multi_turn.max_assistant_turns of the composed config
@@ -50,7 +50,7 @@ class PlanServer:
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(generated_catalog_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), generated_catalog_dir)
 
@@ -59,8 +59,8 @@ def tiny_model_dir(generated_catalog_dir: Path, tmp_path_factory: pytest.TempPat
 def rollout_config(tiny_model_dir: Path) -> Any:
     from omegaconf import OmegaConf
 
-    from webshop_trainer.config import TRAINING_CONFIGS, training_config_dir
-    from webshop_trainer.preflight import agent_loop_overrides, compose_training_config
+    from agent_trainer.config import TRAINING_CONFIGS, training_config_dir
+    from agent_trainer.preflight import agent_loop_overrides, compose_training_config
 
     overrides = agent_loop_overrides(tiny_model_dir, tiny_model_dir / "unused.parquet", 1, MAX_TURNS)
     _, config = compose_training_config(TRAINING_CONFIGS["test"], overrides, training_config_dir())
@@ -98,8 +98,8 @@ def row(goal: int) -> dict[str, Any]:
 
 def play(make: Any, goal: int, logprobs: bool = False) -> Any:
     """Build the loop inside the event loop (verl does; the base class binds the running loop) and run it."""
-    from webshop_trainer.agent_loop import record_trajectories
-    from webshop_trainer.interaction import close_shared_clients
+    from agent_trainer.agent_loop import record_trajectories
+    from agent_trainer.interaction import close_shared_clients
 
     async def main() -> Any:
         loop = make()
@@ -116,8 +116,8 @@ def play(make: Any, goal: int, logprobs: bool = False) -> Any:
 def test_the_oracle_plan_earns_reward_one_with_env_tokens_masked(
     in_process_env, rollout_config, tiny_model_dir, expert_plans_generated
 ) -> None:
-    from webshop_trainer.agent_tokens import turn_separator_ids
-    from webshop_trainer.interaction import EPISODES
+    from agent_trainer.agent_tokens import turn_separator_ids
+    from agent_trainer.interaction import EPISODES
 
     goal, plan = next(iter(expert_plans_generated.items()))
     tokenizer = hf_tokenizer(str(tiny_model_dir))
@@ -153,7 +153,7 @@ def test_the_oracle_plan_earns_reward_one_with_env_tokens_masked(
 def test_the_step_limit_allows_exactly_max_steps_env_steps(
     in_process_env, rollout_config, tiny_model_dir
 ) -> None:
-    from webshop_trainer.interaction import EPISODES
+    from agent_trainer.interaction import EPISODES
 
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"] * 10)
     output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, max_steps=3), 1500)
@@ -168,7 +168,7 @@ def test_the_step_limit_allows_exactly_max_steps_env_steps(
 def test_by_default_the_episode_gets_the_env_steps_max_assistant_turns_allows_on_the_interaction_path(
     in_process_env, rollout_config, tiny_model_dir
 ) -> None:
-    from webshop_trainer.turns import env_steps_for_turns
+    from agent_trainer.turns import env_steps_for_turns
 
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"] * 20)
     output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir), 1500)
@@ -193,7 +193,7 @@ def test_replies_without_an_action_are_counted_and_still_step(
 
 
 def test_the_response_budget_ends_the_episode_cleanly(in_process_env, rollout_config, tiny_model_dir) -> None:
-    from webshop_trainer.interaction import EPISODES
+    from agent_trainer.interaction import EPISODES
 
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"] * 50)
     output, record = play(
@@ -212,8 +212,8 @@ def test_the_response_budget_ends_the_episode_cleanly(in_process_env, rollout_co
 def test_a_refused_step_ends_with_reward_zero_and_env_error(
     in_process_env, rollout_config, tiny_model_dir, monkeypatch
 ) -> None:
+    from agent_trainer import interaction
     from webshop_env.client import WebShopRequestError
-    from webshop_trainer import interaction
 
     async def refuse(self: Any, state: str, action: str) -> Any:
         raise WebShopRequestError(400, "bad_state", "forged")
@@ -234,7 +234,7 @@ def test_a_misspelled_setting_is_an_error(rollout_config, tiny_model_dir) -> Non
 def test_the_shim_picks_the_installed_verls_helpers(rollout_config, tiny_model_dir) -> None:
     from importlib.metadata import version
 
-    from webshop_trainer.agent_tokens import CT_091, LEGACY, detect_mode
+    from agent_trainer.agent_tokens import CT_091, LEGACY, detect_mode
 
     loop = make_loop(rollout_config, None, tiny_model_dir)
     expected = {"0.7.1": LEGACY, "0.9.1": CT_091}[version("verl")]
@@ -244,7 +244,7 @@ def test_the_shim_picks_the_installed_verls_helpers(rollout_config, tiny_model_d
 def test_a_row_without_the_system_prompt_is_refused_and_leaves_nothing(
     in_process_env, rollout_config, tiny_model_dir
 ) -> None:
-    from webshop_trainer.interaction import EPISODES, close_shared_clients
+    from agent_trainer.interaction import EPISODES, close_shared_clients
 
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"])
 
@@ -291,7 +291,7 @@ def test_the_generation_fields_travel_with_the_trajectory(
 
 
 def test_generation_fields_merge_like_tool_agent_loop() -> None:
-    from webshop_trainer.agent_loop import generation_fields
+    from agent_trainer.agent_loop import generation_fields
 
     first = generation_fields({}, {"global_steps": 1, "min_global_steps": 1, "max_global_steps": 1})
     assert first == {"global_steps": 1, "min_global_steps": 1, "max_global_steps": 1}
@@ -309,7 +309,7 @@ def test_importing_the_loop_never_replaces_its_declared_settings() -> None:
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop import agent_loop as verl_agent_loop
 
-    import webshop_trainer.agent_loop as ours
+    import agent_trainer.agent_loop as ours
 
     entry = {e.name: e for e in OmegaConf.load(config_dir() / AGENT_LOOP_CONFIG)}[AGENT_LOOP_NAME]
     registry = verl_agent_loop._agent_loop_registry

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from webshop_trainer.agent_tokens import CT_090, CT_091, LEGACY, TurnTokens, detect_mode
+from agent_trainer.agent_tokens import CT_090, CT_091, LEGACY, TurnTokens, detect_mode
 
 
 class Merge:

@@ -11,8 +11,8 @@ pytest.importorskip(
     "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
 )
 
-from webshop_trainer.cli import main, train_command, train_environment
-from webshop_trainer.preflight import check_training_config, compose_training_config
+from agent_trainer.cli import main, train_command, train_environment
+from agent_trainer.preflight import check_training_config, compose_training_config
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -58,7 +58,7 @@ def test_test_and_full_runs_have_the_seed_guide_sizes() -> None:
     for config in (test, full):
         assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "tool_agent"
         assert config.algorithm.adv_estimator == "grpo"
-        assert config.reward.custom_reward_function.path == "pkg://webshop_trainer.reward"
+        assert config.reward.custom_reward_function.path == "pkg://agent_trainer.reward"
         assert "file" in config.trainer.logger and "tensorboard" in config.trainer.logger
 
 
@@ -119,7 +119,7 @@ def test_interaction_config_in_the_guides_format_is_rejected(
 ) -> None:
     bad = tmp_path / "interaction.yaml"
     bad.write_text(
-        "interaction:\n  - name: webshop\n    _target_: webshop_trainer.interaction.WebshopInteraction\n"
+        "interaction:\n  - name: webshop\n    _target_: agent_trainer.interaction.WebshopInteraction\n"
     )
     monkeypatch.setenv("WEBSHOP_INTERACTION_CONFIG", str(bad))
     report = check_training_config("webshop_grpo_test", directory=CONFIGS)
@@ -128,7 +128,7 @@ def test_interaction_config_in_the_guides_format_is_rejected(
 
 def test_train_launcher_command_and_output_layout(tmp_path: Path) -> None:
     command = train_command("full", ["trainer.total_epochs=1"], CONFIGS, tmp_path / "exp1")
-    assert command[1:3] == ["-m", "webshop_trainer.verl_main"]
+    assert command[1:3] == ["-m", "agent_trainer.verl_main"]
     assert f"hydra.run.dir={tmp_path / 'exp1' / 'logs' / 'hydra'}/${{now:%Y-%m-%d_%H-%M-%S}}" in command
     assert command[command.index("--config-path") + 1] == str(CONFIGS.resolve())
     assert (
@@ -173,7 +173,7 @@ def test_the_guides_settings_and_a_saved_final_step() -> None:
 
 def test_the_runs_own_overrides_are_preflighted() -> None:
     """TRAIN_EXTRA_ARGS reach the preflight (compose passes them) and are composed and checked like the configs."""
-    from webshop_trainer.cli import build_parser
+    from agent_trainer.cli import build_parser
 
     args = build_parser().parse_args(
         ["preflight", "--config", "full", "trainer.total_epochs=2", "data.train_batch_size=5"]
@@ -241,11 +241,11 @@ def test_each_environment_config_is_valid_for_verl_and_both_routes(name: str, no
     assert rollout.agent.default_agent_loop == "tool_agent"
     assert rollout.multi_turn.interaction_config_path.endswith("webshop_interaction.yaml")
     assert rollout.agent.agent_loop_config_path.endswith("webshop_agent_loop.yaml")
-    assert config.reward.custom_reward_function.path == "pkg://webshop_trainer.reward"
+    assert config.reward.custom_reward_function.path == "pkg://agent_trainer.reward"
     longest = max(block.max_rounds for block in config.environments.values())
     assert rollout.multi_turn.max_assistant_turns == rollout.multi_turn.max_user_turns == longest + 1
     env = name.split("_grpo_")[0]
-    assert config.data.train_files == f"data/verl/{env}/train.parquet"  # `webshop-train data --env` writes it
+    assert config.data.train_files == f"data/verl/{env}/train.parquet"  # `agent-train data --env` writes it
     assert config.trainer.experiment_name == name
     tokens_per_turn = max(block.turn_tokens for block in config.environments.values())
     assert config.data.max_response_length >= tokens_per_turn  # room for one whole turn at least
@@ -303,7 +303,7 @@ def test_both_lines_run_the_same_hyper_parameters(name: str, no_size_settings: N
 def test_the_launcher_runs_an_environment_config_by_name_on_this_line(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """`webshop-train train --config textcraft_grpo_test` picks configs/ on verl 0.7.1 (configs/verl09/ on 0.9);
+    """`agent-train train --config textcraft_grpo_test` picks configs/ on verl 0.7.1 (configs/verl09/ on 0.9);
     `test` and `full` stay WebShop's."""
     assert main(["train", "--config", "textcraft_grpo_test", "--dry-run", "--output-dir", str(tmp_path)]) == 0
     printed = capsys.readouterr().err

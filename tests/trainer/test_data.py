@@ -1,4 +1,4 @@
-"""Dataset rows in verl's format, the AgentGym id reader, and the ``webshop-train data`` command."""
+"""Dataset rows in verl's format, the AgentGym id reader, and the ``agent-train data`` command."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip(
-    "webshop_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
+    "agent_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
 )
 
 import pyarrow.parquet as pq
 
-from webshop_trainer import prompts
-from webshop_trainer.cli import main
-from webshop_trainer.data import DataError, build_dataset, load_agentgym_ids
+from agent_trainer import prompts
+from agent_trainer.cli import main
+from agent_trainer.data import DataError, build_dataset, load_agentgym_ids
 
 
 def read_rows(path: Path) -> list[dict]:

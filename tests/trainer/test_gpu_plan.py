@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from webshop_trainer import gpu_plan
+from agent_trainer import gpu_plan
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
-SCRIPT = REPO / "services" / "trainer" / "src" / "webshop_trainer" / "gpu_plan.py"
+SCRIPT = REPO / "services" / "trainer" / "src" / "agent_trainer" / "gpu_plan.py"
 
 
 @pytest.mark.parametrize("config", ["test", "full"])
@@ -23,7 +23,7 @@ def test_defaults_read_from_the_yaml_are_what_hydra_composes(
     pytest.importorskip("verl")
     from omegaconf import OmegaConf
 
-    from webshop_trainer.preflight import compose_training_config
+    from agent_trainer.preflight import compose_training_config
 
     for name in gpu_plan.KNOBS.values():
         monkeypatch.delenv(name, raising=False)

@@ -15,10 +15,9 @@ pytest.importorskip(
     "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
 )
 
-from webshop_env.client import WebShopRequestError, WebShopUnavailable
-from webshop_trainer import prompts
-from webshop_trainer.config import InteractionSettings
-from webshop_trainer.interaction import (
+from agent_trainer import prompts
+from agent_trainer.config import InteractionSettings
+from agent_trainer.interaction import (
     EPISODES,
     EpisodeRegistry,
     TurnScore,
@@ -26,6 +25,7 @@ from webshop_trainer.interaction import (
     close_shared_clients,
     parse_goal,
 )
+from webshop_env.client import WebShopRequestError, WebShopUnavailable
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -183,7 +183,7 @@ def test_expired_episode_terminates_gracefully(in_process_env) -> None:
 
 def test_registry_ttl_sweep() -> None:
     registry = EpisodeRegistry(sweep_interval=10)
-    from webshop_trainer.interaction import Episode
+    from agent_trainer.interaction import Episode
 
     registry.put("old", Episode(state="s", goal=1, goal_set=None, split=None))
     registry.put("new", Episode(state="s", goal=2, goal_set=None, split=None))
@@ -201,7 +201,7 @@ def test_unreachable_service_fails_fast_with_a_clear_message() -> None:
 
 
 def test_construction_is_cheap_and_shares_one_client_per_loop(in_process_env) -> None:
-    from webshop_trainer.interaction import shared_client
+    from agent_trainer.interaction import shared_client
 
     async def main() -> bool:
         first, second = make(), make()
@@ -214,7 +214,7 @@ def test_repository_config_gives_the_client_a_retry_budget_not_an_attempt_cap(in
     """Training must ride out an env outage of minutes: the shared client retries for a budget (900 s)."""
     from omegaconf import OmegaConf
 
-    from webshop_trainer.interaction import shared_client
+    from agent_trainer.interaction import shared_client
 
     loaded = OmegaConf.load(REPO / "configs" / "webshop_interaction.yaml")
     config = OmegaConf.to_container(loaded, resolve=True)["interaction"][0]["config"]

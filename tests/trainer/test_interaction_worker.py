@@ -2,7 +2,7 @@
 run them: rows with ``agent_name: tool_agent`` go through verl's ``ToolAgentLoop`` (our ``WebShopToolAgentLoop``),
 which picks each row's interaction by ``interaction_kwargs["name"]`` from configs/webshop_interaction.yaml
 (``WebshopInteraction``, ``EnvInteraction`` for TextCraft and BabyAI); rows with ``agent_name: <env>_agent`` go
-through ``EnvAgentLoop`` under the same worker. The rows are ``webshop-train data --env``'s, the training config
+through ``EnvAgentLoop`` under the same worker. The rows are ``agent-train data --env``'s, the training config
 is configs/mixed_grpo_test.yaml, the environments are served in-process (the real app, routes and clients), the
 reward is verl's reward loop with our reward function, and a scripted policy plays each task's plan."""
 
@@ -73,11 +73,11 @@ def rollout(config_overrides: list[str], rows: list[dict[str, Any]], plans: Mapp
     from verl.trainer.main_ppo import create_rl_dataset
     from verl.utils import hf_tokenizer
 
-    from webshop_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, config_dir
-    from webshop_trainer.env_data import SCHEMA
-    from webshop_trainer.interaction import close_shared_clients
-    from webshop_trainer.preflight import compose_training_config
-    from webshop_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
+    from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, config_dir
+    from agent_trainer.env_data import SCHEMA
+    from agent_trainer.interaction import close_shared_clients
+    from agent_trainer.preflight import compose_training_config
+    from agent_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
 
     train_file = tmp_path / "train.parquet"
     pq.write_table(pa.Table.from_pylist([{**r, "extra_info": {**r["extra_info"], "index": i}}
@@ -111,7 +111,7 @@ def rollout(config_overrides: list[str], rows: list[dict[str, Any]], plans: Mapp
 
 @pytest.fixture(scope="module")
 def model_dir(generated_catalog_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), generated_catalog_dir)
 
@@ -122,10 +122,10 @@ def test_one_070_batch_mixes_environments_and_routes_each_row_by_its_name(
 ) -> None:  # fmt: skip
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
+    from agent_trainer.agent_loop import EnvAgentLoop
+    from agent_trainer.env_data import RowBuilder
+    from agent_trainer.tool_agent_loop import WebShopToolAgentLoop
     from webshop_env.catalog.store import open_catalog
-    from webshop_trainer.agent_loop import EnvAgentLoop
-    from webshop_trainer.env_data import RowBuilder
-    from webshop_trainer.tool_agent_loop import WebShopToolAgentLoop
 
     monkeypatch.setenv("WEBSHOP_URL", "http://env.invalid")  # the in-process app answers whatever the URL
     goal, webshop_plan = next(iter(expert_plans_generated.items()))
@@ -181,7 +181,7 @@ def test_the_training_configs_rounds_end_an_interaction_episode(
 ) -> None:
     """environments.textcraft.max_rounds (the run's own file) reaches the interaction: 3 rounds, then the end,
     although verl's max_assistant_turns (31) would allow more."""
-    from webshop_trainer.env_data import RowBuilder
+    from agent_trainer.env_data import RowBuilder
 
     monkeypatch.setenv("WEBSHOP_URL", "http://env.invalid")
     row = RowBuilder("textcraft", interaction=True).row(0, "train", 0)

@@ -1,4 +1,4 @@
-"""``make learn``'s judgement and bookkeeping (webshop_trainer.rehearsal.learn): the paired statistics that decide
+"""``make learn``'s judgement and bookkeeping (agent_trainer.rehearsal.learn): the paired statistics that decide
 ``learned``, the compute match of the supervised control, the overrides of the test config, the curve and report,
 and the ``reward_zero`` bug that must make a run report ``learned: false``."""
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from webshop_trainer.rehearsal import learn
+from agent_trainer.rehearsal import learn
 
 
 def _eval(successes: list[bool], rewards: list[float] | None = None) -> dict:
@@ -138,8 +138,8 @@ def test_main_rejects_bad_arguments(capsys):
 
 def test_reward_zero_zeroes_what_every_agent_loop_hands_to_verl(monkeypatch):
     """The bug ``make learn`` must not learn through: the agent loops' reward zeroed before the advantage."""
-    from webshop_trainer import agent_loop
-    from webshop_trainer.rehearsal import inject
+    from agent_trainer import agent_loop
+    from agent_trainer.rehearsal import inject
 
     async def run(self, *args, **kwargs):
         return SimpleNamespace(reward_score=0.75)

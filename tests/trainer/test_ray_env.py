@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from webshop_trainer.cli import worker_env_overrides
-from webshop_trainer.config import InteractionSettings, worker_env
-from webshop_trainer.interaction import env_urls
+from agent_trainer.cli import worker_env_overrides
+from agent_trainer.config import InteractionSettings, worker_env
+from agent_trainer.interaction import env_urls
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,8 +42,8 @@ def test_both_yaml_configs_read_webshop_env(monkeypatch) -> None:
 
 
 def test_workers_get_the_runs_settings_and_log_paths_but_never_the_state_secret() -> None:
-    from webshop_trainer.cli import training_config_dir
-    from webshop_trainer.preflight import compose_training_config
+    from agent_trainer.cli import training_config_dir
+    from agent_trainer.preflight import compose_training_config
 
     env = {"WEBSHOP_ENV": "ray", "WEBSHOP_TURN_TOKENS": "256", "WEBSHOP_STATE_SECRET": "s" * 40, "HOME": "/root",
            "WEBSHOP_URL": "http://a:1/it's", "VERL_FILE_LOGGER_PATH": "/out/metrics.jsonl", "PATH": "/bin"}  # fmt: skip

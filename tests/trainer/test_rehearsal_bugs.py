@@ -1,5 +1,5 @@
 """The rehearsal's checks see the bugs they exist for (docs/rehearsal.md), each bug put in through the rehearsal's
-test seam (``webshop_trainer.rehearsal.inject``, ``$WEBSHOP_REHEARSAL_INJECT``):
+test seam (``agent_trainer.rehearsal.inject``, ``$WEBSHOP_REHEARSAL_INJECT``):
 
 - at the unit level, on verl 0.7.1's own data: verl's ``AgentLoopWorker`` plays real episodes (both WebShop agent
   loops, the env in-process) for a scripted policy whose rollouts earn different rewards; the trainer's batch is
@@ -10,7 +10,7 @@ test seam (``webshop_trainer.rehearsal.inject``, ``$WEBSHOP_REHEARSAL_INJECT``):
   optimizer step at the rehearsal's learning rate, through the real rollout adapter with each sync bug injected;
 - verl 0.7.1's resume from a checkpoint saved at an epoch's end (``verl_main.install_epoch_resume``): its own
   ``_save_checkpoint``/``_load_checkpoint`` and dataloader, the next epoch's batches counted;
-- end to end (slow): ``webshop-train rehearse`` with a bug injected exits 1 and names the check
+- end to end (slow): ``agent-train rehearse`` with a bug injected exits 1 and names the check
   (tests/trainer/verl09/test_rehearsal_bugs_verl09.py does the same on the 0.9 line). The full matrix, every bug on
   both lines: ``make rehearse-bugs``.
 """
@@ -34,7 +34,7 @@ pytest.importorskip(
     "verl.interactions", reason="the verl 0.7.1 line (tests/trainer/verl09 has the 0.9 line's)"
 )
 
-from webshop_trainer.rehearsal.local_rollout import ScriptedServer
+from agent_trainer.rehearsal.local_rollout import ScriptedServer
 
 PENALTY = 0.1
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ class MixedPolicy(ScriptedServer):
     async def generate(
         self, request_id: str, *, prompt_ids: list[int], sampling_params: Any, **kwargs: Any
     ) -> Any:
-        from webshop_trainer.rehearsal.checks import Generation, prompt_digest
+        from agent_trainer.rehearsal.checks import Generation, prompt_digest
 
         good = self._sessions.setdefault(request_id, len(self._sessions) % 2 == 0)
         if good:
@@ -71,7 +71,7 @@ class MixedPolicy(ScriptedServer):
 
 @pytest.fixture(scope="module")
 def tiny_model(generated_catalog_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), generated_catalog_dir)
 
@@ -86,11 +86,11 @@ def _roll(
     from verl.trainer.ppo import ray_trainer
     from verl.utils import hf_tokenizer
 
-    from webshop_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, config_dir
-    from webshop_trainer.data import build_dataset
-    from webshop_trainer.interaction import close_shared_clients
-    from webshop_trainer.preflight import compose_training_config
-    from webshop_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
+    from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, config_dir
+    from agent_trainer.data import build_dataset
+    from agent_trainer.interaction import close_shared_clients
+    from agent_trainer.preflight import compose_training_config
+    from agent_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
 
     train_file = tmp / f"train_{agent}.parquet"
     build_dataset(catalog, "train", train_file, goal_set="synthetic", goal_ids=list(plans), progress=False,
@@ -139,9 +139,9 @@ def test_the_step_checks_see_a_flipped_reward_and_a_mask_over_env_pages(
     agent: str, in_process_env: Any, generated_catalog: Any, generated_catalog_dir: Path, tiny_model: Path,
     expert_plans_generated: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
+    from agent_trainer.rehearsal import checks, inject
+    from agent_trainer.rehearsal.direction import trajectories_verl07
     from webshop_env.core.env import WebShopEnv
-    from webshop_trainer.rehearsal import checks, inject
-    from webshop_trainer.rehearsal.direction import trajectories_verl07
 
     monkeypatch.setenv("WEBSHOP_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
     monkeypatch.setenv("WEBSHOP_INVALID_ACTION_PENALTY", str(PENALTY))
@@ -179,7 +179,7 @@ def test_the_step_checks_see_a_flipped_reward_and_a_mask_over_env_pages(
 
 def _server(model: Any) -> Any:
     """The rehearsal's rollout server around ``model`` (its real methods; no Ray actor, no verl config)."""
-    from webshop_trainer.rehearsal.cpu_rollout import CpuLLMServer
+    from agent_trainer.rehearsal.cpu_rollout import CpuLLMServer
 
     server = CpuLLMServer.__new__(CpuLLMServer)
     server.model, server.replica_rank, server.weight_version, server.global_steps = model, 0, 0, None
@@ -190,8 +190,8 @@ def _server(model: Any) -> Any:
 
 def _adapter(server: Any) -> Any:
     """The rehearsal's rollout adapter (inside an FSDP worker in a run) pushing to ``server``."""
-    from webshop_trainer.rehearsal.cpu_rollout import CpuServerAdapter
-    from webshop_trainer.rehearsal.local_rollout import _Remote
+    from agent_trainer.rehearsal.cpu_rollout import CpuServerAdapter
+    from agent_trainer.rehearsal.local_rollout import _Remote
 
     adapter = CpuServerAdapter.__new__(CpuServerAdapter)
     adapter.device_mesh, adapter.rollout_rank, adapter.replica_rank = None, 0, 0
@@ -205,8 +205,8 @@ def test_the_sync_check_sees_a_skipped_partial_stale_or_misnamed_sync(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    from webshop_trainer.rehearsal import checks, cpu_rollout, inject
-    from webshop_trainer.rehearsal.generation import score_tokens
+    from agent_trainer.rehearsal import checks, cpu_rollout, inject
+    from agent_trainer.rehearsal.generation import score_tokens
 
     monkeypatch.setattr(
         cpu_rollout.CpuServerAdapter, "update_weights", cpu_rollout.CpuServerAdapter.update_weights
@@ -303,7 +303,7 @@ def test_a_resume_from_an_epoch_end_trains_the_next_epoch(
 ) -> None:
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from webshop_trainer.verl_main import install_epoch_resume
+    from agent_trainer.verl_main import install_epoch_resume
 
     released = getattr(RayPPOTrainer._load_checkpoint, "__wrapped__", RayPPOTrainer._load_checkpoint)
     monkeypatch.setattr(RayPPOTrainer, "_load_checkpoint", released)  # verl 0.7.1 as released, restored after
@@ -328,7 +328,7 @@ def test_a_resume_from_an_epoch_end_trains_the_next_epoch(
 
 @pytest.mark.slow
 def test_make_rehearse_fails_on_a_stale_weight_sync_on_the_07_line(tmp_path: Path) -> None:
-    from webshop_trainer.rehearsal.matrix import run_one
+    from agent_trainer.rehearsal.matrix import run_one
 
     catalog = Path(os.environ.get("CATALOG_DIR", REPO / "data" / "catalog"))
     if not (catalog / "manifest.json").exists():

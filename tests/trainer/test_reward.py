@@ -11,8 +11,8 @@ pytest.importorskip(
     "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
 )
 
-from webshop_trainer.interaction import TurnScore
-from webshop_trainer.reward import METRIC_KEYS, compute_score, episode_summary
+from agent_trainer.interaction import TurnScore
+from agent_trainer.reward import METRIC_KEYS, compute_score, episode_summary
 
 
 def turns(*specs: tuple[float, bool, bool]) -> list[TurnScore]:

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("verl.interactions", reason="the interaction path is verl 0.7.x only")
 
-from webshop_trainer.rehearsal.local_rollout import ScriptedServer
+from agent_trainer.rehearsal.local_rollout import ScriptedServer
 
 pytestmark = pytest.mark.slow
 
@@ -38,12 +38,12 @@ def test_tool_agent_turns_are_capped_and_separated_as_the_chat_template_does(
     from verl.trainer.main_ppo import create_rl_dataset
     from verl.utils import hf_tokenizer
 
-    from webshop_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, TURN_TOKENS, config_dir
-    from webshop_trainer.data import build_dataset
-    from webshop_trainer.preflight import compose_training_config
-    from webshop_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
-    from webshop_trainer.tiny_model import build_tiny_model
-    from webshop_trainer.tool_agent_loop import WebShopToolAgentLoop
+    from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, TURN_TOKENS, config_dir
+    from agent_trainer.data import build_dataset
+    from agent_trainer.preflight import compose_training_config
+    from agent_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
+    from agent_trainer.tiny_model import build_tiny_model
+    from agent_trainer.tool_agent_loop import WebShopToolAgentLoop
 
     monkeypatch.setenv("WEBSHOP_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
     monkeypatch.delenv("WEBSHOP_TURN_TOKENS", raising=False)
@@ -72,7 +72,7 @@ def test_tool_agent_turns_are_capped_and_separated_as_the_chat_template_does(
                         lambda *a, **k: built.append(type(loop := original(*a, **k))) or loop)  # fmt: skip
 
     async def roll() -> Any:
-        from webshop_trainer.interaction import close_shared_clients
+        from agent_trainer.interaction import close_shared_clients
 
         worker = LocalAgentLoopWorker(config, server, RewardLoopWorker(config))  # binds the running loop
         try:

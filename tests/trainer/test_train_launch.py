@@ -1,4 +1,4 @@
-"""``webshop-train train`` as the trainer container runs it: any uid, an unwritable working directory, and
+"""``agent-train train`` as the trainer container runs it: any uid, an unwritable working directory, and
 per-step WebShop metrics in verl's own metric pipeline."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ pytest.importorskip(
     "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
 )
 
-from webshop_trainer.verl_main import install_step_metrics, step_metrics
+from agent_trainer.verl_main import install_step_metrics, step_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_UID = 10001  # the trainer image's own user, owner of its home directory
@@ -64,7 +64,7 @@ def test_training_starts_as_a_uid_that_cannot_write_the_working_directory(foreig
         env = {**os.environ, "HOME": str(runs), "WEBSHOP_CONFIG_DIR": str(REPO / "configs")}
         env.pop("WEBSHOP_OUTPUT_DIR", None)
         result = subprocess.run(
-            [*as_user, sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test",
+            [*as_user, sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test",
              "--output-dir", str(runs), "+ray_kwargs.ray_init.webshop_stop_here=1"],
             cwd=foreign_home, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
@@ -74,7 +74,7 @@ def test_training_starts_as_a_uid_that_cannot_write_the_working_directory(foreig
         hydra_runs = list((runs / "webshop_grpo_test" / "logs" / "hydra").glob("*/.hydra/config.yaml"))
         assert len(hydra_runs) == 1
         train_log = (runs / "webshop_grpo_test" / "logs" / "train.log").read_text()
-        assert train_log.startswith("webshop-train: catalog of ")  # the data's reward definition (none here)
+        assert train_log.startswith("agent-train: catalog of ")  # the data's reward definition (none here)
         assert not (foreign_home / "outputs").exists()
     finally:
         shutil.rmtree(runs, ignore_errors=True)
@@ -133,7 +133,7 @@ def test_step_metrics_skip_absent_and_empty_keys() -> None:
 def test_later_verl_lines_run_verls_main_ppo_with_the_v1_task_runner(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launcher module is shared by both verl lines: 0.7.x gets the TaskRunner subclass, 0.9 verl's v1
     main with the task runner that adds the per-environment step metrics."""
-    from webshop_trainer import config, verl_main
+    from agent_trainer import config, verl_main
 
     called: list[str] = []
     monkeypatch.setattr(verl_main, "main_v1", lambda: called.append("verl"))
@@ -170,7 +170,7 @@ def test_a_finished_run_says_so_instead_of_training_nothing(
     env = {k: v for k, v in os.environ.items() if not k.startswith("WEBSHOP_")}
     env.update(WEBSHOP_TRAIN_FILE=str(train), WEBSHOP_VAL_FILE=str(train))
     # an unknown key makes main_ppo fail at once if it is launched: the finished run must not get there
-    result = subprocess.run([sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test", "--output-dir",
+    result = subprocess.run([sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test", "--output-dir",
                              str(tmp_path / "out"), "+trainer.no_such_key=1"],
                             capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)  # fmt: skip
     if finished:
@@ -190,8 +190,8 @@ def test_a_run_finished_by_its_epochs_is_finished_whatever_total_training_steps_
                                                                                   monkeypatch: pytest.MonkeyPatch
                                                                                   ) -> None:  # fmt: skip
     """verl's loop also ends with the last epoch: 64 rows / batch 8 x 1 epoch = 8 steps, even with 20 asked for."""
-    from webshop_trainer.cli import finished_run
-    from webshop_trainer.config import training_config_dir
+    from agent_trainer.cli import finished_run
+    from agent_trainer.config import training_config_dir
 
     train = _rows_file(tmp_path / "train.parquet", 100)
     checkpoints = tmp_path / "checkpoints"
@@ -206,7 +206,7 @@ def test_a_run_finished_by_its_epochs_is_finished_whatever_total_training_steps_
 
 def test_earlier_metrics_are_kept_when_a_run_resumes(tmp_path: Path) -> None:
     """verl's file logger truncates its file at start: the launcher moves an earlier log aside first."""
-    from webshop_trainer.cli import keep_earlier_metrics
+    from agent_trainer.cli import keep_earlier_metrics
 
     log = tmp_path / "metrics.jsonl"
     assert keep_earlier_metrics(log) is None  # nothing yet

@@ -1,4 +1,4 @@
-"""``webshop-train train`` on a running Ray cluster: the run's secrets reach verl's workers and no file the run
+"""``agent-train train`` on a running Ray cluster: the run's secrets reach verl's workers and no file the run
 writes holds them; the datasets are found where the caller named them.
 
 The real launcher, verl's real ``main_ppo`` (Hydra, ``ray.init`` joining a real Ray head, the ``TaskRunner``
@@ -22,9 +22,9 @@ import pytest
 
 pytest.importorskip("verl", reason="the trainer package needs verl")
 
-from webshop_trainer import worker_secrets
-from webshop_trainer.config import is_secret, worker_env
-from webshop_trainer.config import worker_secrets as secrets_of
+from agent_trainer import worker_secrets
+from agent_trainer.config import is_secret, worker_env
+from agent_trainer.config import worker_secrets as secrets_of
 
 #: Fake secrets: the tests grep every file the run writes for them.
 WANDB_KEY = "wandb-fake-7f3a9c0d1e2b4a5f"
@@ -107,7 +107,7 @@ def test_only_environment_secrets_count_as_secret_overrides() -> None:
 
 def test_a_secret_given_as_an_override_is_refused_without_echoing_it(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test", "--dry-run", "--output-dir",
+        [sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test", "--dry-run", "--output-dir",
          str(tmp_path), f"++ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY={WANDB_KEY}"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
@@ -119,8 +119,8 @@ def test_a_secret_given_as_an_override_is_refused_without_echoing_it(tmp_path: P
 def test_dataset_paths_mean_the_callers_directory(tmp_path: Path) -> None:
     """Config defaults (``data/verl/...``), ``WEBSHOP_VAL_FILE`` and a ``data.train_files=`` list, all relative:
     the command verl gets names them under the caller's directory, whatever the run directory is."""
-    from webshop_trainer.cli import composed_config
-    from webshop_trainer.config import training_config_dir
+    from agent_trainer.cli import composed_config
+    from agent_trainer.config import training_config_dir
 
     caller = tmp_path / "caller"
     caller.mkdir()
@@ -128,7 +128,7 @@ def test_dataset_paths_mean_the_callers_directory(tmp_path: Path) -> None:
 
     def dry_run(*overrides: str, **extra: str) -> list[str]:
         result = subprocess.run(
-            [sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test", "--dry-run", "--output-dir",
+            [sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test", "--dry-run", "--output-dir",
              str(tmp_path / "out"), *overrides], capture_output=True, text=True, timeout=300, cwd=caller,
             env={**env, **extra},
         )  # fmt: skip
@@ -161,9 +161,9 @@ def _written_files(*roots: Path) -> list[Path]:
 @pytest.mark.slow
 def test_secrets_reach_the_workers_and_no_file_of_the_run_holds_them(generated_catalog_dir: Path,
                                                                       tmp_path: Path) -> None:  # fmt: skip
+    from agent_trainer.data import build_dataset
+    from agent_trainer.tiny_model import build_tiny_model
     from webshop_env.ray_serve.local import LocalRayHead
-    from webshop_trainer.data import build_dataset
-    from webshop_trainer.tiny_model import build_tiny_model
 
     caller = tmp_path / "caller"  # where the user stands: the config's default data/verl/*.parquet are here
     for split, name in (("train", "webshop_train"), ("eval", "webshop_eval")):
@@ -186,7 +186,7 @@ def test_secrets_reach_the_workers_and_no_file_of_the_run_holds_them(generated_c
         env = {**ray_env, "RAY_ADDRESS": head.address, "WANDB_API_KEY": WANDB_KEY, "HF_TOKEN": HF_KEY,
                "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "WEBSHOP_MODEL_PATH": str(model)}  # fmt: skip
         result = subprocess.run(
-            [sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "test", "--output-dir", str(out),
+            [sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test", "--output-dir", str(out),
              "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=probe_hook.setup",
              "ray_kwargs.ray_init.num_cpus=null"],
             capture_output=True, text=True, timeout=600, cwd=caller, env=env,
@@ -196,7 +196,7 @@ def test_secrets_reach_the_workers_and_no_file_of_the_run_holds_them(generated_c
     output = result.stdout + result.stderr
     # verl got past its tokenizer and both datasets (opened from the caller's directory) to its GPU check
     assert "Total available GPUs 0 is less than total desired GPUs" in output, output[-5000:]
-    assert "webshop_trainer.worker_secrets: cannot read" not in output
+    assert "agent_trainer.worker_secrets: cannot read" not in output
     seen = [json.loads(p.read_text())["seen"] for p in probe.glob("worker-*.json")]
     assert seen, "no Ray worker ran the chained setup hook"
     assert all(s == {"WANDB_API_KEY": _digest(WANDB_KEY), "HF_TOKEN": _digest(HF_KEY)} for s in seen), seen
@@ -210,8 +210,8 @@ def test_secrets_reach_the_workers_and_no_file_of_the_run_holds_them(generated_c
 
 
 def _config(name: str, *overrides: str) -> object:
-    from webshop_trainer.cli import composed_config
-    from webshop_trainer.config import training_config_dir
+    from agent_trainer.cli import composed_config
+    from agent_trainer.config import training_config_dir
 
     return composed_config(name, list(overrides), training_config_dir(), {})
 
@@ -219,7 +219,7 @@ def _config(name: str, *overrides: str) -> object:
 def test_batch_sizes_are_checked_against_all_nodes_gpus() -> None:
     """What a 2 x 8 GPU job runs: the full config fits (512 sequences, 32 per GPU, mini-batches of 8 per GPU);
     the test config does not (1 sequence per GPU's mini-batch, micro-batches of 2)."""
-    from webshop_trainer.cli import batch_problems
+    from agent_trainer.cli import batch_problems
 
     assert batch_problems(_config("full", "trainer.nnodes=2", "trainer.n_gpus_per_node=8")) == []
     problems = batch_problems(_config("test", "trainer.nnodes=2", "trainer.n_gpus_per_node=8"))
@@ -237,7 +237,7 @@ def test_slurm_node_count_reaches_verl_and_a_misfit_is_refused(tmp_path: Path) -
 
     def dry_run(**extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "webshop_trainer.cli", "train", "--config", "full", "--dry-run", "--output-dir",
+            [sys.executable, "-m", "agent_trainer.cli", "train", "--config", "full", "--dry-run", "--output-dir",
              str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**env, **extra},
         )  # fmt: skip
 
@@ -283,7 +283,7 @@ def _verl_resume_dir(root: Path) -> str | None:
 def test_resume_never_picks_a_half_written_checkpoint(
     tmp_path: Path, case: str, expected: int | None
 ) -> None:
-    from webshop_trainer.cli import TRACKER, repair_resume_point
+    from agent_trainer.cli import TRACKER, repair_resume_point
 
     root = tmp_path / "checkpoints"
     tracker = root / TRACKER
@@ -321,7 +321,7 @@ def test_a_dead_head_is_named_before_verl_waits_on_it() -> None:
     for minutes without a word: a refused port is named at once, a listening one passes."""
     import socket
 
-    from webshop_trainer.cli import head_unreachable
+    from agent_trainer.cli import head_unreachable
 
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))

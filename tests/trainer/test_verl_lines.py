@@ -43,11 +43,11 @@ def test_the_0_9_config_has_the_0_7_configs_hyper_parameters(name: str) -> None:
 
 
 def test_the_agent_loop_yaml_declares_the_loop_by_its_registered_name() -> None:
-    from webshop_trainer.config import AGENT_LOOP_NAME
+    from agent_trainer.config import AGENT_LOOP_NAME
 
     entries = OmegaConf.load(CONFIGS / "webshop_agent_loop.yaml")
     (entry,) = [e for e in entries if e.name == AGENT_LOOP_NAME]
-    assert entry._target_ == "webshop_trainer.agent_loop.WebShopAgentLoop"
+    assert entry._target_ == "agent_trainer.agent_loop.WebShopAgentLoop"
 
 
 def test_the_0_9_configs_are_what_the_sync_script_writes() -> None:

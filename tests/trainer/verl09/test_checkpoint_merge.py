@@ -23,8 +23,8 @@ def test_a_0_9_checkpoint_is_merged_by_the_0_9_merger_and_loads(
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from webshop_trainer.evaluation.model_path import MERGED_DIR, resolve_model_path
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.evaluation.model_path import MERGED_DIR, resolve_model_path
+    from agent_trainer.tiny_model import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path / "tiny", generated_catalog_dir)
     step = tmp_path / "webshop_grpo_test" / "global_step_3"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from webshop_trainer.config import training_config_dir
+from agent_trainer.config import training_config_dir
 
 #: (batch, rollouts, rounds, response tokens, tokens per turn), AgentGym-RL's examples/train/AgentGym-RL/*_train.sh
 AGENTGYM_RL = {"textcraft": (32, 8, 30, 10240, 512), "babyai": (16, 8, 20, 4096, 200),
@@ -15,7 +15,7 @@ AGENTGYM_RL = {"textcraft": (32, 8, 30, 10240, 512), "babyai": (16, 8, 20, 4096,
 
 
 def resolved(name: str, overrides: list[str] | None = None):
-    from webshop_trainer.preflight import compose_training_config
+    from agent_trainer.preflight import compose_training_config
 
     _, config = compose_training_config(name, overrides or [], training_config_dir())
     OmegaConf.resolve(config)
@@ -25,7 +25,7 @@ def resolved(name: str, overrides: list[str] | None = None):
 @pytest.mark.parametrize("name", [f"{env}_grpo_{kind}" for env in ("textcraft", "babyai", "sciworld", "mixed")
                                   for kind in ("test", "train")])  # fmt: skip
 def test_each_environment_config_composes_and_validates(name: str) -> None:
-    from webshop_trainer.preflight import check_training_config
+    from agent_trainer.preflight import check_training_config
 
     report = check_training_config(name, directory=training_config_dir())
     assert report["valid"], report["errors"]
@@ -52,7 +52,7 @@ def test_the_single_environment_configs_have_agentgym_rls_settings(env_id: str, 
     assert rollout.agent.default_agent_loop == f"{env_id}_agent"
     assert (
         config.data.train_files == f"data/verl/{env_id}/train.parquet"
-    )  # `webshop-train data --env` writes it
+    )  # `agent-train data --env` writes it
 
 
 @pytest.mark.parametrize("env_id", sorted(AGENTGYM_RL))
@@ -81,7 +81,7 @@ def test_the_mixed_config_keeps_each_environments_episode_shape(kind: str) -> No
 
 
 def test_a_misspelled_environment_or_setting_is_an_error() -> None:
-    from webshop_trainer.preflight import check_training_config
+    from agent_trainer.preflight import check_training_config
 
     report = check_training_config("textcraft_grpo_test", ["+environments.textcraf.max_rounds=3",
                                                            "+environments.textcraft.turn_tokenz=3",
@@ -97,7 +97,7 @@ def test_a_misspelled_environment_or_setting_is_an_error() -> None:
 
 
 def test_the_launcher_runs_an_environment_config_by_name(tmp_path, capsys) -> None:
-    from webshop_trainer.cli import main
+    from agent_trainer.cli import main
 
     assert main(["train", "--config", "textcraft_grpo_test", "--dry-run", "--output-dir", str(tmp_path)]) == 0
     printed = capsys.readouterr().err

@@ -28,7 +28,7 @@ class PlanServer:
     the k-th turn), in the reply format of that task's environment."""
 
     def __init__(self, tokenizer: Any, plans: Mapping[str, tuple[str, list[str]]]) -> None:
-        from webshop_trainer.rehearsal.local_rollout import _StandInServer
+        from agent_trainer.rehearsal.local_rollout import _StandInServer
 
         self.tokenizer, self.plans = tokenizer, plans
         self._base = _StandInServer()
@@ -49,7 +49,7 @@ class PlanServer:
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(generated_catalog_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), generated_catalog_dir)
 
@@ -65,13 +65,13 @@ def test_a_batch_mixing_textcraft_and_webshop_rolls_out_and_passes_the_trainers_
     from verl.trainer.ppo.utils import create_rl_dataset
     from verl.utils import hf_tokenizer
 
+    from agent_trainer.config import TRAINING_CONFIGS, training_config_dir
+    from agent_trainer.env_data import build_env_datasets
+    from agent_trainer.preflight import agent_loop_overrides, compose_training_config
+    from agent_trainer.rehearsal.local_rollout import local_transfer_queue, run_tq_rollouts
     from webshop_env.core.env import WebShopEnv
     from webshop_env.core.oracle import expert_actions
     from webshop_env.envs import registry
-    from webshop_trainer.config import TRAINING_CONFIGS, training_config_dir
-    from webshop_trainer.env_data import build_env_datasets
-    from webshop_trainer.preflight import agent_loop_overrides, compose_training_config
-    from webshop_trainer.rehearsal.local_rollout import local_transfer_queue, run_tq_rollouts
 
     build_env_datasets(["textcraft", "webshop"], tmp_path, catalog_dir=generated_catalog_dir, train_rows=4)
     train_file = tmp_path / "train.parquet"

@@ -1,5 +1,5 @@
 """The rehearsal's checks see the bugs they exist for on the verl 0.9.1 line (its own environment, .venv-verl09),
-end to end: ``webshop-train rehearse --fail-fast`` with a flipped reward and a loss mask over the env pages put in
+end to end: ``agent-train rehearse --fail-fast`` with a flipped reward and a loss mask over the env pages put in
 (``$WEBSHOP_REHEARSAL_INJECT``) must exit 1, the first step's record failing the mask, reward and direction checks.
 tests/trainer/test_rehearsal_bugs.py has the unit-level tests and the 0.7 line's run; ``make rehearse-bugs`` runs
 every bug on both lines."""
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[3]
 def test_make_rehearse_fails_on_a_flipped_reward_and_a_mask_over_env_pages_on_the_09_line(
     tmp_path: Path,
 ) -> None:
-    from webshop_trainer.rehearsal.matrix import run_one
+    from agent_trainer.rehearsal.matrix import run_one
 
     catalog = Path(os.environ.get("CATALOG_DIR", REPO / "data" / "catalog"))
     if not (catalog / "manifest.json").exists():

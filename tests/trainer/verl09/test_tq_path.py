@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(generated_catalog_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from webshop_trainer.tiny_model import build_tiny_model
+    from agent_trainer.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), generated_catalog_dir)
 
@@ -31,10 +31,10 @@ def test_the_trainers_metric_step_accepts_the_agent_loops_trajectories(
     from verl.trainer.ppo.utils import create_rl_dataset
     from verl.utils import hf_tokenizer
 
-    from webshop_trainer.config import AGENT_LOOP_NAME, TRAINING_CONFIGS, training_config_dir
-    from webshop_trainer.data import build_dataset
-    from webshop_trainer.preflight import agent_loop_overrides, compose_training_config
-    from webshop_trainer.rehearsal.local_rollout import ScriptedServer, local_transfer_queue, run_tq_rollouts
+    from agent_trainer.config import AGENT_LOOP_NAME, TRAINING_CONFIGS, training_config_dir
+    from agent_trainer.data import build_dataset
+    from agent_trainer.preflight import agent_loop_overrides, compose_training_config
+    from agent_trainer.rehearsal.local_rollout import ScriptedServer, local_transfer_queue, run_tq_rollouts
 
     monkeypatch.setenv("WEBSHOP_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
     plans = dict(list(expert_plans_generated.items())[:2])

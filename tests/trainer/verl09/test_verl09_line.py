@@ -1,5 +1,5 @@
 """The verl 0.9.1 line end to end on CPU: the installed facts the agent loop relies on, the configs against
-verl 0.9.1's stock config, and ``webshop-train preflight`` (real AgentLoopWorker, tiny model, scripted oracle,
+verl 0.9.1's stock config, and ``agent-train preflight`` (real AgentLoopWorker, tiny model, scripted oracle,
 real replicas + nginx)."""
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def test_the_0_9_images_module_list_imports_here_except_the_gpu_image_packages()
 
 
 def test_both_0_9_configs_compose_against_the_stock_config_and_validate() -> None:
-    from webshop_trainer.config import TRAINING_CONFIGS, training_config_dir
-    from webshop_trainer.preflight import check_training_config
+    from agent_trainer.config import TRAINING_CONFIGS, training_config_dir
+    from agent_trainer.preflight import check_training_config
 
     assert training_config_dir().name == "verl09"
     for name in TRAINING_CONFIGS.values():
@@ -55,8 +55,8 @@ def test_both_0_9_configs_compose_against_the_stock_config_and_validate() -> Non
 
 
 def test_an_unknown_key_is_rejected() -> None:
-    from webshop_trainer.config import training_config_dir
-    from webshop_trainer.preflight import check_training_config
+    from agent_trainer.config import training_config_dir
+    from agent_trainer.preflight import check_training_config
 
     report = check_training_config("webshop_grpo_test", ["+actor_rollout_ref.rollout.agent.num_workerz=2"],
                                    training_config_dir())  # fmt: skip
@@ -65,8 +65,8 @@ def test_an_unknown_key_is_rejected() -> None:
 
 
 def test_the_0_7_interaction_key_is_rejected_by_verl_0_9() -> None:
-    from webshop_trainer.config import training_config_dir
-    from webshop_trainer.preflight import check_training_config
+    from agent_trainer.config import training_config_dir
+    from agent_trainer.preflight import check_training_config
 
     report = check_training_config(
         "webshop_grpo_test",
@@ -84,7 +84,7 @@ def test_preflight_passes_on_verl_0_9_1(generated_catalog_dir: Path, tmp_path: P
     out = tmp_path / "preflight"
     env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}  # never reuse a developer's service
     result = subprocess.run(
-        [sys.executable, "-m", "webshop_trainer.cli", "preflight", "--catalog", str(generated_catalog_dir),
+        [sys.executable, "-m", "agent_trainer.cli", "preflight", "--catalog", str(generated_catalog_dir),
          "--out", str(out), "--fresh-cluster"],
         capture_output=True, text=True, env=env, timeout=540,
     )  # fmt: skip
@@ -111,12 +111,12 @@ def test_preflight_passes_on_verl_0_9_1(generated_catalog_dir: Path, tmp_path: P
 
 
 def test_the_launcher_runs_verls_main_ppo_through_verl_main_with_the_0_9_configs(tmp_path: Path) -> None:
-    from webshop_trainer.cli import train_command, train_environment
-    from webshop_trainer.config import training_config_dir
+    from agent_trainer.cli import train_command, train_environment
+    from agent_trainer.config import training_config_dir
 
     directory = training_config_dir()
     command = train_command("test", ["trainer.total_epochs=1"], directory, tmp_path / "run")
-    assert command[1:3] == ["-m", "webshop_trainer.verl_main"]  # verl's main_ppo with the v1 task runner
+    assert command[1:3] == ["-m", "agent_trainer.verl_main"]  # verl's main_ppo with the v1 task runner
     assert command[command.index("--config-path") + 1] == str(directory.resolve())
     assert directory.name == "verl09" and (directory / "webshop_grpo_test.yaml").is_file()
     agent_file = Path(train_environment(tmp_path, "run", directory)["WEBSHOP_AGENT_LOOP_CONFIG"])

@@ -2,7 +2,7 @@
 
 Why: ``ray.init(address=...)`` waits for a head that is gone (its GCS killed, its node down or unreachable)
 for minutes, logging only "Failed to connect to GCS": a command that attaches to the cluster (``webshop-env
-serve-ray``, ``webshop-train env-check``, the training launcher) would hang instead of saying that the head,
+serve-ray``, ``agent-train env-check``, the training launcher) would hang instead of saying that the head,
 the cluster's single point of failure, is lost. ``attach`` first checks that the head's GCS port accepts a
 TCP connection (a dead head refuses it, a blackholed or downed node does not answer), then runs ``ray.init``
 with a deadline.

@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"env on Ray Serve: {record['env']['local_url']}   Ray: {record['address']} ({gpus} GPU(s); log "
               f"{record['log']})\n"
               f"train against it: WEBSHOP_ENV=ray RAY_ADDRESS={record['address']} WEBSHOP_RAY_PORT={args.port} "
-              "webshop-train train --config test   stop: make down-ray")  # fmt: skip
+              "agent-train train --config test   stop: make down-ray")  # fmt: skip
         return 0
     if args.command == "down":
         for line in down(args.run_dir):

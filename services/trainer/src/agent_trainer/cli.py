@@ -1,0 +1,799 @@
+"""``agent-train``: dataset builder, preflight, tiny model and the training launcher.
+
+agent-train data --catalog DIR --split train --out data/verl/webshop_train.parquet [--limit N]
+agent-train data --catalog DIR --split train --out FILE --from-agentgym webshop_train.json
+agent-train data --env textcraft,babyai,webshop --weights 1,1,2 --catalog DIR --out-dir data/verl/mix
+agent-train envs                                     # the environments the trainer knows
+agent-train preflight [--config test|full]          # CPU; writes outputs/preflight/summary.json
+agent-train train --config test|full [overrides...] # verl's main_ppo (agent_trainer.verl_main) with our config
+agent-train tiny-model --catalog DIR --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import (
+    AGENT_LOOP_CONFIG,
+    AGENT_LOOP_NAME,
+    AGENT_NAME,
+    INTERACTION_CONFIG,
+    TRAINING_CONFIGS,
+    config_dir,
+    installed_verl_line,
+    training_config_dir,
+    training_config_name,
+    worker_env,
+    worker_secrets,
+)
+from .worker_secrets import (
+    given_secret_overrides,
+    hook_overrides,
+    remove_secrets,
+    secrets_path,
+    write_secrets,
+)
+
+
+def _data(args: argparse.Namespace) -> int:
+    from webshop_env.catalog.store import CatalogError
+
+    from .data import DataError, build_dataset
+
+    if args.env:  # any environment, or a mix: train/val/test files in --out-dir
+        return _env_data(args)
+    missing = [flag for flag, value in (("--catalog", args.catalog), ("--split", args.split), ("--out", args.out))
+               if value is None]  # fmt: skip
+    if missing:
+        print(f"agent-train data: the following arguments are required: {', '.join(missing)} "
+              "(or --env ENV[,ENV...] --out-dir DIR for any environment and mixes)", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        summary = build_dataset(args.catalog, args.split, args.out, limit=args.limit, goal_set=args.goal_set,
+                                agentgym_file=args.from_agentgym, progress=not args.quiet,
+                                agent_name=AGENT_LOOP_NAME if args.agent_loop else AGENT_NAME)  # fmt: skip
+    except (DataError, CatalogError) as error:
+        print(f"agent-train data: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary))
+    return 0
+
+
+def _env_data(args: argparse.Namespace) -> int:
+    """``data --env textcraft,babyai,webshop [--weights 1,1,2]``: train/val/test parquet, split sizes printed."""
+    from webshop_env.catalog.store import CatalogError
+
+    from . import envs
+    from .data import DEFAULT_GOAL_SET, DataError
+    from .env_data import build_env_datasets, sizes_table
+
+    try:
+        env_ids = envs.parse_ids(args.env)
+        weights = [float(w) for w in args.weights.split(",")] if args.weights else None
+        out_dir = args.out_dir or Path("data/verl") / "_".join(env_ids)
+        if args.agent_loop and args.interaction:
+            raise DataError("--agent-loop and --interaction name two routes: pick one")
+        if args.interaction and installed_verl_line() != "0.7":
+            raise DataError(
+                "--interaction writes rows for verl 0.7.1's ToolAgentLoop + interactions, which verl 0.8 removed; "
+                f"this environment has verl {installed_verl_line()}: leave it out (rows for the agent loops)"
+            )
+        # the route: --agent-loop (<env>_agent, both lines), --interaction (tool_agent, 0.7.1), else the line's own
+        interaction = args.interaction or (not args.agent_loop and installed_verl_line() == "0.7")
+        summary = build_env_datasets(env_ids, out_dir, weights=weights, catalog_dir=args.catalog,
+                                     goal_set=args.goal_set or DEFAULT_GOAL_SET, train_rows=args.train_rows,
+                                     val_rows=args.val_rows, test_rows=args.test_rows,
+                                     interaction=interaction, progress=not args.quiet)  # fmt: skip
+    except (DataError, CatalogError, envs.UnknownEnvironment, ValueError) as error:
+        print(f"agent-train data: {error}", file=sys.stderr)
+        return 2
+    print(sizes_table(summary), file=sys.stderr)
+    print(json.dumps(summary))
+    return 0
+
+
+def _envs(args: argparse.Namespace) -> int:
+    """``agent-train envs``: what the trainer knows of each environment."""
+    from . import envs
+
+    for spec in envs.SPECS.values():
+        rounds = spec.max_rounds or "rollout.multi_turn.max_assistant_turns - 1"
+        print(f"{spec.env_id}: {spec.title}\n  agent_name {spec.agent_name}, data_source {spec.data_source}, "
+              f"rounds {rounds}\n  reward: {spec.reward_rule}\n  success: {spec.success_rule}")  # fmt: skip
+    return 0
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from . import envs
+    from .preflight import PreflightOptions, run_preflight
+
+    try:  # --env: another environment or a mix (make preflight ENV=...); none: WebShop's preflight
+        env_ids = envs.parse_ids(args.env) if args.env else None
+    except envs.UnknownEnvironment as error:
+        print(f"agent-train preflight: --env: {error}", file=sys.stderr)
+        return 2
+    options = PreflightOptions(
+        config=args.config, catalog=args.catalog, out_dir=args.out, env_url=args.env_url, goals=args.goals,
+        rollouts=args.rollouts, max_turns=args.max_turns, replicas=args.replicas, config_dir=args.config_dir,
+        goal_set=args.goal_set, fresh_cluster=args.fresh_cluster, overrides=list(args.overrides), envs=env_ids,
+    )  # fmt: skip
+    summary = run_preflight(options)
+    brief = {k: summary.get(k) for k in ("ok", "envs", "config_valid", "agent_loop_worker", "step_metrics_ok", "rollouts",
+                                         "mean_reward", "oracle_mean_reward",
+                                         "leaked_states", "seconds", "checks", "errors", "summary_path")}  # fmt: skip
+    print(json.dumps(brief, indent=2))
+    if not summary["ok"]:
+        print("preflight FAILED: " + "; ".join(summary["errors"]), file=sys.stderr)
+        if summary.get("traceback"):
+            print(summary["traceback"], file=sys.stderr)
+        return 1
+    return 0
+
+
+def _rehearse(args: argparse.Namespace) -> int:
+    from . import envs
+    from .rehearsal.run import RehearsalOptions, run_rehearsal
+
+    try:
+        env_ids = tuple(envs.parse_ids(args.envs))
+    except envs.UnknownEnvironment as error:
+        print(f"agent-train rehearse: --envs: {error}", file=sys.stderr)
+        return 2
+    summary = run_rehearsal(RehearsalOptions(out_dir=args.out, catalog=args.catalog, goals=args.goals,
+                                             outage_s=args.outage_s, env=args.env,
+                                             train_further=args.train_further, fail_fast=args.fail_fast,
+                                             model_dir=args.model_dir, envs=env_ids))  # fmt: skip
+    brief = {k: summary.get(k) for k in ("ok", "verl_version", "injected", "steps_completed", "resumed_from_step",
+                                         "checkpoint", "merged_model", "eval_episodes", "env_outage_survived",
+                                         "env_reward_mean", "update_direction_ok", "seconds", "checks", "errors",
+                                         "summary_path", "envs")}  # fmt: skip
+    brief["per_env"] = summary.get("per_env")
+    print(json.dumps(brief, indent=2))
+    if not summary["ok"]:
+        print(f"rehearsal FAILED: {'; '.join(summary['errors']) or 'a check failed'} (log: {summary['log']})",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
+def _tiny_model(args: argparse.Namespace) -> int:
+    from .tiny_model import build_tiny_model
+
+    print(build_tiny_model(args.out, args.catalog, force=args.force))
+    return 0
+
+
+TRAIN_MODULE = "agent_trainer.verl_main"  # verl's main_ppo + per-step WebShop and per-environment metrics
+# verl 0.9: the same module, which runs verl's main_ppo (the v1 TransferQueue trainer) with a task runner that
+# adds the per-environment step metrics (verl_main.main_v1)
+TRAIN_MODULE_VERL09 = "agent_trainer.verl_main"
+
+
+def train_command(
+    config: str, overrides: Sequence[str], directory: Path, run_dir: Path | None = None
+) -> list[str]:
+    """The ``main_ppo`` command line (``--config-path`` must be absolute with a pip-installed verl).
+
+    With ``run_dir``, Hydra's own output directory (``outputs/<date>/<time>`` in the working directory by
+    default, created before anything else runs) goes to ``<run_dir>/logs/hydra/<date>_<time>``: the trainer
+    runs as any uid, in a working directory it may not be able to write.
+    """
+    hydra_dir = (
+        [f"hydra.run.dir={run_dir.resolve() / 'logs' / 'hydra'}/${{now:%Y-%m-%d_%H-%M-%S}}"]
+        if run_dir
+        else []
+    )
+    module = TRAIN_MODULE if installed_verl_line() == "0.7" else TRAIN_MODULE_VERL09
+    return [sys.executable, "-m", module, "--config-path", str(directory.resolve()),
+            "--config-name", training_config_name(config), *hydra_dir, *overrides]  # fmt: skip
+
+
+def train_environment(output_root: Path, experiment: str, directory: Path) -> dict[str, str]:
+    """Where verl's loggers write: ``<output_root>/<experiment>/{logs,checkpoints,metrics}``."""
+    run = output_root.resolve() / experiment
+    for sub in ("logs", "checkpoints", "metrics"):
+        (run / sub).mkdir(parents=True, exist_ok=True)
+    return {
+        "WEBSHOP_OUTPUT_DIR": str(output_root.resolve()),
+        "WEBSHOP_EXPERIMENT": experiment,
+        "WEBSHOP_INTERACTION_CONFIG": os.environ.get("WEBSHOP_INTERACTION_CONFIG")
+        or str((directory / INTERACTION_CONFIG).resolve()),
+        # the agent loop's declarations (verl 0.9 line, or the agent loop on 0.7.1); one file for both lines
+        "WEBSHOP_AGENT_LOOP_CONFIG": os.environ.get("WEBSHOP_AGENT_LOOP_CONFIG")
+        or str((config_dir() / AGENT_LOOP_CONFIG).resolve()),
+        "VERL_FILE_LOGGER_PATH": str(run / "metrics" / "metrics.jsonl"),
+        "TENSORBOARD_DIR": str(run / "logs" / "tensorboard"),
+    }
+
+
+def _config_train_file(config_file: Path) -> str | None:
+    """The default of a config's ``data.train_files`` (``${oc.env:WEBSHOP_TRAIN_FILE,<default>}``), if it has one."""
+    import re
+
+    match = re.search(r"^\s*train_files:.*?oc\.env:\w+,([^}]*)}", config_file.read_text(), re.MULTILINE)
+    return match.group(1).strip() if match else None
+
+
+def _training_catalog_line(env: dict[str, str], overrides: Sequence[str], default: str | None = None) -> str:
+    """The training data's catalog and reward definition (from the parquet's metadata), for train.log: rewards
+    from heuristic and spaCy title nouns, or seeded and pinned prices, are different numbers."""
+    from .data import dataset_catalog_line
+
+    train_file = next((o.split("=", 1)[1] for o in overrides if o.startswith("data.train_files=")), None)
+    train_file = train_file or env.get("WEBSHOP_TRAIN_FILE") or default or "data/verl/webshop_train.parquet"
+    return (
+        dataset_catalog_line(train_file)
+        or f"catalog of {train_file}: unknown (not built by agent-train data)"
+    )
+
+
+def composed_config(
+    config_name: str, overrides: Sequence[str], directory: Path, env: Mapping[str, str]
+) -> Any:
+    """The training config as ``main_ppo`` composes it, resolved with ``env`` (the configs read WEBSHOP_*
+    through oc.env)."""
+    from omegaconf import OmegaConf
+
+    from .preflight import compose_training_config
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        _, config = compose_training_config(training_config_name(config_name), overrides, directory)
+        OmegaConf.resolve(config)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return config
+
+
+#: The dataset settings verl reads files from, relative to the working directory of its task runner.
+DATA_FILE_KEYS = ("data.train_files", "data.val_files")
+
+
+def _hydra_string(value: str) -> str:
+    """A Hydra override's quoted string (only the quote is escaped)."""
+    return "'" + value.replace("'", "\\'") + "'"
+
+
+def caller_data_overrides(config: Any, overrides: Sequence[str], cwd: Path) -> list[str]:
+    """``overrides`` with every relative dataset path of ``config`` (the config's defaults, ``WEBSHOP_TRAIN_FILE``,
+    a ``data.*_files=`` override) made absolute against ``cwd``, the caller's directory.
+
+    Why: verl opens ``data.train_files`` from its task runner's working directory, which is the run directory
+    (the launcher's ``cwd``) or, on a joined cluster, wherever that node's ``ray start`` ran; a path the user
+    typed means the directory they typed it in. URLs (``hdfs://``, ``s3://``) are left as they are.
+    """
+    from omegaconf import OmegaConf
+
+    resolved = list(overrides)
+    for key in DATA_FILE_KEYS:
+        value = OmegaConf.select(config, key)
+        if value is None:
+            continue
+        paths = [value] if isinstance(value, str) else [str(v) for v in value]
+        fixed = [p if "://" in p or Path(p).is_absolute() else str((cwd / p).resolve()) for p in paths]
+        if fixed == paths:
+            continue
+        text = (
+            _hydra_string(fixed[0])
+            if isinstance(value, str)
+            else "[" + ",".join(map(_hydra_string, fixed)) + "]"
+        )
+        resolved = [o for o in resolved if o.split("=", 1)[0].lstrip("+~") != key]
+        resolved.append(f"{key}={text}")
+    return resolved
+
+
+def batch_problems(config: Any) -> list[str]:
+    """What verl would refuse, or silently floor, about the batch sizes for ``nnodes x n_gpus_per_node`` GPUs
+    (its ``validate_config`` and FSDP workers' checks), in words, for the launcher to say before anything starts."""
+    trainer, actor = config.trainer, config.actor_rollout_ref.actor
+    rollout = config.actor_rollout_ref.rollout
+    world = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
+    if world <= 0:
+        return [f"trainer.nnodes x n_gpus_per_node is {world}"]
+    problems = []
+    n = int(rollout.n)
+    tp = int(rollout.get("tensor_model_parallel_size") or 1)
+    if world % tp:
+        problems.append(f"{world} GPUs do not divide into rollout engines of tensor_model_parallel_size {tp}")
+    if actor.get("use_dynamic_bsz"):
+        return problems
+    sequences = int(config.data.train_batch_size) * n
+    if sequences % world:
+        problems.append(f"data.train_batch_size x rollout.n = {config.data.train_batch_size} x {n} = {sequences} "
+                        f"sequences per step do not divide among {world} GPUs")  # fmt: skip
+    sp = int(actor.get("ulysses_sequence_parallel_size") or 1)
+    mini = int(actor.ppo_mini_batch_size) * n // max(1, world // sp)
+    micro = int(actor.get("ppo_micro_batch_size_per_gpu") or 1)
+    if mini <= 0:
+        problems.append(f"actor.ppo_mini_batch_size x rollout.n = {actor.ppo_mini_batch_size} x {n} is less than one "
+                        f"sequence per GPU on {world} GPUs")  # fmt: skip
+    elif mini % micro:
+        problems.append(f"each GPU's mini-batch (ppo_mini_batch_size x rollout.n / GPUs = {mini}) is not a multiple "
+                        f"of ppo_micro_batch_size_per_gpu ({micro})")  # fmt: skip
+    return problems
+
+
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def complete_checkpoint(step_dir: Path, need_data: bool = True) -> bool:
+    """Whether ``global_step_N`` is whole: verl writes ``data.pt`` (the dataloader's state) after every rank saved
+    its part of ``actor/`` (FSDP: ``model_world_size_W_rank_R.pt`` for every R), and a rotation
+    (max_actor_ckpt_to_keep) may remove ``actor/`` later. ``need_data=False``: the actor alone."""
+    import re
+
+    actor = step_dir / "actor"
+    if (need_data and not (step_dir / "data.pt").is_file()) or not actor.is_dir():
+        return False
+    ranks: dict[int, set[int]] = {}
+    for path in actor.glob("model_world_size_*_rank_*.pt"):
+        match = re.fullmatch(r"model_world_size_(\d+)_rank_(\d+)\.pt", path.name)
+        if match:
+            ranks.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
+    if not ranks:  # another layout (Megatron): a non-empty actor/
+        return need_data and any(actor.iterdir())
+    return any(found == set(range(size)) for size, found in ranks.items())
+
+
+def repair_resume_point(checkpoints: Path) -> str | None:
+    """Make verl's resume (``resume_mode: auto``: the step in ``latest_checkpointed_iteration.txt``) start from a
+    complete checkpoint: a tracker naming an incomplete or missing one (a job killed while saving, or between
+    verl's rotation of the previous checkpoint and the new one's ``data.pt``; an empty tracker) is pointed at the
+    newest complete step (else the newest whole actor, whose dataloader then restarts its epoch), or moved aside
+    when there is none. Returns what it did, or None when the tracker was sound (or absent)."""
+    tracker = checkpoints / TRACKER
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text().strip()
+    if text.isdigit() and complete_checkpoint(checkpoints / f"global_step_{int(text)}"):
+        return None
+    saved = sorted((int(p.name.split("_")[-1]), p) for p in checkpoints.glob("global_step_*")
+                   if p.name.split("_")[-1].isdigit())  # fmt: skip
+    whole = [step for step, path in saved if complete_checkpoint(path)]
+    actor_only = [step for step, path in saved if complete_checkpoint(path, need_data=False)]
+    named = repr(text) if text else "nothing"
+    if whole or actor_only:
+        step = whole[-1] if whole else actor_only[-1]
+        temporary = tracker.with_name(f".{TRACKER}.tmp")
+        temporary.write_text(str(step))
+        os.replace(temporary, tracker)
+        how = (
+            "the newest complete one"
+            if whole
+            else "the newest whole actor (no dataloader state: its epoch restarts)"
+        )
+        return f"{TRACKER} named {named}, not a complete checkpoint: resuming from global_step_{step}, {how}"
+    aside = tracker.with_name(f"{TRACKER}.incomplete-{text or 'empty'}")
+    os.replace(tracker, aside)
+    return f"{TRACKER} named {named} and no checkpoint is complete: starting fresh (moved to {aside.name})"
+
+
+def finished_run(config_name: str, overrides: Sequence[str], directory: Path, env: dict[str, str],
+                 config: Any = None) -> tuple[int, int, Path] | None:  # fmt: skip
+    """``(last saved step, total steps, checkpoint directory)`` when the run this launch would resume has already
+    saved its last step (verl would resume there and train nothing), else None.
+
+    The total is where verl's loop ends: ``len(train dataset) // train_batch_size * total_epochs`` (the rows
+    from the parquet, capped by ``data.train_max_samples``), or ``trainer.total_training_steps`` if that is less.
+    """
+    import pyarrow.parquet as pq
+
+    if config is None:  # the launcher passes the one it composed (a composition costs seconds)
+        config = composed_config(config_name, overrides, directory, env)
+    trainer = config.trainer
+    checkpoints = Path(str(trainer.default_local_dir))
+    marker = checkpoints / "latest_checkpointed_iteration.txt"
+    if trainer.resume_mode != "auto" or not marker.is_file():
+        return None
+    try:
+        step = int(marker.read_text().strip())
+    except ValueError:
+        return None
+    files = config.data.train_files
+    files = [files] if isinstance(files, str) else list(files)
+    try:
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    except OSError:
+        return None
+    limit = int(config.data.get("train_max_samples", -1) or -1)
+    rows = min(rows, limit) if limit > 0 else rows
+    # verl's loop ends at whichever comes first: the last epoch or total_training_steps
+    total = rows // int(config.data.train_batch_size) * int(trainer.total_epochs)
+    if trainer.get("total_training_steps") is not None:
+        total = min(total, int(trainer.total_training_steps))
+    return (step, total, checkpoints) if step >= total > 0 else None
+
+
+def keep_earlier_metrics(path: Path) -> Path | None:
+    """verl's file logger truncates its file when a run starts, so a resumed run would lose the steps logged
+    before it: move an earlier, non-empty log aside (``metrics.<its last write, UTC>.jsonl``, next to it, where
+    ``agent-train report`` reads it too). Returns where it went."""
+    import time
+
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(path.stat().st_mtime))
+    target = path.with_name(f"{path.stem}.{stamp}{path.suffix}")
+    counter = 1
+    while target.exists():
+        target = path.with_name(f"{path.stem}.{stamp}-{counter}{path.suffix}")
+        counter += 1
+    path.rename(target)
+    return target
+
+
+def worker_env_overrides(env: Mapping[str, str]) -> list[str]:
+    """Hydra overrides that give every Ray worker of the run the launcher's settings (``worker_env``).
+
+    Why: on a cluster made with ``ray start`` a node's workers inherit that node's ``ray start`` environment,
+    not the launcher's, so ``WEBSHOP_ENV``, ``WEBSHOP_TURN_TOKENS``, ... would silently fall back to their
+    defaults on every node. verl passes ``ray_kwargs.ray_init.runtime_env`` to ``ray.init``: its ``env_vars``
+    reach every worker of the job, on every node.
+    """
+    return [
+        f"++ray_kwargs.ray_init.runtime_env.env_vars.{key}='{value}'"
+        for key, value in ((k, v.replace("'", "\\'")) for k, v in worker_env(env).items())
+    ]  # Hydra's quoted string: only the quote is escaped
+
+
+def head_unreachable(env: Mapping[str, str]) -> str | None:
+    """Why the Ray cluster the run joins cannot be reached (None: its head answers), within the attach timeout.
+
+    Why: verl's ``ray.init`` on a dead head retries for minutes without a word; a launcher that checks first says
+    what is wrong at once (webshop_env.ray_serve.attach, the same check as serve-ray and env-check)."""
+    from webshop_env.ray_serve.attach import AttachError, check_head
+
+    try:
+        check_head(env.get("RAY_ADDRESS") or None)
+    except AttachError as error:
+        return str(error)
+    return None
+
+
+def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
+    """``WEBSHOP_ENV=ray``: deploy the env app on the training cluster (or find it there) and wait until every
+    node serves it, before verl starts (``webshop-env serve-ray``: idempotent). Returns its exit status."""
+    command = [
+        sys.executable,
+        "-m",
+        "webshop_env.cli",
+        "serve-ray",
+        "--if-missing",  # a deployed app (by hand: its replicas, its catalog path) is kept, never restarted
+        "--wait",
+        env.get("WEBSHOP_RAY_WAIT_S", "600"),
+    ]
+    if env.get("WEBSHOP_RAY_STAGE_CATALOG", "").strip().lower() in ("1", "true", "yes"):
+        command.append("--stage-catalog")
+    print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
+    return subprocess.run(command, env=dict(env), stdout=sys.stderr).returncode
+
+
+def _train(args: argparse.Namespace) -> int:
+    directory = (args.config_dir or training_config_dir()).resolve()
+    if not (directory / f"{training_config_name(args.config)}.yaml").is_file():
+        known = sorted(p.stem for p in directory.glob("*_grpo_*.yaml"))
+        print(f"agent-train train: no training config {args.config!r} in {directory} (test, full, or one of "
+              f"{', '.join(known)})", file=sys.stderr)  # fmt: skip
+        return 2
+    experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or training_config_name(args.config)
+    output_root = Path(args.output_dir or os.environ.get("WEBSHOP_OUTPUT_DIR") or "outputs")
+    env = {**os.environ, **train_environment(output_root, experiment, directory)}
+    overrides = list(args.overrides)
+    secret_keys = given_secret_overrides(overrides)
+    if secret_keys:  # named, never echoed
+        print(f"agent-train train: {', '.join(secret_keys)}: a secret never goes into an override (it would be "
+              "printed, kept in .hydra/overrides.yaml and sent to W&B with the config); set it in the environment "
+              "(or .env) instead: the launcher hands it to the workers in a file only they read", file=sys.stderr)  # fmt: skip
+        return 2
+    if env.get("WANDB_API_KEY") and not any(o.startswith("trainer.logger=") for o in overrides):
+        overrides.append("trainer.logger=[console,file,tensorboard,wandb]")
+    on_ray = env.get("WEBSHOP_ENV", "").strip().lower() == "ray"
+    # verl joins a running cluster (WEBSHOP_ENV=ray, RAY_ADDRESS, an address override): its workers inherit their
+    # node's `ray start` environment, not this one, so the run's settings travel in verl's runtime_env
+    joined = (
+        on_ray
+        or bool(env.get("RAY_ADDRESS"))
+        or any(o.split("=", 1)[0].lstrip("+") == "ray_kwargs.ray_init.address" for o in overrides)
+    )
+    run_dir = output_root.resolve() / experiment
+    secrets_file = None
+    if joined:
+        if on_ray:
+            from webshop_env.ray_serve import needs_token_mode
+
+            if needs_token_mode(env):
+                env["RAY_AUTH_MODE"] = "token"  # verl's ray.init joins the cluster with this machine's token
+        given = {o.split("runtime_env.env_vars.", 1)[1].split("=", 1)[0] for o in overrides
+                 if "ray_kwargs.ray_init.runtime_env.env_vars." in o}  # fmt: skip
+        overrides = worker_env_overrides({k: v for k, v in env.items() if k not in given}) + overrides
+        if worker_secrets(env):  # in a file only the workers read (worker_secrets), never in the runtime_env
+            secrets_file = secrets_path(run_dir)
+            overrides = hook_overrides(overrides, secrets_file)
+    nnodes = env.get("WEBSHOP_NNODES", "").strip()  # a Slurm job's node count (webshop-grpo.sbatch)
+    if nnodes and not any(o.split("=", 1)[0].lstrip("+") == "trainer.nnodes" for o in overrides):
+        if not nnodes.isdigit() or int(nnodes) < 1:
+            print(
+                f"agent-train train: WEBSHOP_NNODES must be a positive integer, not {nnodes!r}",
+                file=sys.stderr,
+            )
+            return 2
+        overrides.append(f"trainer.nnodes={int(nnodes)}")
+    config = None
+    try:  # relative dataset paths mean the caller's directory, not the run directory verl runs in
+        config = composed_config(args.config, overrides, directory, env)
+        overrides = caller_data_overrides(config, overrides, Path.cwd())
+    except Exception as error:  # verl reports a bad override with its own words below
+        print(f"agent-train train: could not compose the config to resolve dataset paths ({type(error).__name__}: "
+              f"{str(error).splitlines()[0] if str(error) else ''}); they are passed on as given", file=sys.stderr)  # fmt: skip
+    command = train_command(args.config, overrides, directory, run_dir)
+    log_path = run_dir / "logs" / "train.log"
+    print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
+    print(f"  logs: {log_path}   metrics: {env['VERL_FILE_LOGGER_PATH']}", file=sys.stderr)
+    if secrets_file is not None:
+        print(f"  secrets for the workers ({', '.join(worker_secrets(env))}): in {secrets_file} (mode 0600) "
+              "while verl runs", file=sys.stderr)  # fmt: skip
+    config_file = directory / f"{training_config_name(args.config)}.yaml"
+    catalog_line = _training_catalog_line(env, overrides, _config_train_file(config_file))
+    print(f"  {catalog_line}", file=sys.stderr)
+    problems = batch_problems(config) if config is not None else []
+    if problems:
+        gpus = f"{config.trainer.nnodes} node(s) x {config.trainer.n_gpus_per_node} GPU(s)"
+        print(f"agent-train train: the batch sizes do not fit {gpus}:\n  " + "\n  ".join(problems) + "\n  "
+              "change data.train_batch_size, actor_rollout_ref.actor.ppo_mini_batch_size, "
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (WEBSHOP_TRAIN_BATCH_SIZE, "
+              "WEBSHOP_PPO_MINI_BATCH_SIZE, WEBSHOP_MICRO_BATCH_SIZE) or the GPUs (docs/multi-node.md)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.dry_run:
+        return 0
+    if config is not None and config.trainer.resume_mode == "auto":
+        repaired = repair_resume_point(Path(str(config.trainer.default_local_dir)))
+        if repaired:
+            print(f"agent-train train: {repaired}", file=sys.stderr)
+    # (a config that does not compose: verl says why, below)
+    finished = finished_run(args.config, overrides, directory, env, config) if config is not None else None
+    if finished is not None:
+        step, total, checkpoints = finished
+        print(f"agent-train train: run {experiment!r} is already finished: its checkpoint of step {step} (of "
+              f"{total}) is in {checkpoints}, so verl would resume there and train nothing.\n"
+              f"  evaluate it:      make eval MODEL_PATH={checkpoints}\n"
+              f"  a fresh run:      WEBSHOP_EXPERIMENT={experiment}_2 (in .env or the environment), or move "
+              f"{checkpoints} away\n"
+              f"  train it further: raise trainer.total_epochs (TRAIN_EXTRA_ARGS=\"trainer.total_epochs=N\")",
+              file=sys.stderr)  # fmt: skip
+        return 0
+    unreachable = head_unreachable(env) if on_ray or env.get("RAY_ADDRESS") else None
+    if unreachable:
+        print(f"agent-train train: error: {unreachable}; nothing was trained", file=sys.stderr)
+        return 1
+    if on_ray and deploy_env_on_cluster(env) != 0:
+        print("agent-train train: the env is not serving on every node of the Ray cluster (see above); "
+              "nothing was trained", file=sys.stderr)  # fmt: skip
+        return 1
+    kept = keep_earlier_metrics(Path(env["VERL_FILE_LOGGER_PATH"]))
+    if kept is not None:
+        print(f"  the earlier invocation's metrics: {kept}", file=sys.stderr)
+    if secrets_file is not None:
+        write_secrets(secrets_file, worker_secrets(env))
+    try:
+        return _run_logged(command, env, run_dir, log_path, catalog_line)
+    finally:
+        if secrets_file is not None:
+            remove_secrets(secrets_file)
+
+
+def _run_logged(
+    command: list[str], env: Mapping[str, str], run_dir: Path, log_path: Path, catalog_line: str
+) -> int:
+    """Run ``main_ppo``, its output to this terminal and to ``train.log``; SIGTERM/SIGINT passed on to it."""
+    # cwd: the run directory (writable by whoever runs this), never the image's home or the caller's directory.
+    with open(log_path, "ab") as log, subprocess.Popen(command, env=env, cwd=run_dir, stdout=subprocess.PIPE,
+                                                       stderr=subprocess.STDOUT) as process:  # fmt: skip
+        log.write(f"agent-train: {catalog_line}\n".encode())
+
+        # Pass SIGTERM/SIGINT on to main_ppo (which shuts Ray down) instead of dying and leaving it on the GPUs.
+        def forward(signum: int, _frame: object) -> None:
+            process.send_signal(signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+                log.write(line)
+            return process.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _env_check(args: argparse.Namespace) -> int:
+    from .env_check import run_env_check
+
+    if args.episodes < 1:
+        print("agent-train env-check: error: --episodes must be at least 1", file=sys.stderr)
+        return 2
+    report = run_env_check(os.environ, episodes=args.episodes, goal_set=args.goal_set)
+    text = json.dumps(report)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    if report.get("error"):
+        print(f"agent-train env-check: error: {report['error']}", file=sys.stderr)
+    for node in report.get("nodes", []):
+        if "error" in node:
+            print(f"agent-train env-check: node {node['node_ip']}: {node['error']}", file=sys.stderr)
+        else:
+            rewards = [episode[1] for episode in node["episodes"]]
+            print(f"agent-train env-check: node {node['node_ip']}: {len(rewards)} episode(s) through "
+                  f"{node['urls'][0]}, mean reward {sum(rewards) / max(1, len(rewards)):.3f}", file=sys.stderr)  # fmt: skip
+    return 0 if report["ok"] else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-train", description="verl GRPO on the served environments: data, checks, launch, eval"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("data", help="build a parquet dataset in verl's format (one row per goal)")
+    p.add_argument("--catalog", type=Path, default=None, help="prepared catalog directory (WebShop)")
+    p.add_argument(
+        "--split", choices=["train", "eval", "test"], default=None, help="WebShop alone: the split"
+    )
+    p.add_argument("--out", type=Path, default=None, help="WebShop alone: output .parquet file")
+    p.add_argument("--env", default=None,
+                   help="any environment or a mix (webshop, textcraft, babyai, sciworld; comma-separated): writes "
+                   "train/val/test.parquet into --out-dir, splits that never share a task, and prints their sizes")  # fmt: skip
+    p.add_argument("--weights", default=None, help="with --env: training rows per environment in these "
+                   "proportions (comma-separated, one per --env; default equal)")  # fmt: skip
+    p.add_argument("--out-dir", type=Path, default=None, help="with --env: default data/verl/<env>_<env>...")
+    p.add_argument("--train-rows", type=int, default=None,
+                   help="with --env: training rows in all (default: as many as the scarcest environment allows)")  # fmt: skip
+    p.add_argument("--val-rows", type=int, default=None, help="with --env: at most this many per environment")
+    p.add_argument(
+        "--test-rows", type=int, default=None, help="with --env: at most this many per environment"
+    )
+    p.add_argument("--limit", type=int, default=None, help="only the first N goals")
+    p.add_argument("--goal-set", default=None, help="synthetic (default) or human")
+    p.add_argument("--from-agentgym", type=Path, default=None,
+                   help="AgentGym-RL webshop_train.json (item_id webshop_<N>, synthetic goals)")  # fmt: skip
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--agent-loop", action="store_true",
+                   help="rows for the agent loop (agent_name webshop_agent, with --env <env>_agent; the verl 0.9 "
+                        "line, and 0.7.1 too) instead of the 0.7.1 interaction path (tool_agent)")  # fmt: skip
+    p.add_argument("--interaction", action="store_true",
+                   help="with --env: rows for verl 0.7.1's ToolAgentLoop + each environment's interaction "
+                        "(agent_name tool_agent); default with --env: this on verl 0.7.x, --agent-loop on 0.9")  # fmt: skip
+    p.set_defaults(func=_data)
+
+    p = commands.add_parser(
+        "envs", help="the environments the trainer knows: agent loop, rounds, reward, success"
+    )
+    p.set_defaults(func=_envs)
+
+    p = commands.add_parser("preflight", help="CPU checks of configs, data, env and verl's agent loop")
+    p.add_argument("--config", choices=sorted(TRAINING_CONFIGS), default=None,
+                   help="check only this config and roll out with it (default: check both, roll out with test)")  # fmt: skip
+    p.add_argument("--catalog", type=Path, default=None, help="default: $WEBSHOP_CATALOG / data/catalog")
+    p.add_argument("--out", type=Path, default=Path("outputs/preflight"))
+    p.add_argument("--env-url", default=None,
+                   help="reuse this service if it serves the same catalog (default: $WEBSHOP_URL or :36003)")  # fmt: skip
+    p.add_argument(
+        "--fresh-cluster", action="store_true", help="always start (and stop) a cluster of its own"
+    )
+    p.add_argument("--env", default=None,
+                   help="another environment or a mix (textcraft, babyai, textcraft,webshop): its configs "
+                        "(<env>_grpo_test/_train, mixed_grpo_* for several), data, cluster and agent loop "
+                        "(default: WebShop's preflight)")  # fmt: skip
+    p.add_argument("--goal-set", default="synthetic")
+    p.add_argument("--goals", type=int, default=4)
+    p.add_argument("--rollouts", type=int, default=2)
+    p.add_argument("--max-turns", type=int, default=8,
+                   help="verl's max_assistant_turns for the CPU rollouts: allows max-turns - 1 env steps, and the "
+                        "oracle's goals are picked with plans of every length up to that (default: %(default)s)")  # fmt: skip
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--config-dir", type=Path, default=None)
+    p.add_argument("overrides", nargs="*",
+                   help="the training run's Hydra overrides (TRAIN_EXTRA_ARGS), checked with the configs")  # fmt: skip
+    p.set_defaults(func=_preflight)
+
+    p = commands.add_parser(
+        "rehearse",
+        help="the test training run on CPU through verl's own trainer (tiny model, real env cluster): 2 steps, "
+        "a checkpoint, an env outage, a resumed step 3, the merger",
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("outputs/rehearsal"), help="writes OUT/verl<line>/summary.json"
+    )
+    p.add_argument("--catalog", type=Path, default=None, help="default: $WEBSHOP_CATALOG / data/catalog")
+    p.add_argument("--goals", type=int, default=12, help="training goals (4 per step)")
+    p.add_argument("--outage-s", type=float, default=60.0,
+                   help="seconds every env replica is stopped during step 2's rollout (0: none)")  # fmt: skip
+    p.add_argument("--env", choices=["http", "ray"], default="http",
+                   help="http: a local cluster (replicas + nginx) at WEBSHOP_URL; ray: the env as a Ray Serve app on "
+                   "a Ray head of its own that verl joins, reached with WEBSHOP_ENV=ray (default: http)")  # fmt: skip
+    p.add_argument("--envs", default="webshop",
+                   help="the environment(s) rehearsed, comma-separated: webshop (default), textcraft, babyai, or a "
+                   "mix in one run (textcraft,webshop); the others write OUT/verl<line>-<env>[+<env>]/ (make "
+                   "rehearse ENV=...)")  # fmt: skip
+    p.add_argument("--train-further", action="store_true",
+                   help="then train it further as the README says (trainer.total_epochs=2): a resume from the end of "
+                   "the epoch must train step 4")  # fmt: skip
+    p.add_argument("--model-dir", type=Path, default=None,
+                   help="where the warm-started tiny model is kept and reused (default: OUT/tiny_model)")  # fmt: skip
+    p.add_argument("--fail-fast", action="store_true",
+                   help="end the run at the first failed trainer-side check (loss mask, reward, update direction, "
+                   "weight sync); the summary says which")  # fmt: skip
+    p.set_defaults(func=_rehearse)
+
+    p = commands.add_parser("train", help="launch verl's trainer with configs/webshop_grpo_{test,train}.yaml")
+    p.add_argument("--config", default="test",
+                   help="test or full (WebShop), or a config's name: textcraft_grpo_test, babyai_grpo_test, "
+                   "mixed_grpo_test (configs/verl09/)")  # fmt: skip
+    p.add_argument("--experiment", default=None, help="default: $WEBSHOP_EXPERIMENT or the config's name")
+    p.add_argument("--output-dir", default=None, help="default: $WEBSHOP_OUTPUT_DIR or outputs")
+    p.add_argument("--config-dir", type=Path, default=None)
+    p.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_epochs=2")
+    p.set_defaults(func=_train)
+
+    p = commands.add_parser(
+        "env-check",
+        help="from every node of the running Ray cluster, play expert episodes through the trainer's own client "
+        "(WEBSHOP_ENV=ray: each node's Serve proxy); exit 1 if a node cannot",
+    )  # fmt: skip
+    p.add_argument("--episodes", type=int, default=8, help="expert episodes per node (default: 8)")
+    p.add_argument("--goal-set", default="synthetic", help="goal list (default: synthetic)")
+    p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    p.set_defaults(func=_env_check)
+
+    p = commands.add_parser("tiny-model", help="build the tiny local model + tokenizer used by the preflight")
+    p.add_argument("--catalog", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=_tiny_model)
+
+    from .eval_cli import add_commands  # `eval` and `report` (evaluation package)
+
+    add_commands(commands)
+    return parser
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM as an exception, so that ``finally`` blocks run (eval stops the sglang server it started)."""
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    return int(args.func(args))
+
+
+def deprecated_main() -> int:
+    """``webshop-train``: the command's old name, kept for one release."""
+    print("webshop-train is deprecated: the command is agent-train now (the old name goes in the next release)",
+          file=sys.stderr)  # fmt: skip
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""What the trainer knows about one environment: ``EnvSpec``, the one place per environment for everything the
+model sees and everything the trainer counts.
+
+A spec is pure (no I/O): the agent loop (``agent_trainer.agent_loop.EnvAgentLoop``) does the HTTP through the
+environment's client and asks the spec how to turn the model's reply into an action (``parse``), how to show the
+environment's answers to the model (``first_message``, ``step_message``) and what a step means for the episode
+(``outcome``: reward, end, success, validity). The dataset builder (``agent_trainer.env_data``) takes the system
+prompt and the first turn from the same spec, so training, evaluation and data show the model one format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What the trainer makes of one model reply.
+
+    ``action`` is what is sent to the environment; ``None`` means nothing is sent and ``feedback`` is the next
+    observation instead (AgentGym's clients answer a reply with several ``Action:`` themselves). ``well_formed``
+    is False for a reply that named no usable action in the expected format: it counts as an invalid round and
+    pays ``invalid_action_penalty``.
+    """
+
+    action: str | None
+    well_formed: bool
+    feedback: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one step means for the episode, decided by the spec from the environment's answer.
+
+    ``env_reward``: the episode's reward if it ends here (every environment here pays only at the end);
+    ``done``: the episode ends with this step; ``success``: it ended solved; ``valid``: the environment accepted
+    the action; ``finished``: the environment itself ended it (WebShop: a purchase, not a truncation).
+    """
+
+    env_reward: float
+    done: bool
+    success: bool
+    valid: bool
+    finished: bool
+
+    @classmethod
+    def not_sent(cls) -> Outcome:
+        """A round whose reply was answered by the client (nothing reached the environment)."""
+        return cls(env_reward=0.0, done=False, success=False, valid=False, finished=False)
+
+
+class TaskError(ValueError):
+    """A dataset row that names no task (or not as an index)."""
+
+
+def task_index(fields: Mapping[str, Any], env_id: str = "") -> int:
+    """The task a row names: ``task`` (or ``item_id``/``session_id``, AgentGym-RL's names), an int, ``"12"`` or
+    ``"<env>_12"``."""
+    for key in ("task", "item_id", "session_id"):
+        value = fields.get(key)
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        text = str(value).strip().rsplit("_", 1)[-1]
+        if text.isdigit():
+            return int(text)
+        raise TaskError(f"{env_id} row: {key} = {value!r} is not a task index (an int or '{env_id}_<N>')")
+    raise TaskError(
+        f"{env_id} row: extra_info has no task (expected 'task'; keys: {sorted(fields)}); build the data with "
+        "`agent-train data --env ...`"
+    )
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One environment as the trainer sees it (see the module docstring).
+
+    Attributes:
+        env_id: the service's id (``/<env_id>/v1/...``; WebShop keeps its own routes), also the rows'
+            ``data_source``, so verl groups validation metrics by environment.
+        title: one line for docs and logs.
+        system_prompt: the first message of every episode (task, action grammar, reply format).
+        max_rounds: model turns per episode, each one env step (AgentGym-RL's ``max_rounds``); None: derived
+            from ``rollout.multi_turn.max_assistant_turns`` (WebShop's rule, ``turns.env_steps_for_turns``).
+        parse: reply -> ``Parsed``.
+        first_message: the reset answer -> the first user turn.
+        step_message: (step answer, parsed reply, outcome, max_observation_chars) -> the next user turn.
+        outcome: (step answer, parsed reply) -> ``Outcome``.
+        task_of: a dataset row's ``extra_info`` -> the task index.
+        holds_simulator: the service keeps a live simulator per episode (SciWorld's JVM): the loop closes the
+            episode when it ends, so the simulator is freed at once rather than when the server reaps it.
+        reward_rule, success_rule: the definitions, in words (docs, ``agent-train envs``).
+    """
+
+    env_id: str
+    title: str
+    system_prompt: str
+    max_rounds: int | None
+    parse: Callable[[str], Parsed]
+    first_message: Callable[[Mapping[str, Any]], str]
+    step_message: Callable[[Mapping[str, Any], Parsed, Outcome, int], str]
+    outcome: Callable[[Mapping[str, Any], Parsed], Outcome]
+    reward_rule: str
+    success_rule: str
+    task_of: Callable[[Mapping[str, Any]], int] = task_index
+    holds_simulator: bool = False
+
+    @property
+    def agent_name(self) -> str:
+        """The agent-loop entry for this environment (configs/webshop_agent_loop.yaml), a row's ``agent_name``."""
+        return f"{self.env_id}_agent"
+
+    @property
+    def data_source(self) -> str:
+        return self.env_id
+
+    @property
+    def ability(self) -> str:
+        return f"agent/{self.env_id}"
+
+
+def cut(observation: str, max_chars: int) -> str:
+    """``observation`` cut at ``max_chars`` characters (0: never), marked as cut."""
+    if max_chars and len(observation) > max_chars:
+        return observation[:max_chars] + " ...(truncated)"
+    return observation

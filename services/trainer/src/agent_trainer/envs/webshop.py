@@ -1,0 +1,66 @@
+"""WebShop as a spec: today's prompts (``agent_trainer.prompts``) and action parser (``agent_trainer.actions``),
+unchanged. A reply without an action still steps the environment with :data:`~agent_trainer.actions.UNPARSEABLE_ACTION`
+(an invalid action: the page stays, one more step), so the step limit stays the server's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import prompts
+from ..actions import UNPARSEABLE_ACTION, extract_action
+from ..interaction import parse_goal
+from ..reward import is_success
+from .spec import EnvSpec, Outcome, Parsed
+
+
+def parse(reply: str) -> Parsed:
+    action = extract_action(reply)
+    return Parsed(action=action or UNPARSEABLE_ACTION, well_formed=action is not None)
+
+
+def first_message(first: Mapping[str, Any]) -> str:
+    return prompts.first_user_message(
+        first.get("instruction", ""), first.get("observation", ""), first.get("available_actions") or {}
+    )
+
+
+def step_message(
+    result: Mapping[str, Any], parsed: Parsed, outcome: Outcome, max_observation_chars: int
+) -> str:
+    return prompts.step_message(
+        result.get("observation", ""),
+        result.get("available_actions") or {},
+        action=parsed.action if parsed.well_formed else None,
+        valid=outcome.valid,
+        max_observation_chars=max_observation_chars,
+    )
+
+
+def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
+    info = result.get("info") or {}
+    done = bool(result.get("done"))
+    reward = float(result.get("reward") or 0.0)
+    return Outcome(
+        env_reward=reward,
+        done=done,
+        success=done and is_success(reward),
+        valid=parsed.well_formed and bool(info.get("valid", True)),
+        finished=done and "reward_info" in info,  # a purchase, not the server's step-limit truncation
+    )
+
+
+SPEC = EnvSpec(
+    env_id="webshop",
+    title="WebShop: find and buy the product an instruction describes (search and click on a shopping site)",
+    system_prompt=prompts.SYSTEM_PROMPT,
+    max_rounds=None,
+    parse=parse,
+    first_message=first_message,
+    step_message=step_message,
+    outcome=outcome,
+    reward_rule="the purchase's reward in [0, 1] (attributes, options, price and type matched), paid when "
+    '"buy now" is clicked; 0 without a purchase',
+    success_rule="the purchase earned the full reward 1.0",
+    task_of=parse_goal,  # goal (or session_id/goal_id; "webshop_12" works), as the interaction reads it
+)

@@ -1,0 +1,188 @@
+"""The GPU count of a training run, from ONE setting (``GPU_IDS``), checked on the host before any image is
+built or pulled: ``python3 services/trainer/src/agent_trainer/gpu_plan.py --config test|full|<name>`` (``<name>``:
+a config of ``--config-dir``, e.g. ``textcraft_grpo_test``).
+
+Standard library only (the host needs no venv). It reads the knobs the configs take from the environment
+(``${oc.env:NAME,default}`` in configs/webshop_grpo_*.yaml) with their defaults from the YAML itself, the
+settings from ``.env`` and the process environment (the process wins, as in compose), and checks:
+
+- ``GPU_IDS`` is a list of distinct device numbers, each one listed by ``nvidia-smi -L`` when given;
+- ``WEBSHOP_N_GPUS``, if set, equals the number of ids (compose hands exactly those devices to the container);
+- verl's rules that depend on the GPU count: the rollout's tensor parallel size divides it, and
+  ``train_batch_size * rollout.n`` is divisible by it.
+
+Prints the GPU count on success (``make`` passes it on as ``WEBSHOP_N_GPUS``) and, with ``--compose-override``,
+writes the compose file that hands exactly those devices to the GPU services; exits 2 with the reasons and the
+fix otherwise. ``--config eval`` checks only the ids. ``agent-train preflight`` checks the same rules on the composed config; tests keep both equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+CONFIG_FILES = {"test": "webshop_grpo_test.yaml", "full": "webshop_grpo_train.yaml"}
+_CONFIG_NAME = re.compile(r"[a-z0-9]+(_[a-z0-9]+)*")
+
+
+def config_file(config: str, config_dir: Path) -> Path:
+    """``test``/``full`` (WebShop's runs) or a config's own name (``textcraft_grpo_test``, ``mixed_grpo_train``):
+    its file in ``config_dir``; raises ValueError naming the configs there when there is none."""
+    path = config_dir / (CONFIG_FILES.get(config) or f"{config}.yaml")
+    if not _CONFIG_NAME.fullmatch(config) or not path.is_file():
+        known = sorted(p.stem for p in config_dir.glob("*_grpo_*.yaml"))
+        raise ValueError(
+            f"no training config {config!r} in {config_dir}: test, full or one of {', '.join(known)}"
+        )
+    return path
+
+
+# config key (last part) -> the environment variable the configs read it from
+KNOBS = {
+    "n_gpus_per_node": "WEBSHOP_N_GPUS",
+    "tensor_model_parallel_size": "WEBSHOP_ROLLOUT_TP",
+    "train_batch_size": "WEBSHOP_TRAIN_BATCH_SIZE",
+    "n": "WEBSHOP_ROLLOUT_N",
+}
+_ENV_LOOKUP = re.compile(r"\$\{oc\.env:(\w+),([^}]*)\}")
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a compose ``.env`` file (no expansion; quotes stripped)."""
+    values: dict[str, str] = {}
+    if not path.exists():
+        return values
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def config_defaults(config_file: Path) -> dict[str, int]:
+    """The default of every knob in :data:`KNOBS`, as written in the config's ``oc.env`` lookups."""
+    defaults: dict[str, int] = {}
+    for match in _ENV_LOOKUP.finditer(config_file.read_text()):
+        name, default = match.group(1), match.group(2)
+        if name in KNOBS.values() and name not in defaults:
+            defaults[name] = int(default)
+    missing = sorted(set(KNOBS.values()) - set(defaults))
+    if missing:
+        raise ValueError(f"{config_file}: no oc.env lookup with a default for {', '.join(missing)}")
+    return defaults
+
+
+def parse_gpu_ids(text: str) -> list[str]:
+    """``"0,1, 3"`` -> ``["0", "1", "3"]``; raises ValueError on anything else."""
+    ids = [part.strip() for part in text.split(",")] if text.strip() else []
+    if not ids or any(not part.isdigit() for part in ids):
+        raise ValueError(f"GPU_IDS must be comma-separated device numbers, e.g. 0 or 0,1,2,3 (got {text!r})")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"GPU_IDS lists a device twice: {text!r}")
+    return ids
+
+
+def plan_errors(
+    config: str, settings: Mapping[str, str], config_dir: Path, visible: int | None = None
+) -> tuple[int, list[str]]:
+    """``(gpu count, problems)`` for a run of ``config`` with ``settings`` (.env + environment)."""
+    errors: list[str] = []
+    try:
+        ids = parse_gpu_ids(settings.get("GPU_IDS") or "0")
+    except ValueError as error:
+        return 0, [str(error)]
+    count = len(ids)
+    if visible is not None:
+        unknown = [i for i in ids if int(i) >= visible]
+        if unknown:
+            errors.append(
+                f"GPU_IDS names device(s) {', '.join(unknown)}, but nvidia-smi lists {visible} GPU(s)"
+            )
+    if config == "eval":  # sglang serves on the GPUs it is given; only the ids themselves matter
+        return count, errors
+    try:
+        path = config_file(config, config_dir)
+    except ValueError as error:
+        return count, [str(error)]
+    values = dict(config_defaults(path))
+    for name in KNOBS.values():
+        if settings.get(name):
+            try:
+                values[name] = int(settings[name])
+            except ValueError:
+                errors.append(f"{name}={settings[name]!r} is not a whole number")
+    if settings.get("WEBSHOP_N_GPUS") and values["WEBSHOP_N_GPUS"] != count:
+        errors.append(
+            f"WEBSHOP_N_GPUS={values['WEBSHOP_N_GPUS']} but GPU_IDS={settings.get('GPU_IDS') or '0'} hands "
+            f"{count} GPU(s) to the container: leave WEBSHOP_N_GPUS empty (it is the number of GPU_IDS)"
+        )
+    tp = values["WEBSHOP_ROLLOUT_TP"]
+    if count % tp:
+        errors.append(
+            f"the {config} config's rollout tensor parallel size {tp} (WEBSHOP_ROLLOUT_TP) does not divide the "
+            f"{count} GPU(s) of GPU_IDS"
+        )
+    rollouts = values["WEBSHOP_TRAIN_BATCH_SIZE"] * values["WEBSHOP_ROLLOUT_N"]
+    if rollouts % count:
+        errors.append(
+            f"train batch x rollout n = {rollouts} (WEBSHOP_TRAIN_BATCH_SIZE x WEBSHOP_ROLLOUT_N) is not divisible "
+            f"by the {count} GPU(s) of GPU_IDS"
+        )
+    if errors:
+        want = config_defaults(path)["WEBSHOP_N_GPUS"]
+        errors.append(
+            f"the {config} config is sized for {want} GPU(s): set GPU_IDS in .env to {want} device(s), e.g. "
+            f"GPU_IDS={','.join(str(i) for i in range(want))}, or change the knobs above"
+        )
+    return count, errors
+
+
+GPU_SERVICES = ("trainer", "trainer-verl09", "eval", "eval-verl09")  # every service compose gives a GPU
+
+
+def compose_override(ids: list[str]) -> str:
+    """A compose file that gives the GPU services exactly ``ids``, as the list ``device_ids`` takes (compose
+    cannot split one variable into a list; ``!override`` replaces compose.yaml's single-id default)."""
+    devices = ", ".join(f'"{i}"' for i in ids)
+    lines = ["# Written by `make` from GPU_IDS (services/trainer/src/agent_trainer/gpu_plan.py); do not edit.",
+             "services:"]  # fmt: skip
+    for service in GPU_SERVICES:
+        lines += [f"  {service}:", "    deploy:", "      resources:", "        reservations:",
+                  "          devices: !override", "            - driver: nvidia", f"              device_ids: [{devices}]",
+                  "              capabilities: [gpu]"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True,
+                        help="test, full (WebShop), a config's name (textcraft_grpo_test, mixed_grpo_train...) or eval")  # fmt: skip
+    parser.add_argument("--env-file", type=Path, default=Path(".env"))
+    parser.add_argument("--config-dir", type=Path, default=Path(__file__).resolve().parents[4] / "configs")
+    parser.add_argument("--visible", type=int, default=None, help="GPUs on this host (nvidia-smi -L | wc -l)")
+    parser.add_argument(
+        "--compose-override", type=Path, default=None, help="write the GPU services' device list here"
+    )
+    args = parser.parse_args(argv)
+    settings = {**read_env_file(args.env_file), **{k: v for k, v in os.environ.items() if v}}
+    count, errors = plan_errors(args.config, settings, args.config_dir, args.visible)
+    if errors:
+        print(f"GPU plan for the {args.config} run: not runnable as configured:", file=sys.stderr)
+        for error in errors:
+            print(f"  - {error}", file=sys.stderr)
+        return 2
+    if args.compose_override is not None:
+        args.compose_override.parent.mkdir(parents=True, exist_ok=True)
+        args.compose_override.write_text(compose_override(parse_gpu_ids(settings.get("GPU_IDS") or "0")))
+    print(count)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

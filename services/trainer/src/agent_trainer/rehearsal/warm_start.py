@@ -1,0 +1,311 @@
+"""A short supervised warm start of the tiny model on the oracle's episodes, so that the rehearsal's rollouts
+earn different rewards and GRPO has non-zero advantages to push through the update.
+
+A random tiny model never names a valid action: every trajectory earns 0, every advantage is 0, and the policy
+gradient is 0, so an update with the wrong sign would go unnoticed. Teacher forcing on the oracle's replies
+(``Action: search[...]``, ``Action: click[...]``), each step one whole episode as the agent loop's token stream
+shows it (every reply of the episode supervised at once), makes the model replay the plans of the run's goals;
+sampled hot, it gives a mix of valid and invalid actions, wrong and right purchases: rewards that differ within a
+GRPO group, and purchases that earn an env reward. (A 2-layer model does not learn to copy a product ID from the
+page within a warm start's budget: it has to remember the run's plans.)
+
+Every environment the trainer knows is warm-started the same way (:func:`warm_start_tasks`, the one entry point
+for any environment and any mix): each task's expert (the core's own ``expert``, WebShop's oracle) played in
+process, rendered through the trainer's spec of the environment (``agent_trainer.envs``: its system prompt,
+first turn and step messages, as the agent loop renders them) and the model's chat template
+(:func:`expert_examples`), one supervised loop for all (:func:`supervise`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import prompts
+
+MARKER = "webshop-warm-start.json"
+
+
+def oracle_examples(catalog_dir: Path, plans: Mapping[int, Sequence[str]], goal_set: str = "synthetic",
+                    max_observation_chars: int = 0) -> list[tuple[list[dict[str, str]], str]]:  # fmt: skip
+    """(conversation so far, the oracle's next reply) for every step of every plan, as the agent loop shows it
+    (pages cut at ``max_observation_chars``, as the run's agent loop cuts them)."""
+    return oracle_examples_on(make_core("webshop", Path(catalog_dir)), plans, goal_set, max_observation_chars)
+
+
+def expert_plan(env_id: str, task: int, *, core: Any = None, goal_set: str = "synthetic") -> list[str]:
+    """The expert's actions for ``task`` of ``env_id`` (``core``: its in-process core, or a ``WebShopEnv``)."""
+    from .. import envs
+
+    if env_id == envs.WEBSHOP:
+        from webshop_env.core.oracle import expert_actions
+
+        return list(expert_actions(core, task, goal_set=goal_set) or [])
+    return list(core.expert(task) or [])
+
+
+def expert_episode(env_id: str, task: int, plan: Sequence[str], *, core: Any, goal_set: str = "synthetic",
+                   max_observation_chars: int = 0) -> tuple[list[tuple[list[dict[str, str]], str]], dict[str, Any]]:  # fmt: skip
+    """``plan`` played on ``task`` in process, as the agent loop plays and renders it through the environment's
+    spec: ``([(conversation so far, reply)] per step, {"success", "env_reward", "steps"})``. The replies are
+    ``Action: <action>``, parsed by the spec as the agent loop parses them (an action the spec would send
+    differently ends the episode there: the expert's episode is what the model will see)."""
+    from .. import envs
+
+    spec = envs.get(env_id)
+    if env_id == envs.WEBSHOP:
+        examples = oracle_examples_on(core, {task: plan}, goal_set, max_observation_chars)
+        steps = core.reset(task, goal_set=goal_set)
+        reward = 0.0
+        state = steps.state
+        for action in plan:
+            step = core.step(state, action)
+            state, reward = step.state, float(step.reward)
+            if step.done:
+                break
+        return examples, {"success": reward >= 1.0 - 1e-9, "env_reward": reward, "steps": len(examples)}
+    first = core.reset(task)
+    messages = [{"role": "system", "content": spec.system_prompt},
+                {"role": "user", "content": spec.first_message({"observation": first.observation,
+                                                                "info": dict(first.info)})}]  # fmt: skip
+    state, examples, outcome = first.state, [], None
+    for action in plan:
+        reply = f"Action: {action}"
+        parsed = spec.parse(reply)
+        if parsed.action != action:
+            break
+        examples.append((list(messages), reply))
+        step = core.step(state, parsed.action)
+        state = step.state
+        result = {
+            "observation": step.observation,
+            "reward": step.reward,
+            "done": step.done,
+            "info": dict(step.info),
+        }
+        outcome = spec.outcome(result, parsed)
+        if outcome.done:
+            break
+        messages += [{"role": "assistant", "content": reply},
+                     {"role": "user", "content": spec.step_message(result, parsed, outcome, max_observation_chars)}]  # fmt: skip
+    return examples, {"success": bool(outcome and outcome.done and outcome.success),
+                      "env_reward": float(outcome.env_reward) if outcome else 0.0, "steps": len(examples)}  # fmt: skip
+
+
+def make_core(env_id: str, catalog_dir: Path | None = None) -> Any:
+    """The in-process core of ``env_id`` (WebShop: a ``WebShopEnv`` on ``catalog_dir``)."""
+    from .. import envs
+
+    if env_id == envs.WEBSHOP:
+        from webshop_env.catalog.store import open_catalog
+        from webshop_env.core.env import WebShopEnv
+
+        if catalog_dir is None:
+            raise ValueError("webshop needs a catalog")
+        return WebShopEnv(open_catalog(catalog_dir))
+    from webshop_env.envs import registry
+
+    return registry.make(env_id)
+
+
+def expert_examples(tasks: Mapping[str, Sequence[int]], *, catalog_dir: Path | None = None,
+                    goal_set: str = "synthetic", max_observation_chars: int = 0
+                    ) -> list[tuple[list[dict[str, str]], str]]:  # fmt: skip
+    """(conversation so far, the expert's next reply) for every step of every task of every environment
+    (``tasks``: env id -> task indices), as :func:`expert_episode` renders them."""
+    examples = []
+    for env_id, ids in tasks.items():
+        core = make_core(env_id, catalog_dir)
+        for task in ids:
+            plan = expert_plan(env_id, int(task), core=core, goal_set=goal_set)
+            examples += expert_episode(env_id, int(task), plan, core=core, goal_set=goal_set,
+                                       max_observation_chars=max_observation_chars)[0]  # fmt: skip
+    return examples
+
+
+def solvable_tasks(env_id: str, candidates: Sequence[int], count: int, max_steps: int, *,
+                   catalog_dir: Path | None = None, goal_set: str = "synthetic", max_observation_chars: int = 0,
+                   scan: int = 400) -> list[int]:  # fmt: skip
+    """Up to ``count`` of ``candidates`` (in order, at most ``scan`` looked at) whose expert episode, played as
+    the agent loop plays it, succeeds in at most ``max_steps`` env steps and whose first user turn is unique among
+    those picked (the warm-started model tells its tasks apart by it)."""
+    core = make_core(env_id, catalog_dir)
+    picked: list[int] = []
+    openings: set[str] = set()
+    for task in list(candidates)[:scan]:
+        if len(picked) >= count:
+            break
+        plan = expert_plan(env_id, int(task), core=core, goal_set=goal_set)
+        if not plan or len(plan) > max_steps:
+            continue
+        examples, result = expert_episode(env_id, int(task), plan, core=core, goal_set=goal_set,
+                                          max_observation_chars=max_observation_chars)  # fmt: skip
+        opening = examples[0][0][1]["content"] if examples else ""
+        if result["success"] and opening not in openings:
+            picked.append(int(task))
+            openings.add(opening)
+    return picked
+
+
+def oracle_examples_on(env: Any, plans: Mapping[int, Sequence[str]], goal_set: str = "synthetic",
+                       max_observation_chars: int = 0) -> list[tuple[list[dict[str, str]], str]]:  # fmt: skip
+    """:func:`oracle_examples` on a ``WebShopEnv`` already open."""
+    examples = []
+    for goal, plan in plans.items():
+        step = env.reset(goal, goal_set=goal_set)
+        messages = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
+                    {"role": "user", "content": prompts.first_user_message(step.instruction, step.observation,
+                                                                           step.available_actions)}]  # fmt: skip
+        for action in plan:
+            reply = f"Action: {action}"
+            examples.append((list(messages), reply))
+            step = env.step(step.state, action)
+            messages += [{"role": "assistant", "content": reply},
+                         {"role": "user", "content": prompts.step_message(
+                             step.observation, step.available_actions, action=action, valid=True,
+                             max_observation_chars=max_observation_chars)}]  # fmt: skip
+    return examples
+
+
+def episode_streams(tokenizer: Any, examples: Sequence[tuple[list[dict[str, str]], str]]
+                    ) -> list[tuple[list[int], list[int]]]:  # fmt: skip
+    """One ``(ids, labels)`` per episode of ``examples`` (as :func:`oracle_examples` lists them): the token stream
+    the agent loop builds (the chat template's render of each new context appended, the reply's tokens and the
+    end-of-turn token after each), the labels -100 except on the replies."""
+
+    def render(messages: list[dict[str, str]]) -> list[int]:
+        ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+        return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+
+    streams: list[tuple[list[int], list[int]]] = []
+    ids: list[int] = []
+    labels: list[int] = []
+    for messages, reply in examples:
+        context = render(messages)
+        if context[: len(ids)] != ids or len(messages) <= 2:  # a new episode (its first turn)
+            if ids:
+                streams.append((ids, labels))
+            ids, labels = [], []
+        new = context[len(ids) :]
+        target = [*tokenizer.encode(reply, add_special_tokens=False), tokenizer.eos_token_id]
+        ids = ids + new + target
+        labels = labels + [-100] * len(new) + target
+    if ids:
+        streams.append((ids, labels))
+    return streams
+
+
+def _recipe(plans: Mapping[int, Sequence[str]], steps: int, lr: float, seed: int, max_observation_chars: int
+            ) -> dict[str, Any]:  # fmt: skip
+    return {"plans": {str(k): list(v) for k, v in sorted(plans.items())}, "steps": steps, "lr": lr, "seed": seed,
+            "unit": "episode",
+            **({"max_observation_chars": max_observation_chars} if max_observation_chars else {})}  # fmt: skip
+
+
+def stale(model_dir: Path, plans: Mapping[int, Sequence[str]], steps: int = 1500, lr: float = 3e-3, seed: int = 0,
+          max_observation_chars: int = 0) -> bool:  # fmt: skip
+    """Whether ``model_dir`` was warm-started with another recipe (then it must be rebuilt before a warm start:
+    one trains the weights in place)."""
+    marker = Path(model_dir) / MARKER
+    return marker.exists() and json.loads(marker.read_text()).get("recipe") != _recipe(
+        plans, steps, lr, seed, max_observation_chars
+    )
+
+
+def warm_start(model_dir: Path, catalog_dir: Path, plans: Mapping[int, Sequence[str]], steps: int = 1500,
+               lr: float = 3e-3, seed: int = 0, max_observation_chars: int = 0) -> dict[str, Any]:  # fmt: skip
+    """Teacher-force the oracle's replies into the model at ``model_dir`` (in place; once per plan set): WebShop
+    with the plans given (the WebShop rehearsal's warm start; :func:`warm_start_tasks` for any environment)."""
+    recipe = _recipe(plans, steps, lr, seed, max_observation_chars)
+    return supervise(model_dir, lambda: oracle_examples(Path(catalog_dir), plans,
+                                                        max_observation_chars=max_observation_chars),
+                     recipe, steps=steps, lr=lr, seed=seed)  # fmt: skip
+
+
+def tasks_recipe(tasks: Mapping[str, Sequence[int]], steps: int, lr: float, seed: int, max_observation_chars: int
+                 ) -> dict[str, Any]:  # fmt: skip
+    """What a :func:`warm_start_tasks` run is keyed by (the marker file holds it; another recipe retrains)."""
+    return {"tasks": {env: [int(t) for t in ids] for env, ids in tasks.items()}, "steps": steps, "lr": lr,
+            "seed": seed, "unit": "episode", "max_observation_chars": max_observation_chars}  # fmt: skip
+
+
+def warm_start_tasks(model_dir: Path, tasks: Mapping[str, Sequence[int]], steps: int = 1500, *, lr: float = 3e-3,
+                     seed: int = 0, max_observation_chars: int = 0, catalog_dir: Path | None = None,
+                     goal_set: str = "synthetic") -> dict[str, Any]:  # fmt: skip
+    """Teacher-force the experts' episodes of ``tasks`` (env id -> task indices, any environment the trainer
+    knows, several at once) into the model at ``model_dir`` for ``steps`` episode steps (in place; once per
+    recipe, :func:`tasks_recipe`). WebShop's needs ``catalog_dir``. Returns the marker's report."""
+    from .. import envs
+
+    for env_id in tasks:
+        envs.get(env_id)
+    if not any(tasks.values()):
+        raise ValueError("warm start: no task given")
+    recipe = tasks_recipe(tasks, steps, lr, seed, max_observation_chars)
+    return supervise(model_dir, lambda: expert_examples(tasks, catalog_dir=catalog_dir, goal_set=goal_set,
+                                                        max_observation_chars=max_observation_chars),
+                     recipe, steps=steps, lr=lr, seed=seed)  # fmt: skip
+
+
+def recipe_stale(model_dir: Path, recipe: Mapping[str, Any]) -> bool:
+    """Whether ``model_dir`` was warm-started with another recipe (rebuild it first: training is in place)."""
+    marker = Path(model_dir) / MARKER
+    return marker.exists() and json.loads(marker.read_text()).get("recipe") != dict(recipe)
+
+
+def supervise(model_dir: Path, examples: Any, recipe: Mapping[str, Any], *, steps: int, lr: float = 3e-3,
+              seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """The supervised loop every warm start runs: ``steps`` AdamW steps, each one whole episode of ``examples``
+    (a callable giving ``[(conversation, reply)]``, called only when the model must be trained) drawn at random,
+    the replies' tokens as labels; the model saved in place with a marker holding ``recipe`` (the same recipe
+    again returns the marker's report without training). One intra-op thread, as every process of the run: two
+    threads on a busy 2-core machine run 5-20x slower."""
+    import torch
+
+    if steps < 1:
+        raise ValueError("warm start: steps must be at least 1")
+    marker = Path(model_dir) / MARKER
+    if marker.exists() and json.loads(marker.read_text()).get("recipe") == dict(recipe):
+        return json.loads(marker.read_text())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(model_dir, examples() if callable(examples) else list(examples), dict(recipe), steps, lr,
+                      seed)  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(model_dir: Path, examples: Sequence[tuple[list[dict[str, str]], str]], recipe: dict[str, Any],
+           steps: int, lr: float, seed: int) -> dict[str, Any]:  # fmt: skip
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    marker = Path(model_dir) / MARKER
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.train()
+    batches = [
+        (torch.tensor([ids]), torch.tensor([labels])) for ids, labels in episode_streams(tokenizer, examples)
+    ]
+    if not batches:
+        raise ValueError("warm start: the experts gave no episode")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    order = random.Random(seed)
+    losses = []
+    for _ in range(steps):
+        ids, labels = batches[order.randrange(len(batches))]
+        loss = model(input_ids=ids, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.save_pretrained(model_dir)
+    report = {"recipe": recipe, "episodes": len(batches), "first_loss": round(losses[0], 3),
+              "last_loss": round(sum(losses[-20:]) / min(20, len(losses)), 3)}  # fmt: skip
+    marker.write_text(json.dumps(report))
+    return report

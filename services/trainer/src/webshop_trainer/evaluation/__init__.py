@@ -1,5 +1,0 @@
-"""Evaluation of WebShop policies (``webshop-train eval``) and reports (``webshop-train report``).
-
-Light on purpose: nothing here imports torch or verl, so ``make demo`` runs the ``expert`` and ``random``
-policies on any machine; the LLM policies only add ``httpx`` and the trainer's prompt and action modules.
-"""

@@ -179,7 +179,8 @@ endef
 # ENV=webshop (default) | textcraft | babyai | sciworld: train on that environment (configs/<env>_grpo_test.yaml /
 # _train.yaml; WebShop keeps test / full); ENV=mixed or a list (ENV=textcraft,webshop): the mixed config on those
 # environments (mixed: textcraft,babyai,webshop). The trainer container builds that data (TRAIN_ENVS) and `make up`
-# serves those environments next to the ones it serves already.
+# serves those environments next to the ones it serves already (SciWorld's rows come from the served SciWorld's
+# resets: the trainer image has no Java).
 STACK_SPACE := $(subst ,, )
 TRAIN_ENV_LIST = $(subst $(STACK_COMMA), ,$(or $(ENV),webshop))
 TRAIN_ENV_NAME = $(if $(word 2,$(TRAIN_ENV_LIST)),mixed,$(TRAIN_ENV_LIST))
@@ -189,10 +190,7 @@ TRAIN_SERVE_ENVS = $(subst $(STACK_SPACE),$(STACK_COMMA),$(sort webshop $(subst 
 TRAIN_CONFIG_OF = $(if $(filter webshop,$(TRAIN_ENV_NAME)),$(1),$(TRAIN_ENV_NAME)_grpo_$(if $(filter full,$(1)),train,test))
 define STACK_TRAIN_ENV_CHECK
 for e in $(TRAIN_ENV_LIST); do case "$$e" in webshop|textcraft|babyai|sciworld|mixed) ;; \
-  *) echo "make $@: ENV names webshop, textcraft, babyai, sciworld, mixed or a comma list of them, not '$$e'" >&2; exit 2;; esac; done; \
-case ",$(TRAIN_DATA_ENVS)," in *,sciworld,*) echo "make $@: the trainer container cannot build SciWorld's data yet (agent-train" \
-  "data --env has no SciWorld rule: each row's reset needs a simulator); run configs/sciworld_grpo_*.yaml with your own rows:" \
-  "WEBSHOP_TRAIN_FILE=... agent-train train --config sciworld_grpo_test (docs/training-environments.md)" >&2; exit 2;; esac
+  *) echo "make $@: ENV names webshop, textcraft, babyai, sciworld, mixed or a comma list of them, not '$$e'" >&2; exit 2;; esac; done
 endef
 # HOST_PREFLIGHT=1: also run `make preflight` on the host first (needs the CPU venv and nginx). Without it the
 # preflight runs inside the trainer container, before training (it has everything the preflight needs).

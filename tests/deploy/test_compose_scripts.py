@@ -286,11 +286,26 @@ def test_trainer_builds_the_data_of_another_environment_or_a_mix(
     assert [args[0] for name, args, _ in calls if name == "agent-train"] == ["preflight", "data", "train"]
     run = stubs["root"] / "outputs" / "logs" / config
     (data,) = [args for _, args, _ in calls if args[0] == "data"]
-    assert data == ["data", "--env", envs, "--catalog", "/data/catalog", "--out-dir", f"{run}/data"]
+    # a test config reads its first rows only: those are built, not every task (SciWorld: a reset is a JVM's)
+    limits = (
+        ["--train-rows", "64", "--val-rows", "16", "--test-rows", "16"] if config.endswith("_test") else []
+    )
+    assert data == ["data", "--env", envs, "--catalog", "/data/catalog", "--out-dir", f"{run}/data", *limits]
     _, train, env = calls[-1]
     assert train[:5] == ["train", "--config", config, "--experiment", config]
     assert (env["WEBSHOP_TRAIN_FILE"], env["WEBSHOP_VAL_FILE"]) == (f"{run}/data/train.parquet",
                                                                     f"{run}/data/val.parquet")  # fmt: skip
+
+
+@pytest.mark.parametrize(("settings", "limits"), [({"WEBSHOP_TRAIN_MAX_SAMPLES": "8"}, ["--train-rows", "8", "--val-rows", "16", "--test-rows", "16"]),
+                                                  ({"WEBSHOP_TRAIN_MAX_SAMPLES": "-1"}, [])])  # fmt: skip
+def test_a_test_configs_rows_follow_its_sample_limits(
+    rendered: dict, stubs: dict[str, Any], settings: dict[str, str], limits: list[str]
+) -> None:
+    result = _train(rendered, stubs, TRAIN_CONFIG="sciworld_grpo_test", TRAIN_ENVS="sciworld", **settings)
+    assert result.returncode == 0, result.stderr
+    (data,) = [args for _, args, _ in _calls(stubs["log"]) if args[0] == "data"]
+    assert data[7:] == limits
 
 
 def test_trainer_rejects_an_unknown_config(rendered: dict, stubs: dict[str, Any]) -> None:

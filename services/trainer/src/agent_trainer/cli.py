@@ -92,7 +92,8 @@ def _env_data(args: argparse.Namespace) -> int:
         summary = build_env_datasets(env_ids, out_dir, weights=weights, catalog_dir=args.catalog,
                                      goal_set=args.goal_set or DEFAULT_GOAL_SET, train_rows=args.train_rows,
                                      val_rows=args.val_rows, test_rows=args.test_rows,
-                                     interaction=interaction, progress=not args.quiet)  # fmt: skip
+                                     interaction=interaction, progress=not args.quiet,
+                                     env_url=args.env_url or os.environ.get("WEBSHOP_URL") or None)  # fmt: skip
     except (DataError, CatalogError, envs.UnknownEnvironment, ValueError) as error:
         print(f"agent-train data: {error}", file=sys.stderr)
         return 2
@@ -671,6 +672,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--test-rows", type=int, default=None, help="with --env: at most this many per environment"
     )
+    p.add_argument("--env-url", default=None,
+                   help="with --env: a service serving the environments whose resets make the rows of those "
+                        "this machine cannot reset itself (SciWorld without Java or scienceworld; an environment "
+                        "whose package is not installed, as in the trainer images); default $WEBSHOP_URL; in "
+                        "process where it can")  # fmt: skip
     p.add_argument("--limit", type=int, default=None, help="only the first N goals")
     p.add_argument("--goal-set", default=None, help="synthetic (default) or human")
     p.add_argument("--from-agentgym", type=Path, default=None,

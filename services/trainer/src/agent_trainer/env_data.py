@@ -1,4 +1,4 @@
-"""Training data for any environment and for a mix: ``agent-train data --env textcraft,babyai,webshop``.
+"""Training data for any environment and for a mix: ``agent-train data --env textcraft,babyai,sciworld,webshop``.
 
 Writes ``train.parquet``, ``val.parquet`` and ``test.parquet`` (verl's format, one row per task) into one folder.
 Each environment's tasks are split once, by a fixed rule (:func:`split_tasks`), so the three splits never share a
@@ -29,18 +29,42 @@ The splits (task = the environment's own index, AgentGym's ``data_idx`` / ``item
   4`` (34), train the other 442; every depth is in every split;
 - babyai: tasks 0-1999 (level ``task % 40``, seed ``task // 40``): test seeds 0-4 (200 tasks, every level 5 times),
   val seed 5 (40, every level once), train seeds 6-49 (1760);
-- sciworld: not yet (its rows would need a simulator per reset).
+- sciworld: tasks 0-4638 (AgentGym's list: task type ``games.TASKS[k]``, variation ``v``), split by ScienceWorld's
+  own train/dev/test variations (``get_variations_train/dev/test``; dev is val here): within each of the 23 task
+  types its first half of the variations is train, the next quarter dev, the rest test (contiguous ranges,
+  ``SCIWORLD_VARIATION_SPLITS``, checked against a JVM by the tests): train 2,312, val 1,156, test 1,171. A
+  split's tasks come round-robin over the task types (one variation of each type, then the next), so any prefix
+  (``--val-rows``, ``val_max_samples``, eval's ``MAX_SAMPLES``) covers every type.
+
+SciWorld's rows each need a reset in a *fresh* JVM: the service resets in a fresh JVM, and a second load in one JVM
+can list the room's objects in another order (5 of 40 reset texts differed when measured), which the interaction
+would refuse at the first turn. So one core and its warm pool (``webshop_env.envs.sciworld``: spare JVMs started in
+the background) serve the whole build, ``SCIWORLD_DATA_WORKERS`` resets at a time (default half the CPUs, at most
+8), each in a JVM of its own that is closed at once; a progress bar counts them. That needs Java 17 and the
+``scienceworld`` package where the data is built; without them (the trainer image), ``env_url`` (``--env-url``, or
+``$WEBSHOP_URL``) names a service serving SciWorld whose resets make the rows, each episode closed at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import json
-from collections.abc import Callable, Mapping, Sequence
+import os
+import shutil
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from webshop_env.envs.sciworld.games import GAME_COUNT as SCIWORLD_TASKS
+from webshop_env.envs.sciworld.games import TASKS as SCIWORLD_TASK_TYPES
+from webshop_env.envs.sciworld.games import game as sciworld_game
 
 from . import envs
 from .config import AGENT_NAME
@@ -53,6 +77,21 @@ WEBSHOP_SPLIT = {"train": "train", "val": "eval", "test": "test"}
 TEXTCRAFT_TASKS = 544
 BABYAI_LEVELS = 40
 BABYAI_SEEDS = 50  # the pool: tasks 0 .. 40 * 50 - 1
+#: ScienceWorld's split of each task type's variations (scienceworld 1.2.3's ``get_variations_train/dev/test``,
+#: which are contiguous): variations below the first number are train, below the second dev (val here), the rest
+#: test. Static in the jar, so written down (no JVM to compute a split); the tests compare it with a JVM's.
+SCIWORLD_VARIATION_SPLITS: dict[str, tuple[int, int]] = {
+    "boil": (14, 21), "melt": (14, 21), "freeze": (14, 21), "change-the-state-of-matter-of": (14, 21),
+    "use-thermometer": (270, 405), "measure-melting-point-known-substance": (218, 327),
+    "measure-melting-point-unknown-substance": (150, 225), "power-component": (10, 15),
+    "power-component-renewable-vs-nonrenewable-energy": (10, 15), "test-conductivity": (450, 675),
+    "test-conductivity-of-unknown-substances": (300, 450), "find-living-thing": (150, 225),
+    "find-non-living-thing": (150, 225), "find-plant": (150, 225), "find-animal": (150, 225),
+    "chemistry-mix": (16, 24), "chemistry-mix-paint-secondary-color": (18, 27),
+    "chemistry-mix-paint-tertiary-color": (18, 27), "lifespan-longest-lived": (62, 93),
+    "lifespan-shortest-lived": (62, 93), "lifespan-longest-lived-then-shortest-lived": (62, 93),
+    "identify-life-stages-1": (6, 9), "identify-life-stages-2": (4, 6),
+}  # fmt: skip
 
 # WebShop's row schema (data.SCHEMA) with the environment and its task in ``extra_info``, after ``index``, and the
 # task in ``interaction_kwargs``, after ``name`` (what ``EnvInteraction.start_interaction`` reads).
@@ -96,17 +135,35 @@ def _babyai_split(task: int) -> str:
     return "test" if seed < 5 else "val" if seed == 5 else "train"
 
 
+def _sciworld_split(task: int) -> str:
+    name, variation = sciworld_game(task)
+    train_end, dev_end = SCIWORLD_VARIATION_SPLITS[name]
+    return "train" if variation < train_end else "val" if variation < dev_end else "test"
+
+
+def _round_robin_task_types(tasks: Iterable[int]) -> list[int]:
+    """SciWorld's tasks one per task type in turn (the types in AgentGym's order, each type's in index order)."""
+    by_type: dict[str, list[int]] = {name: [] for _, name, _ in SCIWORLD_TASK_TYPES}
+    for task in tasks:
+        by_type[sciworld_game(task)[0]].append(task)
+    return [t for t in chain.from_iterable(zip_longest(*by_type.values())) if t is not None]
+
+
 #: Per environment (but WebShop): its task pool and which split a task belongs to.
 RULES: dict[str, tuple[int, Callable[[int], str]]] = {
     "textcraft": (TEXTCRAFT_TASKS, _textcraft_split),
     "babyai": (BABYAI_LEVELS * BABYAI_SEEDS, _babyai_split),
+    "sciworld": (SCIWORLD_TASKS, _sciworld_split),
 }
+#: Per environment whose split is not listed in index order: the order of a split's tasks.
+ORDERS: dict[str, Callable[[Iterable[int]], list[int]]] = {"sciworld": _round_robin_task_types}
 
 
 def split_tasks(
     env_id: str, split: str, *, catalog: Any = None, goal_set: str = DEFAULT_GOAL_SET
 ) -> list[int]:
-    """The tasks of ``split`` (train, val, test) of ``env_id``, in index order (see the module docstring)."""
+    """The tasks of ``split`` (train, val, test) of ``env_id``, in index order (SciWorld: round-robin over its
+    task types), see the module docstring."""
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     if env_id == envs.WEBSHOP:
@@ -117,7 +174,8 @@ def split_tasks(
         raise DataError(f"{env_id}: no dataset rule yet (the trainer can build data for webshop, "
                         f"{', '.join(RULES)})")  # fmt: skip
     pool, rule = RULES[env_id]
-    return [task for task in range(pool) if rule(task) == split]
+    tasks = [task for task in range(pool) if rule(task) == split]
+    return ORDERS[env_id](tasks) if env_id in ORDERS else tasks
 
 
 def weighted_order(counts: Mapping[str, int], weights: Mapping[str, float]) -> list[str]:
@@ -157,27 +215,147 @@ class RowBuilder:
     """One environment's rows: the first user turn from the environment's own reset (its core, in process).
 
     ``interaction``: rows for verl 0.7.1's ``ToolAgentLoop`` + the environment's interaction (``agent_name``
-    ``tool_agent``) instead of its agent loop (``<env>_agent``).
+    ``tool_agent``) instead of its agent loop (``<env>_agent``). An environment that holds a simulator per episode
+    (SciWorld: a JVM) resets ``prefetch``'s tasks several at a time, each episode closed at once, in process, or
+    through the service at ``env_url`` where this machine has no simulator (no Java or scienceworld: the trainer
+    image); so does any environment whose package does not import here (the trainer images install the env
+    package without the environments' extras) when ``env_url`` is given. ``close`` stops the simulators it
+    started.
     """
 
     def __init__(
-        self, env_id: str, catalog: Any = None, goal_set: str = DEFAULT_GOAL_SET, interaction: bool = False
+        self,
+        env_id: str,
+        catalog: Any = None,
+        goal_set: str = DEFAULT_GOAL_SET,
+        interaction: bool = False,
+        progress: bool = True,
+        env_url: str | None = None,
     ) -> None:
         self.spec = envs.get(env_id)
         self.goal_set = goal_set
         self.agent_name = AGENT_NAME if interaction else self.spec.agent_name
+        self.progress = progress
+        self.workers = 1
+        self.core: Any = None
+        self.env_url: str | None = None  # set: the resets are the service's (``source`` says which)
+        self._first: dict[
+            int, dict[str, Any]
+        ] = {}  # task -> its reset {observation, info} (prefetched, used once)
         if env_id == envs.WEBSHOP:
             from webshop_env.core.env import WebShopEnv
 
             self.webshop = WebShopEnv(catalog)
+        elif env_id == "sciworld":
+            self._sciworld(env_url)
         else:
             from webshop_env.envs import registry
 
             try:
                 self.core = registry.make(env_id)
             except ImportError as error:
-                raise DataError(f"{env_id}: its environment package does not import here ({error}); "
-                                f"pip install -e 'services/env[{env_id}]'") from None  # fmt: skip
+                if not env_url:  # the trainer images install the env package without its environments' extras
+                    raise DataError(f"{env_id}: its environment package does not import here ({error}); "
+                                    f"pip install -e 'services/env[{env_id}]', or give --env-url (or "
+                                    "$WEBSHOP_URL): a service whose resets then make the rows") from None  # fmt: skip
+                self.env_url = env_url.rstrip("/")
+
+    @property
+    def source(self) -> str:
+        """Where the first turns come from: ``in process`` or the service's URL."""
+        return self.env_url or "in process"
+
+    def _sciworld(self, env_url: str | None) -> None:
+        """SciWorld's resets: a core whose pool keeps ``workers`` spare JVMs warm (one per reset running at once)
+        where Java and scienceworld are here, else the service at ``env_url``."""
+        from webshop_env.envs.sciworld.pool import env_int
+
+        self.workers = env_int("SCIWORLD_DATA_WORKERS", max(1, min(8, (os.cpu_count() or 2) // 2)))
+        if self.workers < 1:
+            raise DataError("SCIWORLD_DATA_WORKERS must be at least 1")
+        missing = None
+        if importlib.util.find_spec("scienceworld") is None:
+            missing = ("the scienceworld package (ScienceWorld's simulator) is not installed here: pip install -e "
+                       "'services/env[sciworld]' (it also needs a Java 17 runtime)")  # fmt: skip
+        elif shutil.which("java") is None:
+            missing = ("no `java` on PATH, and ScienceWorld's simulator is a JVM: install a Java 17 runtime "
+                       "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")  # fmt: skip
+        if missing is None:
+            from webshop_env.envs.sciworld import JvmPool, SciWorldEnv
+
+            self.core = SciWorldEnv(JvmPool(spares=self.workers, max_live=2 * self.workers, wait_s=600))
+            self.core.prewarm()
+        elif env_url:
+            self.env_url = env_url.rstrip("/")
+        else:
+            raise DataError(f"sciworld: {missing}; or give --env-url (or $WEBSHOP_URL): a service that serves "
+                            "sciworld, whose resets then make the rows")  # fmt: skip
+
+    def prefetch(self, tasks: Sequence[int], split: str) -> None:
+        """Reset ``tasks`` now, ``workers`` at a time, with a progress bar (SciWorld: each reset is a JVM's);
+        ``row`` then uses these resets. Other environments reset in ``row`` (a few milliseconds each)."""
+        if not self.spec.holds_simulator and not self.env_url:
+            return
+        todo = [task for task in dict.fromkeys(tasks) if task not in self._first]
+        if not todo:
+            return
+        bar = tqdm(total=len(todo), desc=f"{self.spec.env_id} resets ({split}, {self.source})", unit="task",
+                   disable=not self.progress)  # fmt: skip
+        with bar:
+            if self.env_url:
+                asyncio.run(self._fetch(todo, bar))
+                return
+            with ThreadPoolExecutor(self.workers, thread_name_prefix=f"{self.spec.env_id}-data") as pool:
+                futures = {pool.submit(self._reset, task): task for task in todo}
+                try:
+                    for future in as_completed(futures):
+                        self._first[futures[future]] = future.result()
+                        bar.update()
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
+
+    async def _fetch(self, tasks: Sequence[int], bar: Any) -> None:
+        """The service's resets of ``tasks``, ``workers`` at a time, each episode closed at once."""
+        from webshop_env.client.envs import EnvClient
+        from webshop_env.client.native import WebShopError
+
+        limit = asyncio.Semaphore(self.workers)
+
+        async def one(task: int) -> None:
+            async with limit:
+                result = await client.reset(task)
+                await client.close(result["state"])
+            self._first[task] = {"observation": result["observation"], "info": dict(result.get("info") or {})}
+            bar.update()
+
+        async with EnvClient(self.env_url or "", self.spec.env_id, timeout=120.0) as client:
+            try:
+                await asyncio.gather(*(one(task) for task in tasks))
+            except (WebShopError, OSError) as error:
+                raise DataError(f"{self.spec.env_id}: a reset at {self.env_url} failed: {error}") from None
+
+    def _reset(self, task: int) -> dict[str, Any]:
+        """The core's reset of ``task`` as {observation, info}; an episode that holds a simulator is closed at
+        once (its JVM freed)."""
+        from webshop_env.envs.contract import EnvError
+
+        if self.env_url:
+            self.prefetch([task], "row")
+            return self._first.pop(task)
+        try:
+            first = self.core.reset(task)
+            if self.spec.holds_simulator:
+                self.core.close(first.state)
+        except EnvError as error:
+            raise DataError(f"{self.spec.env_id}: the reset of task {task} failed: {error}") from None
+        return {"observation": first.observation, "info": dict(first.info)}
+
+    def close(self) -> None:
+        """Stop the simulators this builder started (SciWorld's JVMs); the builder resets no more."""
+        if self.spec.holds_simulator and self.core is not None:
+            self.core.shutdown()
 
     def row(self, task: int, split: str, index: int) -> dict[str, Any]:
         spec = self.spec
@@ -188,15 +366,15 @@ class RowBuilder:
             row["extra_info"] |= {"env": spec.env_id, "task": task}
             row["extra_info"]["interaction_kwargs"]["task"] = task
             return row
-        first = self.core.reset(task)
-        opening = spec.first_message({"observation": first.observation, "info": dict(first.info)})
+        first = self._first.pop(task, None) or self._reset(task)
+        opening = spec.first_message(first)
         instruction = _instruction(opening)
         return {
             "data_source": spec.data_source,
             "agent_name": self.agent_name,
             "prompt": [{"role": "system", "content": spec.system_prompt}, {"role": "user", "content": opening}],
             "ability": spec.ability,
-            "reward_model": {"style": "environment", "ground_truth": str(first.info.get("goal") or instruction)},
+            "reward_model": {"style": "environment", "ground_truth": str(first["info"].get("goal") or instruction)},
             "extra_info": {"index": index, "env": spec.env_id, "task": task, "goal": task, "goal_set": None,
                            "split": split, "instruction": instruction,
                            "interaction_kwargs": {"name": spec.env_id, "task": task, "goal": task,
@@ -233,11 +411,14 @@ def build_env_datasets(
     val_rows: int | None = None,
     test_rows: int | None = None,
     interaction: bool = False,
+    progress: bool = True,
+    env_url: str | None = None,
 ) -> dict[str, Any]:
     """Write ``out_dir/{train,val,test}.parquet`` for ``env_ids`` and return the summary (split sizes per env).
 
     ``interaction``: rows for verl 0.7.1's interaction route (``agent_name: tool_agent``), else for the agent loop
-    (``<env>_agent``; both lines)."""
+    (``<env>_agent``; both lines). ``progress``: a progress bar where resets are slow (SciWorld's). ``env_url``: a service
+    whose resets make SciWorld's rows where this machine has no Java or scienceworld (in process otherwise)."""
     env_ids = list(env_ids)
     for env_id in env_ids:
         envs.get(env_id)
@@ -266,13 +447,36 @@ def build_env_datasets(
                     raise DataError(f"{env_id}: task {task} is in both {seen[task]} and {split}")
                 seen[task] = split
     counts = train_counts({e: len(tasks[e]["train"]) for e in env_ids}, by_env, train_rows)
-    builders = {e: RowBuilder(e, catalog, goal_set, interaction) for e in env_ids}
+    builders: dict[str, RowBuilder] = {}
+    try:
+        for env_id in env_ids:
+            builders[env_id] = RowBuilder(env_id, catalog, goal_set, interaction, progress, env_url)
+        summary = _write_splits(out_dir, env_ids, by_env, tasks, counts, builders, catalog,
+                                {"train": None, "val": val_rows, "test": test_rows})  # fmt: skip
+    finally:
+        for builder in builders.values():
+            builder.close()
+    summary["tasks"] = {e: {s: len(tasks[e][s]) for s in SPLITS} for e in env_ids}
+    return summary
+
+
+def _write_splits(
+    out_dir: Path | str,
+    env_ids: list[str],
+    by_env: dict[str, float],
+    tasks: Mapping[str, Mapping[str, list[int]]],
+    counts: Mapping[str, int],
+    builders: Mapping[str, RowBuilder],
+    catalog: Any,
+    limits: Mapping[str, int | None],
+) -> dict[str, Any]:
+    """The three files of ``build_env_datasets`` (the builders' resets prefetched per split)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"out_dir": str(out.resolve()), "envs": env_ids, "weights": by_env,
                                "agent_names": {e: b.agent_name for e, b in builders.items()},
+                               "sources": {e: b.source for e, b in builders.items() if e != envs.WEBSHOP},
                                "files": {}, "sizes": {}}  # fmt: skip
-    limits = {"train": None, "val": val_rows, "test": test_rows}
     for split in SPLITS:
         if split == "train":
             chosen = {e: _spread(tasks[e]["train"], counts[e]) for e in env_ids}
@@ -282,6 +486,8 @@ def build_env_datasets(
                 e: tasks[e][split][: limits[split]] if limits[split] else tasks[e][split] for e in env_ids
             }
             order = weighted_order({e: len(chosen[e]) for e in env_ids}, dict.fromkeys(env_ids, 1.0))
+        for env_id in env_ids:
+            builders[env_id].prefetch(chosen[env_id], split)
         position = dict.fromkeys(env_ids, 0)
         rows = []
         for index, env_id in enumerate(order):
@@ -292,7 +498,6 @@ def build_env_datasets(
                             **({"catalog": catalog.fingerprint} if catalog is not None else {})})  # fmt: skip
         summary["files"][split] = str(path)
         summary["sizes"][split] = {e: len(chosen[e]) for e in env_ids}
-    summary["tasks"] = {e: {s: len(tasks[e][s]) for s in SPLITS} for e in env_ids}
     return summary
 
 

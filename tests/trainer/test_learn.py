@@ -52,6 +52,63 @@ def test_a_clear_rise_is_learned_and_no_change_is_not():
     assert noisy["success_diff"] > 0 and not learn.learned(noisy)
 
 
+def _sampled(rates: list[float], samples: int = 8) -> dict:
+    return {
+        "metrics": {"samples_per_task": samples},
+        "per_task": {t: {"success": r, "reward": r} for t, r in enumerate(rates)},
+    }
+
+
+def test_sampled_evals_are_judged_per_task_with_a_permutation_test():
+    """k episodes per task at the rollout temperature: per-task mean success, the bootstrap over tasks, and the
+    sign-flip test instead of McNemar (which needs one 0/1 outcome per task)."""
+    before = _sampled([0.0] * 20 + [0.25] * 20 + [0.5] * 20)
+    rose = _sampled([0.125] * 20 + [0.375] * 20 + [0.5] * 20)
+    comparison = learn.compare(before, rose)
+    assert comparison["success_diff"] == pytest.approx(0.25 / 3)
+    assert comparison["test"].startswith("paired sign-flip") and "mcnemar" not in comparison
+    assert comparison["p_value"] < 0.001 and learn.learned(comparison)
+    assert (comparison["tasks_better"], comparison["tasks_worse"]) == (40, 0)
+    same = learn.compare(before, before)
+    assert same["p_value"] == 1.0 and same["success_diff_ci95"] == [0.0, 0.0] and not learn.learned(same)
+    # as many tasks worse as better by the same amount: no rise
+    mixed = learn.compare(before, _sampled([0.125] * 20 + [0.125] * 20 + [0.5] * 20))
+    assert mixed["success_diff"] == pytest.approx(0.0) and not learn.learned(mixed)
+    # sampled evals whose every task happens to be 0 or 1 still get the permutation test, not McNemar
+    assert learn.compare(_sampled([0.0, 1.0]), _sampled([1.0, 1.0]))["test"].startswith("paired sign-flip")
+
+
+def test_sign_flip_test_is_exact_for_few_tasks():
+    assert learn.sign_flip_test([0.5] * 5) == pytest.approx(2 / 32)
+    assert learn.sign_flip_test([0.5, -0.5]) == 1.0
+    assert learn.sign_flip_test([0.0, 0.0]) == 1.0
+    many = [0.125] * 30 + [-0.125] * 2
+    assert learn.sign_flip_test(many, seed=1) == learn.sign_flip_test(many, seed=1) < 0.001
+
+
+def test_heldout_tasks_never_hold_a_training_task(tmp_path):
+    from agent_trainer import env_data
+
+    options = learn.LearnOptions(env="babyai", out_dir=tmp_path)
+    tasks = learn.heldout_tasks(options, {**options.recipe(), "heldout": 5, "heldout_max_plan": 0})
+    assert tasks == env_data.split_tasks("babyai", "test")[:5]
+    assert not set(tasks) & set(env_data.split_tasks("babyai", "train"))
+    val = learn.heldout_tasks(learn.LearnOptions(heldout_split="val", out_dir=tmp_path),
+                              {**options.recipe(), "heldout": 3, "heldout_max_plan": 0})  # fmt: skip
+    assert val == env_data.split_tasks("babyai", "val")[:3]
+
+
+def test_eval_tasks_option_picks_tasks_of_the_split_only():
+    from agent_trainer import env_data
+    from agent_trainer.evaluation.env_runner import env_tasks
+    from agent_trainer.evaluation.runner import EvalError
+
+    test = env_data.split_tasks("babyai", "test")
+    assert env_tasks("babyai", "test", None, [test[3], test[1]]) == [test[1], test[3]]
+    with pytest.raises(EvalError, match="not in the test split"):
+        env_tasks("babyai", "test", None, [env_data.split_tasks("babyai", "train")[0]])
+
+
 def test_compare_pairs_by_task_not_by_position():
     before = {"per_task": {1: {"success": True, "reward": 1.0}, 2: {"success": False, "reward": 0.0}}}
     after = {"per_task": {2: {"success": False, "reward": 0.0}, 1: {"success": True, "reward": 1.0}, 9: {
@@ -130,6 +187,9 @@ def test_main_rejects_bad_arguments(capsys):
     assert exit_.value.code == 2
     with pytest.raises(SystemExit) as exit_:
         learn.main(["--set", "sft_steps"])
+    assert exit_.value.code == 2
+    with pytest.raises(SystemExit) as exit_:
+        learn.main(["--eval-samples", "0"])
     assert exit_.value.code == 2
     with pytest.raises(SystemExit):
         learn.main(["--help"])

@@ -43,6 +43,7 @@ def foreign_home() -> Iterator[Path]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+@pytest.mark.timeout(1200)  # launches verl's main_ppo: minutes on a loaded 2-core machine
 def test_training_starts_as_a_uid_that_cannot_write_the_working_directory(foreign_home: Path) -> None:
     """Hydra creates its output directory before main_ppo runs; it must not be the (foreign) working directory.
 
@@ -66,7 +67,7 @@ def test_training_starts_as_a_uid_that_cannot_write_the_working_directory(foreig
         result = subprocess.run(
             [*as_user, sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test",
              "--output-dir", str(runs), "+ray_kwargs.ray_init.webshop_stop_here=1"],
-            cwd=foreign_home, env=env, capture_output=True, text=True, timeout=300,
+            cwd=foreign_home, env=env, capture_output=True, text=True, timeout=900,
         )  # fmt: skip
         output = result.stdout + result.stderr
         assert "Permission denied" not in output, output[-3000:]
@@ -153,6 +154,7 @@ def _rows_file(path: Path, rows: int) -> Path:
     return path
 
 
+@pytest.mark.timeout(1200)  # launching verl's main_ppo took over 300 s at a load of 25 on 2 cores
 @pytest.mark.parametrize("saved, finished", [(8, True), (9, True), (7, False)])
 def test_a_finished_run_says_so_instead_of_training_nothing(
     tmp_path: Path, saved: int, finished: bool
@@ -172,7 +174,7 @@ def test_a_finished_run_says_so_instead_of_training_nothing(
     # an unknown key makes main_ppo fail at once if it is launched: the finished run must not get there
     result = subprocess.run([sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test", "--output-dir",
                              str(tmp_path / "out"), "+trainer.no_such_key=1"],
-                            capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)  # fmt: skip
+                            capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)  # fmt: skip
     if finished:
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"already finished: its checkpoint of step {saved} (of 8)" in result.stderr

@@ -7,17 +7,19 @@ on held-out tasks before and after with the project's eval on the merged checkpo
    a tokenizer and a tiny Qwen2-architecture model are built locally on those episodes' texts and supervised on
    them (:func:`.warm_start.supervise`, the warm start's loop, episodes rendered through the trainer's spec by
    :func:`.warm_start.expert_episode`) until held-out success is roughly 10-40 %, so that GRPO groups differ.
-2. **Before**: ``agent-train eval --env ENV --policy checkpoint --server cpu`` of the base model on the first
-   held-out tasks of the environment's test split (the training data never holds one), greedy (the configs'
-   ``val_kwargs``).
+2. **Before**: ``agent-train eval --env ENV --policy checkpoint --server cpu --tasks ...`` of the base model on the
+   held-out tasks (:func:`heldout_tasks`: the environment's test split, which the training data never holds, those
+   the expert solves within ``max_plan`` steps), ``eval_samples`` episodes per task at the rollout temperature;
+   the greedy eval (the configs' ``val_kwargs``) beside it, reported, not judged.
 3. **GRPO**: ``agent-train train --config <env>_grpo_test`` (the project's launcher and config, scaled down to
    2 cores; each override and setting listed in ``substituted``) on training tasks only, the project's reward.
 4. **After**: verl's merger on the last checkpoint and the same eval, same tasks and seed.
 5. **Supervised control**: the same compute spent on more supervised steps from the base model (forward-pass
    token equivalents, :func:`control_steps`), evaluated the same way: what RL adds over more SFT.
-6. **Judgement**: success and mean reward with 95 % intervals, the paired difference's interval (paired
-   bootstrap over tasks) and McNemar's exact test; ``learned`` when held-out success rose and the interval of the
-   difference excludes 0. ``OUT/<env>/seed<S>/summary.json`` and ``report.html`` (the curve as SVG), and
+6. **Judgement**: per task the mean success over its episodes; success and mean reward with 95 % intervals, the
+   paired difference's interval (paired bootstrap over tasks) and a paired test (sign-flip permutation over tasks;
+   McNemar's exact test for one 0/1 episode per task); ``learned`` when held-out success rose and the interval of
+   the difference lies above 0 (the rule in docs/learning.md, fixed before the confirming seeds). ``OUT/<env>/seed<S>/summary.json`` and ``report.html`` (the curve as SVG), and
    ``OUT/summary.json`` (the last run).
 
 ``WEBSHOP_REHEARSAL_INJECT=reward_zero`` zeroes the reward before the advantage: the run must say
@@ -42,11 +44,13 @@ from typing import Any
 
 #: Per environment: the recipe that gives a base policy in the 10-40 % band on held-out tasks (measured; see
 #: docs/learning.md). ``max_plan``: training tasks are those the expert solves in at most this many steps.
+#: ``heldout``: at most this many held-out tasks; ``heldout_max_plan`` (0: every task): only held-out tasks whose
+#: expert solves them within this many steps, the kind of task the training tasks are (never one of them).
 RECIPES: dict[str, dict[str, Any]] = {
-    "babyai": {"train_tasks": 200, "max_plan": 3, "sft_steps": 3000, "layers": 2, "hidden": 64, "rounds": 4,
-               "heldout": 80, "max_observation_chars": 600, "turn_tokens": 24},
+    "babyai": {"train_tasks": 200, "max_plan": 3, "sft_steps": 6000, "layers": 2, "hidden": 64, "rounds": 4,
+               "heldout": 200, "heldout_max_plan": 3, "max_observation_chars": 600, "turn_tokens": 24},
     "textcraft": {"train_tasks": 300, "max_plan": 6, "sft_steps": 8000, "layers": 2, "hidden": 64, "rounds": 8,
-                  "heldout": 68, "max_observation_chars": 200, "turn_tokens": 32},
+                  "heldout": 68, "heldout_max_plan": 0, "max_observation_chars": 200, "turn_tokens": 32},
 }  # fmt: skip
 DEFAULT_ENV = "babyai"
 #: Held-out success of a base policy worth training with GRPO: its groups of rollouts earn different rewards.
@@ -61,13 +65,16 @@ class LearnOptions:
     env: str = DEFAULT_ENV
     seed: int = 0
     out_dir: Path = Path("outputs/learn")
-    steps: int = 40  # GRPO steps (the longest measured run; docs/learning.md)
-    prompts: int = 4  # prompts per step (data.train_batch_size)
+    steps: int = 30  # GRPO steps (docs/learning.md: the validated recipe)
+    prompts: int = 8  # prompts per step (data.train_batch_size)
     rollouts: int = 8  # rollouts per prompt (GRPO group size)
-    lr: float = 5e-4
+    lr: float = 1e-3
     temperature: float = 1.0
-    eval_temperature: float = 0.0
+    eval_temperature: float = 1.0  # the judgement's eval: the rollout temperature, eval_samples per task
+    eval_samples: int = 4
     eval_seed: int = 0
+    heldout_split: str = "test"  # "val" while tuning: the test split is looked at only by the confirming runs
+    greedy: bool = True  # also the greedy eval (temperature 0, one episode per task): reported, not judged
     control: bool = True  # also the supervised control
     overrides: dict[str, Any] = field(default_factory=dict)  # recipe keys overridden (--set key=value)
 
@@ -117,6 +124,19 @@ def expert_plans(env_id: str, split: str, count: int, max_plan: int, cache: Path
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"key": key, "plans": {str(t): p for t, p in plans.items()}}))
     return plans
+
+
+def heldout_tasks(options: LearnOptions, recipe: Mapping[str, Any]) -> list[int]:
+    """The held-out tasks (the ``heldout_split``, never a training task): the first ``heldout`` of the split, or,
+    with ``heldout_max_plan``, those whose expert solves them within that many steps (cached like the training
+    plans), the kind of task GRPO trains on."""
+    from .. import env_data
+
+    count, max_plan = int(recipe["heldout"]), int(recipe.get("heldout_max_plan") or 0)
+    if max_plan <= 0:
+        return env_data.split_tasks(options.env, options.heldout_split)[:count]
+    cache = options.out_dir / options.env / f"plans-{options.heldout_split}.json"
+    return sorted(expert_plans(options.env, options.heldout_split, count, max_plan, cache))
 
 
 def episodes(
@@ -185,40 +205,74 @@ def control_steps(trajectory_tokens: int, ppo_epochs: int, episode_tokens: float
 
 
 def evaluate(options: LearnOptions, recipe: Mapping[str, Any], model: Path, url: str, out: Path, env: Mapping[str, str],
-             logfile: Path) -> dict[str, Any]:  # fmt: skip
-    """``agent-train eval --env ENV --policy checkpoint --server cpu`` on the held-out tasks (cached per model:
-    a finished eval directory is reused); per-task success and reward and the eval's metrics."""
+             logfile: Path, tasks: Sequence[int], *, temperature: float | None = None,
+             samples: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """``agent-train eval --env ENV --policy checkpoint --server cpu --tasks ...`` on the held-out tasks,
+    ``samples`` times (sampling seeds ``eval_seed + i``; ``OUT/sample<i>``) at ``temperature`` (default: the
+    options' judgement eval); per task the mean success and reward over the samples. A finished eval directory is
+    reused when its model, tasks and settings are the same."""
     from .run import _webshop_train
 
+    temperature = options.eval_temperature if temperature is None else temperature
+    samples = options.eval_samples if samples is None else samples
+    if samples < 1:
+        raise ValueError("evaluate: samples must be at least 1")
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    metrics_path, trajectories = out / "metrics.json", out / "trajectories.jsonl"
-    stamp = out / "learn-model.txt"
-    if not (metrics_path.exists() and stamp.exists() and stamp.read_text() == _model_digest(model)):
-        log(f"held-out eval of {model} on {recipe['heldout']} {options.env} test tasks")
-        command = [sys.executable, "-m", "agent_trainer.cli", "eval", "--env", options.env, "--policy",
-                   "checkpoint", "--server", "cpu", "--model-path", str(model), "--url", url, "--split", "test",
-                   "--max-samples", str(recipe["heldout"]), "--max-steps", str(recipe["rounds"]),
-                   "--temperature", str(options.eval_temperature), "--seed", str(options.eval_seed),
-                   "--max-tokens", str(recipe["turn_tokens"]),
-                   "--max-observation-chars", str(recipe["max_observation_chars"]), "--out", str(out),
-                   "--overwrite", "--no-progress", "--startup-timeout", "600"]  # fmt: skip
-        started = time.monotonic()
-        code = _webshop_train(command, dict(env), logfile, out.parent, timeout=7200)
-        if code != 0 or not metrics_path.exists():
-            raise RuntimeError(f"agent-train eval of {model} failed (exit {code}); see {logfile}")
-        stamp.write_text(_model_digest(model))
-        log(f"held-out eval done in {time.monotonic() - started:.0f} s")
-    metrics = json.loads(metrics_path.read_text())
-    per_task = {}
-    for line in trajectories.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            per_task[int(record.get("task", record.get("goal")))] = {
-                "success": bool(record.get("success")), "reward": float(record.get("reward") or 0.0)}  # fmt: skip
-    return {"metrics": {k: metrics.get(k) for k in ("episodes", "success_rate", "success_rate_ci95", "mean_reward",
-                                                    "score", "score_ci95")},
-            "per_task": per_task, "out": str(out)}  # fmt: skip
+    split = {"test": "test", "val": "eval", "train": "train"}[options.heldout_split]
+    per_task: dict[int, dict[str, float]] = {}
+    episodes_, wall = 0, 0.0
+    for index in range(samples):
+        directory = out / f"sample{index}"
+        directory.mkdir(parents=True, exist_ok=True)
+        metrics_path, trajectories = directory / "metrics.json", directory / "trajectories.jsonl"
+        stamp = directory / "learn-model.txt"
+        key = json.dumps({"model": _model_digest(model), "tasks": list(tasks), "split": split,
+                          "temperature": temperature, "seed": options.eval_seed + index,
+                          "rounds": recipe["rounds"]})  # fmt: skip
+        if not (metrics_path.exists() and stamp.exists() and stamp.read_text() == key):
+            log(f"held-out eval {index + 1}/{samples} of {model} on {len(tasks)} {options.env} {options.heldout_split} "
+                f"tasks at temperature {temperature}")  # fmt: skip
+            command = [sys.executable, "-m", "agent_trainer.cli", "eval", "--env", options.env, "--policy",
+                       "checkpoint", "--server", "cpu", "--model-path", str(model), "--url", url, "--split", split,
+                       "--tasks", ",".join(str(t) for t in tasks), "--max-steps", str(recipe["rounds"]),
+                       "--temperature", str(temperature), "--seed", str(options.eval_seed + index),
+                       "--max-tokens", str(recipe["turn_tokens"]),
+                       "--max-observation-chars", str(recipe["max_observation_chars"]), "--out", str(directory),
+                       "--overwrite", "--no-progress", "--no-report", "--startup-timeout", "600"]  # fmt: skip
+            code = _webshop_train(command, dict(env), logfile, out.parent, timeout=7200)
+            if code != 0 or not metrics_path.exists():
+                raise RuntimeError(f"agent-train eval of {model} failed (exit {code}); see {logfile}")
+            stamp.write_text(key)
+        metrics = json.loads(metrics_path.read_text())
+        wall += float(metrics.get("wall_s") or 0.0)
+        for line in trajectories.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                task = per_task.setdefault(
+                    int(record.get("task", record.get("goal"))), {"success": 0.0, "reward": 0.0}
+                )
+                task["success"] += float(bool(record.get("success"))) / samples
+                task["reward"] += float(record.get("reward") or 0.0) / samples
+                episodes_ += 1
+    if sorted(per_task) != sorted(int(t) for t in tasks) or episodes_ != samples * len(tasks):
+        raise RuntimeError(
+            f"the eval of {model} in {out} lacks episodes ({episodes_} of {samples * len(tasks)})"
+        )
+    success = [v["success"] for v in per_task.values()]
+    reward = [v["reward"] for v in per_task.values()]
+    metrics = {"episodes": episodes_, "tasks": len(per_task), "samples_per_task": samples,
+               "temperature": temperature, "success_rate": sum(success) / len(success),
+               "success_rate_ci95": list(bootstrap_mean(success, seed=options.eval_seed)),
+               "mean_reward": sum(reward) / len(reward),
+               "mean_reward_ci95": list(bootstrap_mean(reward, seed=options.eval_seed)),
+               "wall_s": round(wall, 1)}  # fmt: skip
+    return {"metrics": metrics, "per_task": per_task, "out": str(out)}
+
+
+def bootstrap_mean(values: Sequence[float], seed: int = 0, samples: int = 10000) -> tuple[float, float]:
+    """95 % percentile interval of the mean of per-task values, resampling tasks (the samples of one task stay
+    together: they are not independent of each other)."""
+    return paired_bootstrap([0.0] * len(values), list(values), seed=seed, samples=samples)
 
 
 def _model_digest(model: Path) -> str:
@@ -245,17 +299,39 @@ def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> dict[str, An
 def paired_bootstrap(before: Sequence[float], after: Sequence[float], seed: int = 0, samples: int = 10000
                      ) -> tuple[float, float]:  # fmt: skip
     """95 % percentile interval of mean(after - before), resampling tasks (pairs kept together)."""
+    from ..evaluation.metrics import bootstrap_mean_interval
+
     if len(before) != len(after) or not before:
         raise ValueError("paired_bootstrap: needs equal, non-empty pairs")
     diffs = [a - b for b, a in zip(before, after, strict=True)]
+    return bootstrap_mean_interval(diffs, seed=seed, resamples=samples)
+
+
+def sign_flip_test(diffs: Sequence[float], seed: int = 0, samples: int = 20000) -> float:
+    """Two-sided paired permutation (sign-flip) test of mean(diffs) = 0: each task's difference keeps or flips
+    its sign at random under the null; exact over every flip when at most 16 differences are non-zero."""
+    nonzero = [d for d in diffs if d != 0]
+    if not nonzero:
+        return 1.0
+    observed = abs(sum(nonzero)) - 1e-12
+    if len(nonzero) <= 16:
+        hits = sum(
+            1
+            for mask in range(2 ** len(nonzero))
+            if abs(sum(-d if mask >> i & 1 else d for i, d in enumerate(nonzero))) >= observed
+        )
+        return hits / 2 ** len(nonzero)
     rng = random.Random(seed)
-    n = len(diffs)
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
-    return means[int(0.025 * samples)], means[min(samples - 1, int(0.975 * samples))]
+    hits = sum(
+        1 for _ in range(samples) if abs(sum(d if rng.random() < 0.5 else -d for d in nonzero)) >= observed
+    )
+    return (hits + 1) / (samples + 1)
 
 
 def compare(before: Mapping[str, Any], after: Mapping[str, Any], seed: int = 0) -> dict[str, Any]:
-    """The paired comparison of two evals of the same tasks: differences, their intervals, McNemar."""
+    """The paired comparison of two evals of the same tasks (per task: the mean success and reward over its
+    samples): differences, their paired-bootstrap intervals over tasks, and the p-value: McNemar's exact test when
+    every task has one 0/1 outcome (one greedy episode), else the paired sign-flip permutation test over tasks."""
     tasks = sorted(set(before["per_task"]) & set(after["per_task"]))
     if not tasks:
         raise ValueError("compare: the evals share no task")
@@ -263,13 +339,21 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any], seed: int = 0) 
     a = [after["per_task"][t] for t in tasks]
     success = ([float(x["success"]) for x in b], [float(x["success"]) for x in a])
     reward = ([x["reward"] for x in b], [x["reward"] for x in a])
-    test = mcnemar_exact([x["success"] for x in b], [x["success"] for x in a])
-    return {"tasks": len(tasks),
-            "success_diff": sum(success[1]) / len(tasks) - sum(success[0]) / len(tasks),
-            "success_diff_ci95": list(paired_bootstrap(*success, seed=seed)),
-            "reward_diff": sum(reward[1]) / len(tasks) - sum(reward[0]) / len(tasks),
-            "reward_diff_ci95": list(paired_bootstrap(*reward, seed=seed)),
-            "mcnemar": test, "p_value": test["p_value"]}  # fmt: skip
+    out = {"tasks": len(tasks),
+           "success_diff": sum(success[1]) / len(tasks) - sum(success[0]) / len(tasks),
+           "success_diff_ci95": list(paired_bootstrap(*success, seed=seed)),
+           "reward_diff": sum(reward[1]) / len(tasks) - sum(reward[0]) / len(tasks),
+           "reward_diff_ci95": list(paired_bootstrap(*reward, seed=seed)),
+           "tasks_better": sum(1 for x, y in zip(*success, strict=True) if y > x),
+           "tasks_worse": sum(1 for x, y in zip(*success, strict=True) if y < x)}  # fmt: skip
+    single = all(int((e.get("metrics") or {}).get("samples_per_task", 1)) == 1 for e in (before, after))
+    if single and all(v in (0.0, 1.0) for v in success[0] + success[1]):
+        test = mcnemar_exact([v == 1.0 for v in success[0]], [v == 1.0 for v in success[1]])
+        out.update(mcnemar=test, p_value=test["p_value"], test="McNemar exact")
+    else:
+        diffs = [y - x for x, y in zip(*success, strict=True)]
+        out.update(p_value=sign_flip_test(diffs, seed=seed), test="paired sign-flip permutation over tasks")
+    return out
 
 
 def learned(comparison: Mapping[str, Any]) -> bool:
@@ -534,8 +618,13 @@ def run_learn(options: LearnOptions) -> dict[str, Any]:
         cluster = start_env_cluster(catalog, work / "cluster", [options.env])
         stop = cluster.stop
         env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        shared_evals = options.out_dir / options.env / "eval"
-        before = evaluate(options, recipe, base, cluster.url, shared_evals / "base", env, logfile)
+        tasks = heldout_tasks(options, recipe)
+        summary["heldout_tasks"] = tasks
+        shared_evals = options.out_dir / options.env / f"eval-{options.heldout_split}"
+        tag = f"t{options.eval_temperature:g}"  # sample<i> keyed by its seed: k=4 reuses a k=8 eval's first 4
+        before = evaluate(
+            options, recipe, base, cluster.url, shared_evals / f"base-{tag}", env, logfile, tasks
+        )
         summary["before"] = before["metrics"]
         rate = float(before["metrics"].get("success_rate") or 0.0)
         summary["base_in_band"] = BAND[0] <= rate <= BAND[1]
@@ -549,7 +638,8 @@ def run_learn(options: LearnOptions) -> dict[str, Any]:
         summary["seconds"] = round(time.monotonic() - started, 1)
         summary["verl_line"] = trained["line"]
         merged = Path(resolve_model_path(trained["checkpoint"]).serve)
-        after = evaluate(options, recipe, merged, cluster.url, work / "eval_after", env, logfile)
+        after = evaluate(options, recipe, merged, cluster.url, work / f"eval_after-{options.heldout_split}-{tag}",
+                         env, logfile, tasks)  # fmt: skip
         summary["after"] = after["metrics"]
         comparison = compare(before, after, seed=options.eval_seed)
         summary["comparison"] = comparison
@@ -557,6 +647,16 @@ def run_learn(options: LearnOptions) -> dict[str, Any]:
         summary["p_value"] = comparison["p_value"]
         summary["learned"] = learned(comparison)
         summary["curve"] = curve(trained["metrics"], options.env)
+        summary["heldout_split"] = options.heldout_split
+        _write_summary(summary, work, options.out_dir)  # the verdict first; the greedy eval is extra
+        if options.greedy:
+            greedy = {name: evaluate(options, recipe, model, cluster.url, directory, env, logfile, tasks,
+                                     temperature=0.0, samples=1)
+                      for name, model, directory in (
+                          ("before", base, shared_evals / "base-greedy"),
+                          ("after", merged, work / f"eval_after-{options.heldout_split}-greedy"))}  # fmt: skip
+            summary["greedy"] = {"before": greedy["before"]["metrics"], "after": greedy["after"]["metrics"],
+                                 "comparison": compare(greedy["before"], greedy["after"], seed=options.eval_seed)}  # fmt: skip
         summary["substituted"] = [f"{o}: {why}" for o, why in trained["overrides"]] + [
             f"config: {trained['config']} of verl {trained['line']}'s configs (make train-test ENV={options.env})",
             f"policy: a tiny local Qwen2-architecture model ({recipe['layers']} layers, hidden {recipe['hidden']}, "
@@ -564,8 +664,16 @@ def run_learn(options: LearnOptions) -> dict[str, Any]:
             f"the expert's episodes of {len(plans)} training tasks, instead of Qwen/Qwen2.5-1.5B-Instruct",
             f"max_observation_chars={recipe['max_observation_chars']} (configs: 0): pages cut so episodes fit",
             f"WEBSHOP_TURN_TOKENS={recipe['turn_tokens']} (configs: 200-512): the expert's replies are short",
-            f"eval: the first {recipe['heldout']} tasks of the test split, at most {recipe['rounds']} steps, "
-            f"temperature {options.eval_temperature} (the configs' val_kwargs), seed {options.eval_seed}",
+            f"eval: {len(tasks)} tasks of the {options.heldout_split} split ("
+            + (
+                f"those the expert solves within {recipe['heldout_max_plan']} steps, as the training tasks; "
+                if int(recipe.get("heldout_max_plan") or 0) > 0
+                else ""
+            )
+            + f"at most {recipe['heldout']}), at most {recipe['rounds']} steps, {options.eval_samples} episode(s) per "
+            f"task at temperature {options.eval_temperature} (seeds {options.eval_seed}..."
+            f"{options.eval_seed + options.eval_samples - 1}); the greedy eval (the configs' val_kwargs) reported "
+            "beside it",
             "the rehearsal's CPU stand-ins (agent_trainer.rehearsal.SUBSTITUTED)",
         ]
         _write_summary(summary, work, options.out_dir)  # the verdict is kept even if the control is cut short
@@ -632,10 +740,12 @@ def supervised_control(options: LearnOptions, recipe: Mapping[str, Any], base: P
     supervise(directory, examples, sft, steps=steps, lr=SFT_LR, seed=options.seed + 1)
     seconds = time.monotonic() - started
     work = run_dir(options)
-    result = evaluate(options, recipe, directory, url, work / "eval_control", env, logfile)
-    before = evaluate(
-        options, recipe, base, url, options.out_dir / options.env / "eval" / "base", env, logfile
-    )
+    tasks = heldout_tasks(options, recipe)
+    tag = f"t{options.eval_temperature:g}"  # sample<i> keyed by its seed: k=4 reuses a k=8 eval's first 4
+    shared = options.out_dir / options.env / f"eval-{options.heldout_split}"
+    result = evaluate(options, recipe, directory, url, work / f"eval_control-{options.heldout_split}-{tag}", env,
+                      logfile, tasks)  # fmt: skip
+    before = evaluate(options, recipe, base, url, shared / f"base-{tag}", env, logfile, tasks)
     return {"steps": steps, "seconds": round(seconds), "trajectory_tokens": tokens, "after": result["metrics"],
             "comparison": compare(before, result, seed=options.eval_seed)}  # fmt: skip
 
@@ -678,7 +788,7 @@ def write_report(summary: Mapping[str, Any], path: Path) -> Path:
                           f"GRPO on {summary['env']} (seed {summary['seed']}): training rollouts")  # fmt: skip
     heldout = line_chart(held, "held-out success: before (step 0) and after", x_label="GRPO step")
     rows = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(json.dumps(summary.get(k), default=str))}</td></tr>"
-                   for k in ("learned", "before", "after", "ci", "p_value", "comparison", "control", "steps",
+                   for k in ("learned", "before", "after", "ci", "p_value", "comparison", "greedy", "control", "steps",
                              "seconds", "grpo_seconds", "env", "verl_version", "seed", "injected", "errors"))  # fmt: skip
     path.write_text(f"<!doctype html><meta charset=utf-8><title>make learn: {escape(summary['env'])}</title>"
                     f"<h1>make learn: {escape(summary['env'])}, seed {summary['seed']}</h1>"
@@ -712,6 +822,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=LearnOptions.prompts, help="prompts per step")
     parser.add_argument("--rollouts", type=int, default=LearnOptions.rollouts, help="rollouts per prompt")
     parser.add_argument("--lr", type=float, default=LearnOptions.lr, help="the actor's learning rate")
+    parser.add_argument(
+        "--eval-samples",
+        type=int,
+        default=LearnOptions.eval_samples,
+        help="episodes per held-out task in the judged eval (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--eval-temperature",
+        type=float,
+        default=LearnOptions.eval_temperature,
+        help="the judged eval's temperature (default: %(default)s, the rollout temperature)",
+    )
+    parser.add_argument(
+        "--heldout-split",
+        choices=("test", "val"),
+        default=LearnOptions.heldout_split,
+        help="judge on this split (val while tuning; the test split for the verdict)",
+    )
+    parser.add_argument(
+        "--no-greedy", action="store_true", help="skip the greedy eval reported beside the verdict"
+    )
     parser.add_argument("--no-control", action="store_true", help="skip the supervised control")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe key (train_tasks, max_plan, sft_steps, layers, hidden, rounds, heldout, "
@@ -723,10 +854,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not value:
             parser.error(f"--set {item!r}: expected KEY=VALUE")
         overrides[key] = int(value) if value.lstrip("-").isdigit() else value
-    if min(args.steps, args.prompts, args.rollouts) < 1 or args.rollouts < 2:
-        parser.error("--steps and --prompts must be at least 1, --rollouts at least 2 (a GRPO group)")
+    if min(args.steps, args.prompts, args.rollouts, args.eval_samples) < 1 or args.rollouts < 2:
+        parser.error(
+            "--steps, --prompts and --eval-samples must be at least 1, --rollouts at least 2 (a GRPO group)"
+        )
     options = LearnOptions(env=args.env, seed=args.seed, out_dir=args.out, steps=args.steps, prompts=args.prompts,
-                           rollouts=args.rollouts, lr=args.lr, control=not args.no_control, overrides=overrides)  # fmt: skip
+                           rollouts=args.rollouts, lr=args.lr, control=not args.no_control, overrides=overrides,
+                           eval_samples=args.eval_samples, eval_temperature=args.eval_temperature,
+                           heldout_split=args.heldout_split, greedy=not args.no_greedy)  # fmt: skip
     try:
         options.recipe()
     except ValueError as error:
@@ -735,6 +870,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     brief = {k: summary.get(k) for k in ("learned", "before", "after", "ci", "p_value", "steps", "seconds", "env",
                                          "verl_version", "seed", "injected", "errors", "report")}  # fmt: skip
     brief["control"] = (summary.get("control") or {}).get("after")
+    brief["greedy"] = {
+        k: (summary.get("greedy") or {}).get(k, {}).get("success_rate") for k in ("before", "after")
+    }
     print(json.dumps(brief, indent=2, default=str))
     if summary["errors"]:
         return 1

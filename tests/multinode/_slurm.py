@@ -42,6 +42,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -474,3 +475,36 @@ def slurm_fixture(name: str = "slurm_cluster", scope: str = "function", nodes: i
                 print(f"Slurm test cluster (logs kept in {log_dir}):\n{cluster.diagnostics()}")
 
     return _fixture
+
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "deploy" / "slurm" / "webshop-grpo.sbatch"
+#: The env's Serve port on every node of a test job.
+SERVE_PORT = 8000
+
+
+def job_env(catalog: Path, **extra: str) -> dict[str, str]:
+    """The sbatch's environment for a test job: this checkout and venv, the catalog, Ray's files in a short temporary
+    directory; the caller's RAY_* and WEBSHOP_* settings left out."""
+    env = {
+        "WEBSHOP_HOME": str(REPO),
+        "WEBSHOP_VENV": str(Path(sys.executable).parent.parent),
+        "WEBSHOP_CATALOG": str(catalog),
+        "WEBSHOP_RAY_PORT": str(SERVE_PORT),
+        "RAY_TEMP_DIR": tempfile.mkdtemp(prefix="wsslp-", dir="/tmp"),  # short: Ray's unix sockets
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_memory_monitor_refresh_ms": "0",
+        **extra,
+    }
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "WEBSHOP_"))}, **env}
+
+
+def wait_for(predicate, timeout: float, what: str, slurm: SlurmCluster, job: str) -> None:
+    """Poll ``predicate`` every second until it holds; a timeout says what was awaited, with the job's output."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not within {timeout:.0f} s\n{slurm.output(job)[-4000:]}\n"
+                               f"{slurm.diagnostics(job)}")  # fmt: skip
+        time.sleep(1.0)

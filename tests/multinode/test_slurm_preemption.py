@@ -20,42 +20,22 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 from _raynodes import figure
-from _slurm import SlurmCluster, slurm_fixture
+from _slurm import SCRIPT, SlurmCluster, job_env, slurm_fixture, wait_for
 
 pytestmark = pytest.mark.timeout(1200)
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "deploy" / "slurm" / "webshop-grpo.sbatch"
 STANDIN = Path(__file__).with_name("_standin_train.py")
-SERVE_PORT = 8000
 
 slurm_cluster = slurm_fixture(nodes=2)
 
 
-def _job_env(catalog: Path, **extra: str) -> dict[str, str]:
-    env = {
-        "WEBSHOP_HOME": str(REPO),
-        "WEBSHOP_VENV": str(Path(sys.executable).parent.parent),
-        "WEBSHOP_CATALOG": str(catalog),
-        "WEBSHOP_RAY_PORT": str(SERVE_PORT),
-        "RAY_TEMP_DIR": tempfile.mkdtemp(prefix="wsslp-", dir="/tmp"),  # short: Ray's unix sockets
-        "RAY_AUTH_MODE": "disabled",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_memory_monitor_refresh_ms": "0",
-        **extra,
-    }
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "WEBSHOP_"))}, **env}
-
-
 def test_a_job_without_the_gpu_environment_fails_before_ray(slurm_cluster: SlurmCluster,
                                                             generated_catalog_dir: Path) -> None:  # fmt: skip
-    job = slurm_cluster.submit(SCRIPT, env=_job_env(generated_catalog_dir), extra_args=["--time=10"])
+    job = slurm_cluster.submit(SCRIPT, env=job_env(generated_catalog_dir), extra_args=["--time=10"])
     info = slurm_cluster.wait(job, timeout=300, poll=1.0)
     output = slurm_cluster.output(job)
     assert info["JobState"] == "FAILED" and info["ExitCode"].startswith("3:"), f"{info}\n{output[-4000:]}"
@@ -68,15 +48,6 @@ def test_a_job_without_the_gpu_environment_fails_before_ray(slurm_cluster: Slurm
     )
 
 
-def _wait_for(predicate, timeout: float, what: str, slurm: SlurmCluster, job: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not within {timeout:.0f} s\n{slurm.output(job)[-4000:]}\n"
-                               f"{slurm.diagnostics(job)}")  # fmt: skip
-        time.sleep(1.0)
-
-
 @pytest.mark.skipif(
     os.environ.get("WEBSHOP_TEST_TWO_NODE_TRAIN") != "1",
     reason="a requeued Slurm job takes ~5 min on 2 cores: make test-two-node (WEBSHOP_TEST_TWO_NODE_TRAIN=1)",
@@ -87,7 +58,7 @@ def test_a_requeued_job_resumes_from_its_latest_complete_checkpoint(
     checkpoints = tmp_path / "checkpoints"
     steps = 8
     train = f"{sys.executable} {STANDIN} --checkpoints {checkpoints} --steps {steps} --step-s 2"
-    env = _job_env(generated_catalog_dir, WEBSHOP_GPU_CHECK="0", WEBSHOP_ENV_CHECK_EPISODES="1",
+    env = job_env(generated_catalog_dir, WEBSHOP_GPU_CHECK="0", WEBSHOP_ENV_CHECK_EPISODES="1",
                    WEBSHOP_TRAIN_CMD=train)  # fmt: skip
     job = slurm_cluster.submit(SCRIPT, env=env, extra_args=["--time=60"])
     tracker = checkpoints / "latest_checkpointed_iteration.txt"
@@ -98,10 +69,10 @@ def test_a_requeued_job_resumes_from_its_latest_complete_checkpoint(
         except (OSError, ValueError):
             return 0
 
-    _wait_for(lambda: saved() >= 2, 600, "a checkpoint of step 2", slurm_cluster, job)
+    wait_for(lambda: saved() >= 2, 600, "a checkpoint of step 2", slurm_cluster, job)
     requeue = slurm_cluster.run(["scontrol", "requeue", job])
     assert requeue.returncode == 0, requeue.stderr  # the job is requeueable (#SBATCH --requeue)
-    _wait_for(lambda: "standin: resumed from step" in slurm_cluster.output(job), 600, "the requeued run", slurm_cluster,
+    wait_for(lambda: "standin: resumed from step" in slurm_cluster.output(job), 600, "the requeued run", slurm_cluster,
               job)  # fmt: skip
     info = slurm_cluster.wait(job, timeout=600, poll=2.0)
     output = slurm_cluster.output(job)

@@ -59,6 +59,45 @@ def babyai_served() -> bool:
     return True
 
 
+def served_app(catalog_dir: Path, envs: str) -> Any:
+    """The env service app serving ``envs`` (comma-separated) with its runtimes opened (ASGITransport does not run
+    the lifespan): the real app, routes and signed tokens."""
+    from webshop_env.api import routes_envs
+    from webshop_env.api.app import create_app
+    from webshop_env.api.service import Runtime
+    from webshop_env.api.settings import Settings
+    from webshop_env.catalog.store import open_catalog
+
+    settings = Settings(catalog=catalog_dir, state_secret=SECRET, access_log=False, envs=envs)
+    app = create_app(settings)
+    secret = settings.secret_bytes()
+    app.state.runtime = Runtime(settings, open_catalog(catalog_dir), secret, app.state.metrics)
+    app.state.envs = routes_envs.build_runtimes(settings, secret, app.state.metrics)
+    return app
+
+
+@pytest.fixture
+def env_clients_in_process(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) -> Any:
+    """``serve(envs)``: every ``webshop_env.client.envs.EnvClient`` made afterwards talks to an in-process app
+    serving ``envs`` (whatever URL it is given); returns the app."""
+    import httpx
+
+    from webshop_env.client import envs as client_envs
+
+    def serve(envs: str) -> Any:
+        app = served_app(generated_catalog_dir, envs)
+        transport = httpx.ASGITransport(app=app)
+
+        class InProcessEnv(client_envs.EnvClient):
+            def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
+                super().__init__(base_url, env_id, transport=transport, **kwargs)
+
+        monkeypatch.setattr(client_envs, "EnvClient", InProcessEnv)
+        return app
+
+    return serve
+
+
 @pytest.fixture
 def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) -> Iterator[Any]:
     """WebShop, TextCraft (and BabyAI where it can be served) in one app, every client of the trainer (the
@@ -68,20 +107,9 @@ def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) ->
     import httpx
 
     from agent_trainer import interaction
-    from webshop_env.api import routes_envs
-    from webshop_env.api.app import create_app
-    from webshop_env.api.service import Runtime
-    from webshop_env.api.settings import Settings
-    from webshop_env.catalog.store import open_catalog
 
     served = ["webshop", "textcraft", *(["babyai"] if babyai_served() else [])]
-    settings = Settings(
-        catalog=generated_catalog_dir, state_secret=SECRET, access_log=False, envs=",".join(served)
-    )
-    app = create_app(settings)
-    secret = settings.secret_bytes()
-    app.state.runtime = Runtime(settings, open_catalog(generated_catalog_dir), secret, app.state.metrics)
-    app.state.envs = routes_envs.build_runtimes(settings, secret, app.state.metrics)
+    app = served_app(generated_catalog_dir, ",".join(served))
     transport = httpx.ASGITransport(app=app)
 
     class InProcessWebShop(interaction.WebShopClient):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,7 +179,7 @@ def test_verls_dataset_reads_a_mixed_file_and_keeps_each_rows_loop(
 
 
 def test_where_an_environments_package_is_missing_the_rows_come_from_the_service(
-    generated_catalog_dir: Path,
+    env_clients_in_process: Any,
     tmp_path: Path,
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
@@ -186,33 +187,14 @@ def test_where_an_environments_package_is_missing_the_rows_come_from_the_service
     """The trainer images install the env package without its environments' extras (no minigrid there): with
     ``--env-url`` (``$WEBSHOP_URL`` in the compose job) the rows are the served environment's own resets, the real
     app's native routes in process; without it, a clear error that says both ways out."""
-    import httpx
-
-    from webshop_env.api import routes_envs
-    from webshop_env.api.app import create_app
-    from webshop_env.api.service import Runtime
-    from webshop_env.api.settings import Settings
-    from webshop_env.catalog.store import open_catalog
-    from webshop_env.client import envs as client_envs
     from webshop_env.envs import registry
 
     core = registry.make("babyai")
-    settings = Settings(catalog=generated_catalog_dir, state_secret="data-tests-secret-0123456789abcdef-0123456789",
-                        access_log=False, envs="webshop,babyai")  # fmt: skip
-    app = create_app(settings)
-    secret = settings.secret_bytes()
-    app.state.runtime = Runtime(settings, open_catalog(generated_catalog_dir), secret, app.state.metrics)
-    app.state.envs = routes_envs.build_runtimes(settings, secret, app.state.metrics)
-    transport = httpx.ASGITransport(app=app)
-
-    class InProcessEnv(client_envs.EnvClient):
-        def __init__(self, base_url: str, env_id: str, **kwargs) -> None:
-            super().__init__(base_url, env_id, transport=transport, **kwargs)
+    env_clients_in_process("webshop,babyai")
 
     def no_package(env_id: str):
         raise ImportError(f"No module named 'minigrid' ({env_id})")
 
-    monkeypatch.setattr(client_envs, "EnvClient", InProcessEnv)
     monkeypatch.setattr(registry, "make", no_package)  # this process has no BabyAI; the served app does
     monkeypatch.delenv("WEBSHOP_URL", raising=False)
     args = ["data", "--env", "babyai", "--out-dir", str(tmp_path), "--train-rows", "3", "--val-rows", "2",

@@ -207,36 +207,16 @@ def test_a_mix_with_sciworld_keeps_the_weights_and_each_environments_first_turns
 @pytest.mark.slow
 def test_without_a_simulator_here_the_rows_come_from_the_services_resets(
     core: SciWorldEnv,
-    generated_catalog_dir: Path,
+    env_clients_in_process: Any,
     tmp_path: Path,
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The trainer image has no Java: ``--env-url`` (or ``$WEBSHOP_URL``) makes the rows from the served
     environment's resets (the real app, native routes and signed tokens, in process), and frees each episode."""
-    import httpx
-
-    from webshop_env.api import routes_envs
-    from webshop_env.api.app import create_app
-    from webshop_env.api.service import Runtime
-    from webshop_env.api.settings import Settings
-    from webshop_env.catalog.store import open_catalog
-    from webshop_env.client import envs as client_envs
     from webshop_env.envs import registry
 
-    settings = Settings(catalog=generated_catalog_dir, state_secret="data-tests-secret-0123456789abcdef-0123456789",
-                        access_log=False, envs="webshop,sciworld")  # fmt: skip
-    app = create_app(settings)
-    secret = settings.secret_bytes()
-    app.state.runtime = Runtime(settings, open_catalog(generated_catalog_dir), secret, app.state.metrics)
-    app.state.envs = routes_envs.build_runtimes(settings, secret, app.state.metrics)
-    transport = httpx.ASGITransport(app=app)
-
-    class InProcessEnv(client_envs.EnvClient):
-        def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
-            super().__init__(base_url, env_id, transport=transport, **kwargs)
-
-    monkeypatch.setattr(client_envs, "EnvClient", InProcessEnv)
+    env_clients_in_process("webshop,sciworld")
     real_which = shutil.which
     monkeypatch.setattr(
         env_data.shutil, "which", lambda cmd, *a, **k: None if cmd == "java" else real_which(cmd)

@@ -272,7 +272,11 @@ def evaluate(options: LearnOptions, recipe: Mapping[str, Any], model: Path, url:
 def bootstrap_mean(values: Sequence[float], seed: int = 0, samples: int = 10000) -> tuple[float, float]:
     """95 % percentile interval of the mean of per-task values, resampling tasks (the samples of one task stay
     together: they are not independent of each other)."""
-    return paired_bootstrap([0.0] * len(values), list(values), seed=seed, samples=samples)
+    from ..evaluation.metrics import bootstrap_mean_interval
+
+    if not values:
+        raise ValueError("bootstrap_mean: needs values")
+    return bootstrap_mean_interval(list(values), seed=seed, resamples=samples)
 
 
 def _model_digest(model: Path) -> str:

@@ -132,3 +132,18 @@ def figure(line: str) -> None:
     """Record a measured figure for the end-of-run summary (and print it for -s runs)."""
     FIGURES.append(line)
     print(line)
+
+
+def rehearsal_run_settings(line: str, work: Path, turn_tokens: int, catalog: Path) -> tuple[dict, list, list]:
+    """What the rehearsal's training run needs on a namespace cluster of several nodes: its environment (the CPU
+    seams, the agent-loop configs), its Ray overrides (gloo on each namespace's own interface) and its scale-down
+    (the joined-cluster variant, the GPU count per node left to the caller)."""
+    from agent_trainer.rehearsal import run as rehearsal
+
+    env, ray = rehearsal._line_env(line, work, rehearsal.DEAD_URL, turn_tokens, catalog)
+    env.update(rehearsal.loop_configs(work, rehearsal.MAX_OBSERVATION_CHARS))
+    # gloo binds to the address the hostname resolves to, which no namespace has: its own interface instead
+    ray.append("+ray_kwargs.ray_init.runtime_env.env_vars.GLOO_SOCKET_IFNAME='eth0'")
+    scale = [rehearsal.JOINED_CLUSTER.get(o, o) for o, _ in rehearsal.SCALE]
+    scale = [o for o in scale if o is not None and not o.startswith("trainer.n_gpus_per_node=")]
+    return env, ray, scale

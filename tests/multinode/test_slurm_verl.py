@@ -37,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from _raynodes import figure
+from _raynodes import figure, rehearsal_run_settings
 from _slurm import REPO, SCRIPT, TERMINAL, SlurmCluster, job_env, slurm_fixture, wait_for
 
 pytestmark = [
@@ -129,12 +129,7 @@ def test_sbatch_trains_verl_on_two_nodes_and_a_requeued_job_resumes(
     prepared = rehearsal._prepare(options, work, line)
     prepare_s = time.monotonic() - started
 
-    env, ray = rehearsal._line_env(line, work, rehearsal.DEAD_URL, options.turn_tokens, prepared["catalog"])
-    env.update(rehearsal.loop_configs(work, rehearsal.MAX_OBSERVATION_CHARS))
-    # gloo binds to the address the hostname resolves to, which no namespace has: its own interface instead
-    ray.append("+ray_kwargs.ray_init.runtime_env.env_vars.GLOO_SOCKET_IFNAME='eth0'")
-    scale = [rehearsal.JOINED_CLUSTER.get(o, o) for o, _ in rehearsal.SCALE]
-    scale = [o for o in scale if o is not None and not o.startswith("trainer.n_gpus_per_node=")]
+    env, ray, scale = rehearsal_run_settings(line, work, options.turn_tokens, prepared["catalog"])
     run = work / "runs" / rehearsal.EXPERIMENT
     checkpoints = run / "checkpoints"
     # no trainer.nnodes / n_gpus_per_node: the job's WEBSHOP_NNODES and WEBSHOP_N_GPUS give them

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from _netns import make_hosts
-from _raynodes import RayNodes, figure, ray_env
+from _raynodes import RayNodes, figure, ray_env, rehearsal_run_settings
 
 pytestmark = [
     pytest.mark.timeout(3600),
@@ -85,15 +85,10 @@ def test_verls_trainer_runs_across_two_nodes(
     report = json.loads(deployed.stdout.strip().splitlines()[-1])
     assert sorted(n["node_ip"] for n in report["nodes"]) == sorted(hosts.ips)
 
-    env, ray = rehearsal._line_env(line, work, rehearsal.DEAD_URL, options.turn_tokens, prepared["catalog"])
-    env.update(rehearsal.loop_configs(work, rehearsal.MAX_OBSERVATION_CHARS))
+    env, ray, scale = rehearsal_run_settings(line, work, options.turn_tokens, prepared["catalog"])
     env.update({"WEBSHOP_ENV": "ray", "WEBSHOP_RAY_PORT": str(PORT), "RAY_ADDRESS": nodes.address,
                 "WEBSHOP_CATALOG": str(prepared["catalog"]),
                 "WEBSHOP_URL": rehearsal.DEAD_URL})  # fmt: skip
-    # gloo binds to the address the hostname resolves to, which no namespace has: its own interface instead
-    ray.append("+ray_kwargs.ray_init.runtime_env.env_vars.GLOO_SOCKET_IFNAME='eth0'")
-    scale = [rehearsal.JOINED_CLUSTER.get(o, o) for o, _ in rehearsal.SCALE]
-    scale = [o for o in scale if o is not None and not o.startswith("trainer.n_gpus_per_node=")]
     run = work / "runs" / rehearsal.EXPERIMENT
     overrides = [*scale, *(rehearsal.WRAP_07 if line == "0.7" else ()), *ray,
                  "trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.val_before_train=false",

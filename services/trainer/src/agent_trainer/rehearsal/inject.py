@@ -48,27 +48,25 @@ def apply() -> list[str]:
     return names
 
 
+#: Every replacement :func:`_once` made, in order: (class, attribute, the class's own value before it, or None
+#: where it inherited the attribute).
+_REPLACED: list[tuple[Any, str, Any]] = []
+
+
 @contextlib.contextmanager
 def restored() -> Iterator[None]:
-    """Every method a bug may replace put back as it was on leaving the block (a test seam: tests inject bugs into
-    their own process, which must not leak into the next test)."""
-    from ..agent_loop import EnvAgentLoop
-    from ..interaction import WebshopInteraction
-    from .cpu_rollout import CpuServerAdapter
-
-    points = [*((loop, "run") for loop in {EnvAgentLoop, *_agent_loops()}), (WebshopInteraction, "generate_response"),
-              (CpuServerAdapter, "update_weights")]  # fmt: skip
-    saved = [
-        (cls, name, vars(cls).get(name)) for cls, name in points
-    ]  # a class's own, not an inherited, method
+    """Every method a bug replaced inside the block put back as it was on leaving it (a test seam: tests inject
+    bugs into their own process, which must not leak into the next test)."""
+    mark = len(_REPLACED)
     try:
         yield
     finally:
-        for cls, name, own in saved:
+        while len(_REPLACED) > mark:
+            target, attribute, own = _REPLACED.pop()
             if own is not None:
-                setattr(cls, name, own)
-            elif name in vars(cls):
-                delattr(cls, name)
+                setattr(target, attribute, own)
+            else:  # it was inherited: the parent's shows again
+                delattr(target, attribute)
 
 
 def _once(target: Any, attribute: str, make: Any, bug: str) -> None:
@@ -79,6 +77,7 @@ def _once(target: Any, attribute: str, make: Any, bug: str) -> None:
         return
     patched = make(original)
     patched.webshop_injected = done | {bug}
+    _REPLACED.append((target, attribute, vars(target).get(attribute)))
     setattr(target, attribute, patched)
 
 

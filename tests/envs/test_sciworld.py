@@ -270,6 +270,30 @@ def test_every_recorded_episode_replays(env: SciWorldEnv, episodes: dict[int, di
 
 
 @needs_jvm
+@pytest.mark.parametrize("cpus", [1, 64])
+def test_a_first_load_reads_as_recorded_whatever_cpus_the_host_has(
+    episodes: dict[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, cpus: int
+) -> None:
+    """data_idx 659's room lists three paint cups, and the ambiguity menu its paints, in identity-hash order, which
+    follows the CPU count the JVM sees. ``JAVA_TOOL_OPTIONS`` plays a host of 1 or 64 CPUs; the Simulator's own
+    options (``JVM_OPTIONS``) come after it and win, so the load reads as recorded. Without them both hosts list
+    the cups in another order (CI's host did, and a menu's ``0`` then connects another paint)."""
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", f"-XX:ActiveProcessorCount={cpus}")
+    episode = episodes[659]
+    sim = Simulator()
+    try:
+        description, first = sim.load(episode["task_name"], episode["variation"])
+        assert (description, first.observation) == (
+            episode["reset"]["response"]["task_description"],
+            episode["reset"]["response"]["observation"],
+        )
+        for step in episode["steps"][:2]:  # the menu, then its "0"
+            assert sim.step(step["action"]).observation == step["response"]["observation"]
+    finally:
+        sim.close()
+
+
+@needs_jvm
 @pytest.mark.slow
 def test_moves_and_state_route(env: SciWorldEnv, episodes: dict[int, dict[str, Any]]) -> None:
     """GET /state's move counter where the step-limit recording probed it (look/inventory/task: 0 moves,

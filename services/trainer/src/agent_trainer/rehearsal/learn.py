@@ -809,7 +809,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "judged on held-out tasks: base policy supervised on the environment's expert (cached), held-out eval "
         "before, GRPO on training tasks, eval after on the merged checkpoint, a supervised control with the same "
         "compute; writes OUT/<env>/seed<S>/summary.json and report.html and OUT/summary.json. Exit 0 when it "
-        "learned (held-out success rose, paired 95%% interval above 0), 1 when not, 2 on a usage error. "
+        "learned (held-out success rose, paired 95% interval above 0), 1 when not, 2 on a usage error. "
         "WEBSHOP_REHEARSAL_INJECT=reward_zero zeroes the reward before the advantage: it must not learn.",
     )
     parser.add_argument(

@@ -63,11 +63,26 @@ class Outcome:
     moves: int
 
 
+# The simulator lists some objects (a room's three paint cups, an ambiguity menu's choices) in identity-hash order,
+# and HotSpot seeds a thread's identity hashes from how many threads the JVM started before it: a number that
+# follows the CPU count the JVM sees and its garbage collector. So the same first load lists the same room in
+# another order on another host (measured: hosts of 2, 4 and 8 CPUs list what AgentGym's recording lists, 1 and 64
+# another order, 16 either). These options make every JVM start the threads of the recording's (2 CPUs, G1) on
+# any host; a JVM runs one single-threaded episode, so it loses nothing by them.
+JVM_OPTIONS = ("-XX:ActiveProcessorCount=2", "-XX:+UseG1GC")
+
+
 @functools.cache
 def _env_class() -> type:
     """scienceworld's ``ScienceWorldEnv`` without its ``__del__`` (which would shut a closed or dead gateway down
-    again and log connection errors): ``Simulator.close`` closes it, and a JVM dies with its Python process."""
+    again and log connection errors): ``Simulator.close`` closes it, and a JVM dies with its Python process.
+    Its JVMs start with ``JVM_OPTIONS`` (``ScienceWorldEnv`` takes no Java options, so its module's
+    ``launch_gateway`` is given them)."""
+    import scienceworld.scienceworld as module
+    from py4j.java_gateway import launch_gateway
     from scienceworld import ScienceWorldEnv
+
+    module.launch_gateway = functools.partial(launch_gateway, javaopts=list(JVM_OPTIONS))
 
     class Env(ScienceWorldEnv):
         def __del__(self) -> None:

@@ -65,13 +65,13 @@ class LearnOptions:
     env: str = DEFAULT_ENV
     seed: int = 0
     out_dir: Path = Path("outputs/learn")
-    steps: int = 30  # GRPO steps (docs/learning.md: the validated recipe)
+    steps: int = 60  # GRPO steps (docs/learning.md: the recipe of the confirming runs)
     prompts: int = 8  # prompts per step (data.train_batch_size)
     rollouts: int = 8  # rollouts per prompt (GRPO group size)
     lr: float = 1e-3
     temperature: float = 1.0
     eval_temperature: float = 1.0  # the judgement's eval: the rollout temperature, eval_samples per task
-    eval_samples: int = 4
+    eval_samples: int = 8
     eval_seed: int = 0
     heldout_split: str = "test"  # "val" while tuning: the test split is looked at only by the confirming runs
     greedy: bool = True  # also the greedy eval (temperature 0, one episode per task): reported, not judged

@@ -5,9 +5,10 @@ shared machine's noise falls on every mode alike. Prints figures as JSON; assert
     .venv/bin/python scripts/bench_agentgym_sessions.py --catalog data/catalog
     .venv/bin/python scripts/bench_agentgym_sessions.py --catalog data/catalog --modes none,everysec,always
 
-Modes: ``none`` (no persistence: the store before issue 22), ``everysec`` (append-only file fsynced once a
-second: a crash loses up to a second of acknowledged steps), ``always`` (fsynced before Redis answers: what
-``make up-local`` and compose run). Each client plays the expert's episodes (``/create`` once, then ``/reset``
+Modes: ``none`` (no persistence: the store before issue 22), ``everysec`` (append-only file written before
+Redis answers, fsynced once a second: a crash of the machine loses up to a second of acknowledged steps, a crash
+of the store loses none; what ``make up-local`` and compose run by default), ``always`` (fsynced before Redis
+answers: ``SESSIONS_APPENDFSYNC=always``). Each client plays the expert's episodes (``/create`` once, then ``/reset``
 and ``/step`` after ``/step``); a step's latency is the client's, through nginx.
 """
 
@@ -30,8 +31,8 @@ from webshop_env.bench import percentile
 
 MODES = {
     "none": ("--save", "", "--appendonly", "no"),
-    "everysec": ("--save", "", "--appendonly", "yes", "--appendfsync", "everysec"),
-    "always": cluster.REDIS_PERSISTENCE,
+    "everysec": cluster.redis_persistence({"SESSIONS_APPENDFSYNC": "everysec"}),
+    "always": cluster.redis_persistence({"SESSIONS_APPENDFSYNC": "always"}),
 }
 
 
@@ -78,18 +79,22 @@ async def load(url: str, plans: dict[int, list[str]], clients: int, steps: int) 
 
 async def store_load(redis_url: str, clients: int, steps: int) -> dict[str, Any]:
     """The session store's share of a step alone: ``RedisSessionStore.get`` + ``put`` (the two Lua scripts a
-    ``/step`` runs) from ``clients`` concurrent sessions, ``steps`` in all; store steps/s and latencies."""
-    from webshop_env.api.compat_sessions import RedisSessionStore
+    ``/step`` runs, with a request key and a recorded answer as through the balancer) from ``clients``
+    concurrent sessions, ``steps`` in all; store steps/s and latencies."""
+    from webshop_env.api.compat_sessions import Answer, RedisSessionStore
 
-    store = RedisSessionStore(redis_url, str, int, max_sessions=10_000, client_quota=10_000, idle_ttl_s=900)
+    store = RedisSessionStore(redis_url, str, int, max_sessions=10_000, client_quota=10_000)
     latencies: list[float] = []
+    answer = Answer(200, b'{"state": "' + b"x" * 600 + b'", "reward": 0.0, "done": false, "info": null}')
 
     async def session() -> None:
-        env_idx = await store.create(0, "bench")  # type: ignore[arg-type]  # the state is an int here
+        env_idx = store.new_id()
+        await store.create(env_idx, 0, "bench")
         while len(latencies) < steps:
             started = time.perf_counter()
-            state, version = await store.get(env_idx)
-            await store.put(env_idx, state + 1, version)
+            key = f"{len(latencies)}-{env_idx}"
+            state, version = await store.get(env_idx, key, touch=False)
+            await store.put(env_idx, state + 1, version, key, answer)
             latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()

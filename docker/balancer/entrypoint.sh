@@ -19,6 +19,7 @@
 #   WEBSHOP_ENVS               the environments served (default webshop); with sciworld in it, /sciworld goes to
 #   WEBSHOP_SCIWORLD_BACKEND   the SciWorld replicas as host:port (compose: sciworld:8000), resolved like the above
 #   WEBSHOP_AFFINITY_UPSTREAMS complete lines of the SciWorld upstream; when set, replaces the two above
+#   WEBSHOP_SESSION_UPSTREAMS  complete lines of the AgentGym routes' upstream (default: WEBSHOP_UPSTREAMS)
 #   WEBSHOP_LISTEN_PORT        listen port inside the container (default 8080)
 #   WEBSHOP_NGINX_RUNTIME_DIR  pid, temp files and the rendered nginx.conf (default /tmp/nginx; writable by
 #                              the non-root user, a tmpfs under a read-only root file system)
@@ -64,8 +65,12 @@ elif [ "$sciworld" = yes ] && [ -n "${WEBSHOP_SCIWORLD_BACKEND:-}" ]; then
 else
     WEBSHOP_AFFINITY_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed 's/zone webshop_upstreams/zone affinity_upstreams/')
 fi
-export WEBSHOP_UPSTREAMS WEBSHOP_AFFINITY_UPSTREAMS WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR WEBSHOP_NGINX_ACCESS_LOG \
-    WEBSHOP_NGINX_ERROR_LOG
+# The AgentGym routes' upstream (by session id): the same servers in a zone of its own.
+if [ -z "${WEBSHOP_SESSION_UPSTREAMS:-}" ]; then
+    WEBSHOP_SESSION_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed 's/zone webshop_upstreams/zone session_upstreams/')
+fi
+export WEBSHOP_UPSTREAMS WEBSHOP_SESSION_UPSTREAMS WEBSHOP_AFFINITY_UPSTREAMS WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR \
+    WEBSHOP_NGINX_ACCESS_LOG WEBSHOP_NGINX_ERROR_LOG
 
 if [ ! -r "$template" ]; then
     echo "webshop-balancer: template $template not found" >&2

@@ -59,10 +59,10 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
     conf = (tmp_path / "nginx.conf").read_text()
     assert "${WEBSHOP_" not in conf
     assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in conf
-    # two upstream blocks over the same replicas: least_conn for every route, sticky by episode for SciWorld;
-    # each in a zone of its own (nginx refuses two upstreams in one zone)
-    assert conf.count("resolver 127.0.0.11 valid=10s ipv6=off;") == 2
-    assert "zone webshop_upstreams " in conf and "zone affinity_upstreams " in conf
+    # three upstream blocks over the same replicas: least_conn for the native routes, by session for the AgentGym
+    # routes, sticky by episode for SciWorld; each in a zone of its own (nginx refuses two upstreams in one zone)
+    assert conf.count("resolver 127.0.0.11 valid=10s ipv6=off;") == 3
+    assert all(f"zone {name}_upstreams " in conf for name in ("webshop", "session", "affinity"))
     assert "listen 8080 " in conf
     assert "$remote_addr" in conf, "nginx's own variables must survive the rendering"
 
@@ -81,7 +81,7 @@ def test_sciworld_upstream_is_its_own_service_when_enabled(
     conf = (tmp_path / "on" / "nginx.conf").read_text()
     assert "server sciworld:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "sciworld_replicas")
     assert "sciworld" not in upstream(conf, "webshop_replicas")
-    assert "hash $http_x_episode" in upstream(conf, "sciworld_replicas")
+    assert "hash $sciworld_affinity" in upstream(conf, "sciworld_replicas") and "$http_x_episode" in conf
     result = _check(rendered, nginx_new, tmp_path / "off", WEBSHOP_ENVS="webshop,textcraft")
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "off" / "nginx.conf").read_text()

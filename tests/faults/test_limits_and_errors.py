@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -16,13 +17,14 @@ from _faults import figure, start
 from webshop_env import cluster
 
 SILENT_CONNECTIONS = 200
+AGENTGYM_PATHS = ("/step", "/webshop/reset", "/textcraft/step", "/babyai/reset", "/sciworld/step")
 
 
 @pytest.fixture(scope="module")
 def small_cluster(conformance_catalog_dir, tmp_path_factory):
     record = start(
         conformance_catalog_dir, tmp_path_factory.mktemp("limits"), replicas=1, workers=2,
-        env={"WEBSHOP_HEADER_TIMEOUT_S": "1"},
+        env={"WEBSHOP_HEADER_TIMEOUT_S": "1", "WEBSHOP_ENVS": "webshop,textcraft,babyai"},
     )  # fmt: skip
     try:
         yield record
@@ -82,24 +84,35 @@ def test_balancer_errors_are_json(small_cluster) -> None:
     seen["header too large"] = (status, body["error"])
     status, body = raw_exchange(url, b"NOT HTTP AT ALL\r\n\r\n")
     seen["garbage"] = (status, body["error"])
-    big = requests.post(url + "/v1/step", data=b"x" * (2 * 1024 * 1024), timeout=30)
-    seen["body over 1 MiB"] = (big.status_code, big.json()["error"])
-    # every replica gone: the balancer's own 502 (native) and 503 (AgentGym) are JSON too
+    # the AgentGym routes (their locations set no error_page of their own, which would make these HTML)
+    for path in ("/v1/step", *AGENTGYM_PATHS):
+        big = requests.post(url + path, data=b"x" * (2 * 1024 * 1024), timeout=30)
+        seen[f"body over 1 MiB {path}"] = (big.status_code, big.json()["error"])
+    # every replica gone: the balancer's own 502 is JSON too, on every route
     replica = small_cluster["replicas"][0]
     os.killpg(replica["pgid"], signal.SIGKILL)
     time.sleep(0.5)
     native = requests.post(url + "/v1/reset", json={"goal": 1}, timeout=30)
     seen["no replica (native)"] = (native.status_code, native.json()["error"])
-    compat = requests.post(url + "/step", json={"env_idx": 1, "action": "search[x]"}, timeout=30)
-    seen["no replica (AgentGym)"] = (compat.status_code, compat.json()["error"])
+    for path in AGENTGYM_PATHS:
+        compat = requests.post(url + path, json={"env_idx": 1, "id": 1, "action": "x"}, timeout=30)
+        seen[f"no replica {path}"] = (compat.status_code, compat.json()["error"])
     assert seen == {
         "header too large": (431, "header_too_large"),
         "garbage": (400, "bad_request"),
-        "body over 1 MiB": (413, "body_too_large"),
+        **{f"body over 1 MiB {path}": (413, "body_too_large") for path in ("/v1/step", *AGENTGYM_PATHS)},
         "no replica (native)": (502, "upstream_unavailable"),
-        "no replica (AgentGym)": (503, "upstream_unavailable"),
+        **{f"no replica {path}": (502, "upstream_unavailable") for path in AGENTGYM_PATHS},
     }
     figure(f"balancer errors, all JSON {{error, detail}}: {seen}")
+    # the access log names the client's request and why nginx answered it itself, not only its internal URI
+    log = Path(small_cluster["nginx"]["access_log"]).read_text().splitlines()
+    lines = [json.loads(line) for line in log]
+    failed = [e for e in lines if e["request"] == "POST /textcraft/step HTTP/1.1" and e["status"] == 502]
+    assert (
+        failed and failed[-1]["error"] == "bad_gateway" and failed[-1]["uri"] == "/_webshop_error/bad_gateway"
+    )
+    assert failed[-1]["upstream_status"], failed[-1]
 
 
 def test_status_and_down_follow_process_groups(conformance_catalog_dir, tmp_path) -> None:

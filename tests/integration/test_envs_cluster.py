@@ -23,7 +23,7 @@ from _support import SECRET, start_cluster
 from webshop_env.client import EnvClient, WebShopRequestError
 from webshop_env.cluster import http_status
 from webshop_env.envs import registry
-from webshop_env.envs.agentgym import replay_trace
+from webshop_env.envs.agentgym import over_the_request_cap, replay_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
 ENVS = ("textcraft", "babyai")
@@ -63,12 +63,13 @@ def _http_send(client: httpx.Client, base: str):
 
 @pytest.mark.parametrize("env_id", ENVS)
 def test_agentgym_requests_replay_the_traces_through_the_balancer(envs_cluster: dict, env_id: str) -> None:
-    """Every 4th recorded episode, request for request, through nginx and both replicas (Redis sessions)."""
+    """Every 4th recorded episode, request for request, through nginx and both replicas (Redis sessions); a
+    recorded action over the 2,048-character request cap gets its 422 (docs/deviations.md)."""
     with httpx.Client(timeout=60) as client:
         send = _http_send(client, f"{envs_cluster['url']}/{env_id}")
         failures = {}
         for episode in _traces(env_id, 4):
-            differences = replay_trace(episode, send)
+            differences = replay_trace(episode, send, over_the_request_cap)
             if differences:
                 failures[episode["data_idx"]] = differences[:2]
     assert not failures, failures
@@ -174,6 +175,10 @@ BAD = [
     ),  # AgentGym route without its id
     ("babyai", "POST", "/step", {"id": "x", "action": "turn left"}, 422, "validation_error"),
     ("babyai", "GET", "/nothing-here", None, 404, "not_found"),
+    # the request cap of every route (2,048 characters) on the AgentGym routes too
+    ("textcraft", "POST", "/step", {"id": 1, "action": "x" * 2049}, 422, "validation_error"),
+    ("babyai", "POST", "/step", {"id": 1, "action": "x" * 2049}, 422, "validation_error"),
+    ("webshop", "POST", "/step", {"env_idx": 1, "action": "x" * 2049}, 422, "validation_error"),
 ]
 
 
@@ -276,3 +281,42 @@ def test_every_environment_served_by_one_cluster(
         ]
     finally:
         local_cluster.down(run_dir, quiet=True)
+
+
+@pytest.mark.parametrize("env_id", ["textcraft", "babyai", "sciworld"])
+@pytest.mark.parametrize(("data_idx", "error"), [(10**30, "data_idx must be at most 9223372036854775807"),
+                                                 (-(10**30), "data_idx must be at least -9223372036854775808")])  # fmt: skip
+def test_a_data_idx_out_of_range_is_answered_one_way(
+    envs_cluster: dict, env_id: str, data_idx: int, error: str
+) -> None:
+    """Beyond a signed 64-bit integer, every environment answers a reset alike, in AgentGym's own error shape
+    (HTTP 200, ``{"error"}``; AgentGym's servers: TextCraft took it modulo, BabyAI's gymnasium refused the seed,
+    SciWorld's list index failed). SciWorld in process (its JVMs are test-all's), through the same check."""
+    if env_id == "sciworld":
+        from webshop_env.envs.agentgym import InProcessAgentGym
+        from webshop_env.envs.sciworld import AGENTGYM_ROUTES, JvmPool, SciWorldEnv
+
+        gym = InProcessAgentGym(SciWorldEnv(JvmPool(spares=0)), AGENTGYM_ROUTES)
+        sid = gym.call("POST", "/create")[1]["id"]
+        assert gym.call("POST", "/reset", {"id": sid, "data_idx": data_idx}) == (200, {"error": error})
+        return
+    with httpx.Client(timeout=30) as client:
+        base = f"{envs_cluster['url']}/{env_id}"
+        created = client.post(base + "/create", json={}).json()
+        answer = client.post(base + "/reset", json={"id": created["id"], "data_idx": data_idx})
+    assert (answer.status_code, answer.json()) == (200, {"error": error})
+
+
+def test_sciworld_close_of_an_unknown_or_closed_id_answers_false_like_the_others(envs_cluster: dict) -> None:
+    from webshop_env.envs.agentgym import InProcessAgentGym
+    from webshop_env.envs.sciworld import AGENTGYM_ROUTES, JvmPool, SciWorldEnv
+
+    gym = InProcessAgentGym(SciWorldEnv(JvmPool(spares=0)), AGENTGYM_ROUTES)
+    sid = gym.call("POST", "/create")[1]["id"]
+    assert gym.call("POST", "/close", {"id": sid}) == (200, True)
+    assert gym.call("POST", "/close", {"id": sid}) == (200, False)
+    assert gym.call("POST", "/close", {"id": 10**6}) == (200, False)
+    with httpx.Client(timeout=30) as client:  # TextCraft and BabyAI over HTTP: the same answers
+        for env_id in ("textcraft", "babyai"):
+            closed = client.post(f"{envs_cluster['url']}/{env_id}/close", json={"id": 10**6})
+            assert (closed.status_code, closed.json()) == (200, False)

@@ -5,8 +5,9 @@
     python -m webshop_env.cluster down
 
 ``up`` starts a Redis server (the AgentGym sessions shared by every replica and worker; ``redis-server`` from
-Debian, loopback only, a memory cap, every write in an append-only file fsynced before Redis answers, in
-``RUN/redis/``: a restart or a crash of the store loses no acknowledged step), N ``webshop-env serve`` processes (``python -m webshop_env.cli serve``, ports
+Debian, loopback only, a memory cap, every write in an append-only file before Redis answers, in ``RUN/redis/``:
+a restart or a crash of the store loses no acknowledged step; the file is fsynced every second, or on every
+write with ``SESSIONS_APPENDFSYNC=always``), N ``webshop-env serve`` processes (``python -m webshop_env.cli serve``, ports
 ``base-port``, ``base-port + 1``, ...) and nginx (Debian's binary, ``nginx -p RUN/nginx -c RUN/nginx.conf``,
 rendered from ``configs/nginx/webshop.conf.template``), each in a session of its own with its output in
 ``RUN/logs/``. It records their pids in ``RUN/pids.json``, waits until every replica's ``/readyz`` and
@@ -58,9 +59,20 @@ PIDS = "pids.json"
 NGINX_MISSING = "nginx not found: run `make nginx` (apt-get install nginx)"
 REDIS_MISSING = "redis-server not found: run `make redis` (apt-get install redis-server)"
 REDIS_MAXMEMORY = "256mb"
-# Durability of the AgentGym sessions: an append-only file, fsynced before Redis acknowledges a write, so a
-# client that got a 200 finds that state again after a restart or a SIGKILL of the store (no RDB snapshots).
-REDIS_PERSISTENCE = ("--save", "", "--appendonly", "yes", "--appendfsync", "always")
+# Durability of the AgentGym sessions (docs/reliability.md): an append-only file, no RDB snapshots. Redis writes
+# each change to the file before it answers, so a client that got a 200 finds that state again after a restart
+# or a SIGKILL of the store. How often the file is flushed to the disk is SESSIONS_APPENDFSYNC: "everysec" (the
+# default: a crash of the whole machine may lose the last second; a step does not wait for the disk) or
+# "always" (nothing lost even then; every step waits for an fsync).
+APPENDFSYNC_CHOICES = ("everysec", "always", "no")
+
+
+def redis_persistence(env: Mapping[str, str]) -> tuple[str, ...]:
+    """redis-server's persistence options, with ``SESSIONS_APPENDFSYNC`` from ``env`` (default everysec)."""
+    fsync = env.get("SESSIONS_APPENDFSYNC", "").strip() or "everysec"
+    if fsync not in APPENDFSYNC_CHOICES:
+        raise ClusterError(f"SESSIONS_APPENDFSYNC={fsync!r}: use one of {', '.join(APPENDFSYNC_CHOICES)}")
+    return ("--save", "", "--appendonly", "yes", "--appendfsync", fsync)
 TEMPLATE_VARS = re.compile(r"\$\{(WEBSHOP_[A-Z0-9_]+)\}")
 
 
@@ -88,6 +100,11 @@ def affinity_upstreams(upstreams: str) -> str:
     return upstreams.replace("zone webshop_upstreams", "zone affinity_upstreams")
 
 
+def session_upstreams(upstreams: str) -> str:
+    """The AgentGym routes' upstream body (by session id): the same servers in a zone of their own."""
+    return upstreams.replace("zone webshop_upstreams", "zone session_upstreams")
+
+
 def sciworld_groups(envs: Sequence[str], replicas: int, workers: int) -> list[dict[str, Any]]:
     """The replicas to start, as groups: their names, environments, workers and upstream (``webshop``: every
     route; ``sciworld``: the sticky upstream). SciWorld beside others: ``replicas`` more processes of its own,
@@ -109,10 +126,13 @@ def sciworld_groups(envs: Sequence[str], replicas: int, workers: int) -> list[di
 
 def render_nginx_conf(values: Mapping[str, str], template: Path = TEMPLATE) -> str:
     """Substitute ``${WEBSHOP_*}`` placeholders; every one must have a value (nginx's own ``$vars`` stay).
-    ``WEBSHOP_AFFINITY_UPSTREAMS`` defaults to ``WEBSHOP_UPSTREAMS`` in a zone of its own."""
+    ``WEBSHOP_SESSION_UPSTREAMS`` and ``WEBSHOP_AFFINITY_UPSTREAMS`` default to ``WEBSHOP_UPSTREAMS``, each in a
+    zone of its own."""
     text = template.read_text()
-    if "WEBSHOP_UPSTREAMS" in values and "WEBSHOP_AFFINITY_UPSTREAMS" not in values:
-        values = {**values, "WEBSHOP_AFFINITY_UPSTREAMS": affinity_upstreams(values["WEBSHOP_UPSTREAMS"])}
+    if "WEBSHOP_UPSTREAMS" in values:
+        upstreams = values["WEBSHOP_UPSTREAMS"]
+        values = {"WEBSHOP_SESSION_UPSTREAMS": session_upstreams(upstreams),
+                  "WEBSHOP_AFFINITY_UPSTREAMS": affinity_upstreams(upstreams), **values}  # fmt: skip
     missing = sorted({name for name in TEMPLATE_VARS.findall(text) if name not in values})
     if missing:
         raise ClusterError(f"no value for {', '.join(missing)} in {template}")
@@ -313,7 +333,7 @@ def up(
             redis_dir.mkdir(exist_ok=True)
             redis_log = logs / "redis.log"
             command = [
-                redis_server, "--bind", host, "--port", str(redis_port), *REDIS_PERSISTENCE,
+                redis_server, "--bind", host, "--port", str(redis_port), *redis_persistence(child_env),
                 "--maxmemory", REDIS_MAXMEMORY, "--maxmemory-policy", "noeviction", "--dir", str(redis_dir),
                 "--daemonize", "no",
             ]  # fmt: skip
@@ -353,6 +373,7 @@ def up(
             render_nginx_conf(
                 {
                     "WEBSHOP_UPSTREAMS": upstreams,
+                    "WEBSHOP_SESSION_UPSTREAMS": session_upstreams(upstreams),
                     "WEBSHOP_AFFINITY_UPSTREAMS": (
                         f"        zone affinity_upstreams 256k;\n{sticky}"
                         if sticky

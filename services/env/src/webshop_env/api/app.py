@@ -64,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )  # TextCraft, BabyAI, SciWorld...
         if not serves_webshop:
             log.info("environments ready", extra={"fields": {"envs": settings.env_ids()}})
-            sweeper = asyncio.create_task(_sweep_forever(app, min(settings.compat_idle_ttl_s / 2, 30.0)))
+            sweeper = asyncio.create_task(_sweep_forever(app, sweep_interval_s(settings)))
             try:
                 yield
             finally:
@@ -85,7 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             extra={"fields": {"catalog": str(settings.catalog), "fingerprint": catalog.fingerprint,
                               "products": catalog.product_count, "goal_sets": catalog.goal_sets}},
         )  # fmt: skip
-        sweeper = asyncio.create_task(_sweep_forever(app, min(settings.compat_idle_ttl_s / 2, 30.0)))
+        sweeper = asyncio.create_task(_sweep_forever(app, sweep_interval_s(settings)))
         try:
             with startup_objects_frozen():
                 yield
@@ -186,6 +186,12 @@ def _runtimes(app: FastAPI) -> list:
     """WebShop's runtime and the other environments', whichever are up."""
     runtime = getattr(app.state, "runtime", None)
     return [r for r in (runtime, *(getattr(app.state, "envs", None) or {}).values()) if r is not None]
+
+
+def sweep_interval_s(settings: Settings) -> float:
+    """How often idle sessions are swept: half their TTL, at most 30 s (no TTL: every 30 s, finding nothing)."""
+    ttl = settings.compat_idle_ttl_s
+    return min(ttl / 2, 30.0) if ttl > 0 else 30.0
 
 
 async def _sweep_forever(app: FastAPI, interval: float) -> None:

@@ -1,4 +1,4 @@
-"""Where AgentGym-compatible sessions live: ``env_idx`` -> episode state.
+"""Where AgentGym-compatible sessions live: ``env_idx`` -> episode state, and each one's last answer.
 
 AgentGym's protocol is stateful (``/create`` hands out an id, later calls name it), so, unlike the native
 protocol's, these sessions must be stored somewhere every worker of every replica can reach. Two stores share
@@ -7,45 +7,75 @@ one async interface (``SessionStore``):
 - ``RedisSessionStore`` (the default topology: ``make up-local`` and compose set ``WEBSHOP_REDIS_URL``): one
   Redis server shared by all replicas and workers, so any of them serves any session and a replica's death
   loses none. Each session is a Redis hash holding its signed state token (the same token as the native
-  protocol's: a tampered store cannot forge an episode) and its client's address.
+  protocol's: a tampered store cannot forge an episode), its client's address, and the request key and answer
+  of the request that made its current state.
 - ``MemorySessionStore`` (over ``CompatSessions``): the sessions of ONE process. For a single replica with a
   single worker only (``webshop-env serve --workers 1`` without ``WEBSHOP_REDIS_URL``: a demo or a test);
   with more processes a session is unknown to all but the one that created it.
 
+Exactly once. A request that changes a session (``/create``, ``/reset``, ``/step``, ``/close``) may be sent
+twice: the balancer re-sends it to another replica when the first one died or timed out, and a client may retry
+with an ``Idempotency-Key``. Such a request carries a *request key* (``request_key``: the client's
+``Idempotency-Key``, else the balancer's ``X-Request-Id``, which nginx keeps the same across its retries of one
+request; bound to the request's content). The key and the answer are written in the same atomic step as the
+session's new state, so exactly one attempt changes the session, and every other attempt with that key gets
+the recorded answer (``AlreadyAnswered``) instead of applying the request again:
+
+- ``get(..., key)`` raises ``AlreadyAnswered`` when the session's current state was made by this key (the first
+  attempt committed, then its answer was lost with its replica);
+- ``put`` is a compare-and-set on the state the request started from; when it loses because an attempt with the
+  same key committed first, it raises ``AlreadyAnswered`` too (else ``SessionConflict``: another request);
+- ``create`` and ``close`` record their answer under the key for ``RETRY_WINDOW_S`` (the session id does not
+  exist before a create, nor after a close), so a retried create makes no second session and a retried close
+  answers what the first did.
+
+Only the last answer per session is kept: a client sends a session's requests one after another, so the
+balancer's retries of a request always come before the client's next one.
+
 Policy (both stores):
 
 - ids are random positive 31-bit integers (the original's are random too), never reused while live;
-- a session idle for longer than the idle TTL expires;
-- ``/close`` removes a session at once; an expired, evicted or closed id answers 404 ``unknown_env``;
+- no idle expiry by default (``WEBSHOP_COMPAT_IDLE_TTL_S`` 0): AgentGym's own servers keep a session until it is
+  closed, and its clients create theirs once and reuse them for every later episode, so a session idle for a
+  checkpoint save or an evaluation round must still be there. A positive TTL expires idle sessions;
+- memory is bounded by a cap instead: at ``max_sessions`` live sessions, ``/create`` evicts the session idle
+  the longest (the least recently used), logs it (its id, client and idle time) and counts it
+  (``webshop_compat_evictions_total{reason="cap"}``);
 - Redis: each client (the address nginx saw, from ``X-Forwarded-For``; else the peer address) holds at most
-  ``client_quota`` sessions: its own least recently used one is evicted to make room, so one client can never
-  evict another's sessions; all clients together hold at most ``max_sessions``, beyond which ``/create``
-  answers 429 ``too_many_sessions`` (Redis' own ``maxmemory`` is the last bound, with no eviction policy);
+  ``client_quota`` sessions: its own least recently used one is evicted first (``reason="client_quota"``), so
+  one client's flood of ``/create`` cannot push another's sessions out before the cap;
+- ``/close`` removes a session at once; an evicted or closed id is unknown (each environment answers that in
+  its original's words);
 - a step stores its new state only if the session still holds the state the step started from
-  (compare-and-set), so two requests racing on one session cannot both apply their action;
-- a step may carry the client's idempotency key (``Idempotency-Key``); the key of the step that made the
-  current state is kept with it, so a step retried with the same key (after a timeout, a 503, a lost answer)
-  is answered from that state instead of applying its action a second time.
-- Memory: at ``max_sessions`` live sessions, ``/create`` evicts the least recently used one.
+  (compare-and-set), so two requests racing on one session cannot both apply their action.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from ..core.env import EpisodeState
+import orjson
+
+log = logging.getLogger("webshop_env.api")
 
 MAX_ID = 2**31 - 1
+MAX_REQUEST_KEY = 128  # characters of an Idempotency-Key or X-Request-Id header (nginx's $request_id is 32)
+# How long the answer of a create or a close is kept for a retry: longer than the balancer's retry window
+# (proxy_next_upstream_timeout: 8 s, SciWorld 90 s, each attempt within its read timeout).
+RETRY_WINDOW_S = 300
 
 
 class UnknownSession(KeyError):
-    """No live session with this id (closed, expired, evicted; or in another process's memory store)."""
+    """No live session with this id (closed, evicted, expired; or in another process's memory store)."""
 
     def __init__(self, env_idx: int) -> None:
         super().__init__(env_idx)
@@ -53,87 +83,202 @@ class UnknownSession(KeyError):
 
     def __str__(self) -> str:
         return (
-            f"env_idx {self.env_idx} is not a live session: it was closed, expired after the idle TTL or was "
-            "evicted at the session cap (or, with the single-process memory store, was created by another "
+            f"env_idx {self.env_idx} is not a live session: it was closed, or evicted when the store was full "
+            "(WEBSHOP_COMPAT_MAX_SESSIONS; or, with the single-process memory store, it was created by another "
             "process: set WEBSHOP_REDIS_URL to share sessions); call /create"
         )
 
 
+class SessionConflict(Exception):
+    """The session changed between this request's read and its write (a concurrent request)."""
+
+
+class SessionStoreUnavailable(Exception):
+    """The shared store did not answer (Redis down, unreachable or out of memory)."""
+
+
+class IdTaken(Exception):
+    """``create`` drew an id that is live already: draw another (one chance in millions)."""
+
+
+class Answer(NamedTuple):
+    """An answer as it was sent (status and JSON body), recorded with the state change it reports."""
+
+    status: int
+    body: bytes
+
+    def pack(self) -> str:
+        return f"{self.status} {self.body.decode()}"
+
+    @classmethod
+    def unpack(cls, text: str) -> Answer:
+        status, _, body = text.partition(" ")
+        return cls(int(status), body.encode())
+
+
+class AlreadyAnswered(Exception):
+    """This request (by its request key) was applied already: send ``answer``, apply nothing."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__("a retry of a request that was applied already")
+        self.answer = answer
+
+
+class Version(NamedTuple):
+    """What ``put`` compares against (compare-and-set)."""
+
+    value: object
+
+
+def request_key(header: str | None, path: str, fields: Mapping[str, Any]) -> str | None:
+    """The key that makes a state-changing request exactly-once: ``header`` (the client's ``Idempotency-Key``,
+    else the balancer's ``X-Request-Id``) and a digest of the request's path and fields.
+
+    The digest makes a key count only for the request it came with: a client that reuses an id for different
+    requests gets each one applied, and only a true re-send (same id, same request) gets the recorded answer.
+    """
+    if not header:
+        return None
+    content = orjson.dumps({"p": path, "f": dict(fields)}, option=orjson.OPT_SORT_KEYS)
+    return f"{header[:MAX_REQUEST_KEY]}:{hashlib.blake2b(content, digest_size=8).hexdigest()}"
+
+
+@dataclass
+class _Entry:
+    state: Any
+    last_used: float
+    key: str | None = None  # the request key of the write that made ``state``
+    answer: Answer | None = None  # and that request's answer
+
+
 class CompatSessions:
-    """LRU-ordered map of live sessions with a cap and an idle TTL (see the module docstring)."""
+    """LRU-ordered map of live sessions with a cap and an optional idle TTL (see the module docstring)."""
 
     def __init__(
         self,
         max_sessions: int,
-        idle_ttl_s: float,
+        idle_ttl_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[int], None] | None = None,
         on_evict: Callable[[str, int], None] | None = None,
+        name: str = "webshop",
     ) -> None:
+        """``idle_ttl_s`` 0: sessions never expire by age (only the cap evicts)."""
         if max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         self.max_sessions = max_sessions
         self.idle_ttl_s = idle_ttl_s
+        self.name = name
         self._clock = clock
         self._on_change = on_change
         self._on_evict = on_evict
-        self._sessions: OrderedDict[int, tuple[EpisodeState, float]] = OrderedDict()  # oldest use first
+        self._sessions: OrderedDict[int, _Entry] = OrderedDict()  # oldest use first
+        self._answers: OrderedDict[str, tuple[Answer, float]] = OrderedDict()  # creates and closes, by key
         self._lock = threading.Lock()
         self._random = random.SystemRandom()
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self, state: EpisodeState) -> int:
+    def new_id(self) -> int:
+        while True:
+            env_idx = self._random.randint(1, MAX_ID)
+            if env_idx not in self._sessions:
+                return env_idx
+
+    def create(
+        self,
+        state: Any,
+        env_idx: int | None = None,
+        key: str | None = None,
+        answer: Answer | None = None,
+    ) -> int:
+        """A new session holding ``state`` (under ``env_idx``, or a new id); raises ``AlreadyAnswered`` for a
+        retried create (``key``), ``IdTaken`` when ``env_idx`` is live."""
+        evicted: list[tuple[int, float]] = []
         with self._lock:
             now = self._clock()
+            recorded = self._recorded(key, now)
+            if recorded is not None:
+                raise AlreadyAnswered(recorded)
             self._expire(now)
-            evicted = 0
+            if env_idx is None:
+                env_idx = self.new_id()
+            elif env_idx in self._sessions:
+                raise IdTaken(env_idx)
             while len(self._sessions) >= self.max_sessions:
-                self._sessions.popitem(last=False)
-                evicted += 1
-            while True:
-                env_idx = self._random.randint(1, MAX_ID)
-                if env_idx not in self._sessions:
-                    break
-            self._sessions[env_idx] = (state, now)
+                victim, entry = self._sessions.popitem(last=False)
+                evicted.append((victim, now - entry.last_used))
+            self._sessions[env_idx] = _Entry(state, now, key, answer)
+            if key is not None and answer is not None:
+                self._record(key, answer, now)
             size = len(self._sessions)
+        for victim, idle_s in evicted:
+            log_eviction(self.name, "cap", victim, None, idle_s)
         if evicted and self._on_evict is not None:
-            self._on_evict("cap", evicted)
+            self._on_evict("cap", len(evicted))
         self._changed(size)
         return env_idx
 
-    def get(self, env_idx: int) -> EpisodeState:
-        """The session's state (marks it used); raises ``UnknownSession``."""
+    def get(self, env_idx: int, key: str | None = None, touch: bool = True) -> Any:
+        """The session's state (``touch``: marks it used); raises ``UnknownSession``, or ``AlreadyAnswered``
+        when its state was made by the request ``key`` (or the key closed it)."""
         with self._lock:
             now = self._clock()
             entry = self._sessions.get(env_idx)
-            expired = entry is not None and now - entry[1] > self.idle_ttl_s
+            expired = entry is not None and self._idle(entry, now)
             if entry is None or expired:
                 if expired:
                     del self._sessions[env_idx]
                 size = len(self._sessions)
+                recorded = self._recorded(key, now)
             else:
-                self._sessions[env_idx] = (entry[0], now)
-                self._sessions.move_to_end(env_idx)
-                return entry[0]
+                if key is not None and entry.key == key and entry.answer is not None:
+                    raise AlreadyAnswered(entry.answer)
+                if touch:
+                    entry.last_used = now
+                    self._sessions.move_to_end(env_idx)
+                return entry.state
         if expired:
             if self._on_evict is not None:
                 self._on_evict("ttl", 1)
             self._changed(size)
+        if recorded is not None:
+            raise AlreadyAnswered(recorded)
         raise UnknownSession(env_idx)
 
-    def put(self, env_idx: int, state: EpisodeState) -> None:
-        """Store the session's new state; raises ``UnknownSession`` if it went away meanwhile."""
+    def put(
+        self,
+        env_idx: int,
+        state: Any,
+        expected: Any = None,
+        key: str | None = None,
+        answer: Answer | None = None,
+        check: bool = False,
+    ) -> None:
+        """Store the session's new state (``check``: only if it still holds ``expected``, by identity);
+        raises ``UnknownSession`` if it went away meanwhile, ``AlreadyAnswered`` or ``SessionConflict``."""
         with self._lock:
-            if env_idx not in self._sessions:
+            entry = self._sessions.get(env_idx)
+            if entry is None:
                 raise UnknownSession(env_idx)
-            self._sessions[env_idx] = (state, self._clock())
+            if check and entry.state is not expected:
+                if key is not None and entry.key == key and entry.answer is not None:
+                    raise AlreadyAnswered(entry.answer)
+                raise SessionConflict(_conflict(env_idx))
+            entry.state, entry.last_used, entry.key, entry.answer = state, self._clock(), key, answer
             self._sessions.move_to_end(env_idx)
 
-    def close(self, env_idx: int) -> bool:
+    def close(self, env_idx: int, key: str | None = None, answer: Answer | None = None) -> bool:
+        """Remove the session: whether it was live; raises ``AlreadyAnswered`` for a retried close."""
         with self._lock:
+            now = self._clock()
+            recorded = self._recorded(key, now)
+            if recorded is not None:
+                raise AlreadyAnswered(recorded)
             found = self._sessions.pop(env_idx, None) is not None
+            if found and key is not None and answer is not None:
+                self._record(key, answer, now)
             size = len(self._sessions)
         if found:
             self._changed(size)
@@ -152,12 +297,17 @@ class CompatSessions:
             self._changed(size)
         return dropped
 
+    def _idle(self, entry: _Entry, now: float) -> bool:
+        return self.idle_ttl_s > 0 and now - entry.last_used > self.idle_ttl_s
+
     def _expire(self, now: float) -> int:
-        """Drop expired sessions from the LRU end (the lock is held)."""
+        """Drop expired sessions from the LRU end, and old recorded answers (the lock is held)."""
+        while self._answers and next(iter(self._answers.values()))[1] < now:
+            self._answers.popitem(last=False)
         dropped = 0
         while self._sessions:
-            env_idx, (_, last_used) = next(iter(self._sessions.items()))
-            if now - last_used <= self.idle_ttl_s:
+            env_idx, entry = next(iter(self._sessions.items()))
+            if not self._idle(entry, now):
                 break
             del self._sessions[env_idx]
             dropped += 1
@@ -165,42 +315,49 @@ class CompatSessions:
             self._on_evict("ttl", dropped)
         return dropped
 
+    def _record(self, key: str, answer: Answer, now: float) -> None:
+        self._answers[key] = (answer, now + RETRY_WINDOW_S)
+        while len(self._answers) > self.max_sessions:  # bounded even under a flood of creates
+            self._answers.popitem(last=False)
+
+    def _recorded(self, key: str | None, now: float) -> Answer | None:
+        if key is None:
+            return None
+        found = self._answers.get(key)
+        return found[0] if found is not None and found[1] >= now else None
+
     def _changed(self, size: int) -> None:
         if self._on_change is not None:
             self._on_change(size)
 
 
+def log_eviction(name: str, reason: str, env_idx: int, client: str | None, idle_s: float) -> None:
+    """One warning line per session evicted without /close: an operator sees who lost what, and why."""
+    log.warning(
+        "AgentGym session evicted",
+        extra={"fields": {"env": name, "env_idx": env_idx, "reason": reason, "client": client,
+                          "idle_s": round(idle_s, 1)}},
+    )  # fmt: skip
+
+
 # ---- the async interface the routes use ---------------------------------------------------------------------
-class SessionConflict(Exception):
-    """The session changed between this request's read and its write (a concurrent or a retried request)."""
-
-
-class SessionStoreFull(Exception):
-    """All clients together hold ``max_sessions`` live sessions."""
-
-
-class SessionStoreUnavailable(Exception):
-    """The shared store did not answer (Redis down, unreachable or out of memory)."""
-
-
-class Version(NamedTuple):
-    """What ``put`` compares against (compare-and-set), and the idempotency key of the write that made it."""
-
-    value: object
-    key: str | None = None
-
-
 class SessionStore(Protocol):
-    """Async session store; ``version`` from ``get`` is what ``put`` compares against (compare-and-set)."""
+    """Async session store; ``version`` from ``get`` is what ``put`` compares against (compare-and-set).
+
+    ``key`` is a request key (``request_key``) and ``answer`` what that request answers: with a key, ``create``,
+    ``get``, ``put`` and ``close`` raise ``AlreadyAnswered`` for a request that was applied already."""
 
     shared: bool
 
-    async def create(self, state: EpisodeState, client: str) -> int: ...
-    async def get(self, env_idx: int) -> tuple[EpisodeState, Version]: ...
-    async def put(
-        self, env_idx: int, state: EpisodeState, version: Version, key: str | None = None
+    def new_id(self) -> int: ...
+    async def create(
+        self, env_idx: int, state: Any, client: str, key: str | None = None, answer: Answer | None = None
     ) -> None: ...
-    async def close(self, env_idx: int) -> bool: ...
+    async def get(self, env_idx: int, key: str | None = None, touch: bool = True) -> tuple[Any, Version]: ...
+    async def put(
+        self, env_idx: int, state: Any, version: Version, key: str | None = None, answer: Answer | None = None
+    ) -> None: ...
+    async def close(self, env_idx: int, key: str | None = None, answer: Answer | None = None) -> bool: ...
     async def ids(self) -> list[int]: ...
     async def sweep(self) -> int: ...
     async def aclose(self) -> None: ...
@@ -213,31 +370,26 @@ class MemorySessionStore:
 
     def __init__(self, sessions: CompatSessions) -> None:
         self.sessions = sessions
-        # env_idx -> (the state its last keyed write made, that key)
-        self._keys: dict[int, tuple[EpisodeState, str]] = {}
 
-    async def create(self, state: EpisodeState, client: str) -> int:
-        return self.sessions.create(state)
+    def new_id(self) -> int:
+        return self.sessions.new_id()
 
-    async def get(self, env_idx: int) -> tuple[EpisodeState, Version]:
-        state = self.sessions.get(env_idx)
-        made, key = self._keys.get(env_idx, (None, None))
-        return state, Version(state, key if made is state else None)
+    async def create(
+        self, env_idx: int, state: Any, client: str, key: str | None = None, answer: Answer | None = None
+    ) -> None:
+        self.sessions.create(state, env_idx, key, answer)
 
-    async def put(self, env_idx: int, state: EpisodeState, version: Version, key: str | None = None) -> None:
-        if self.sessions.get(env_idx) is not version.value:
-            raise SessionConflict(_conflict(env_idx))
-        self.sessions.put(env_idx, state)
-        self._keys.pop(env_idx, None)
-        if key is not None:
-            if len(self._keys) >= 2 * self.sessions.max_sessions:  # drop the keys of sessions gone meanwhile
-                live = set(self.sessions.ids())
-                self._keys = {idx: entry for idx, entry in self._keys.items() if idx in live}
-            self._keys[env_idx] = (state, key)
+    async def get(self, env_idx: int, key: str | None = None, touch: bool = True) -> tuple[Any, Version]:
+        state = self.sessions.get(env_idx, key, touch)
+        return state, Version(state)
 
-    async def close(self, env_idx: int) -> bool:
-        self._keys.pop(env_idx, None)
-        return self.sessions.close(env_idx)
+    async def put(
+        self, env_idx: int, state: Any, version: Version, key: str | None = None, answer: Answer | None = None
+    ) -> None:
+        self.sessions.put(env_idx, state, version.value, key, answer, check=True)
+
+    async def close(self, env_idx: int, key: str | None = None, answer: Answer | None = None) -> bool:
+        return self.sessions.close(env_idx, key, answer)
 
     async def ids(self) -> list[int]:
         return self.sessions.ids()
@@ -249,74 +401,120 @@ class MemorySessionStore:
         return None
 
 
-# Redis keys: PREFIX + "s:" + id (hash: t = token, c = client, k = the idempotency key of the write that made t;
-# '' for none), PREFIX + "all" (zset id -> last use, ms), PREFIX + "c:" + client (zset id -> last use, ms).
-# Times come from Redis' own clock (replicas may disagree).
+# Redis keys: PREFIX + "s:" + id (hash: t = token, c = client, r = the request key of the write that made t, a =
+# that request's answer; '' for none), PREFIX + "all" (zset id -> last use, ms), PREFIX + "c:" + client (zset id ->
+# last use, ms), PREFIX + "q:" + request key (the answer of a create or a close, for RETRY_WINDOW_S).
+# Times come from Redis' own clock (replicas may disagree). A TTL of 0 means none: no key expires by age.
 # The scripts touch keys they derive from arguments, which is fine on one Redis server (not Redis Cluster).
 _NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+_TOUCH = """
+local function touch(prefix, id, client, key, ttl, now)
+  redis.call('ZADD', prefix .. 'all', now, id)
+  redis.call('ZADD', prefix .. 'c:' .. client, now, id)
+  if ttl > 0 then
+    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', prefix .. 'c:' .. client, ttl)
+  end
+end
+"""
+# -> {1, live, evictions...} | {2, recorded answer} | {-2}; evictions: reason, id, client, idle ms (flattened)
 _CREATE = (
     _NOW
+    + _TOUCH
     + """
 local prefix, id, token, client = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ttl, quota, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local rkey, answer, window = ARGV[8], ARGV[9], tonumber(ARGV[10])
 local all, mine, key = prefix .. 'all', prefix .. 'c:' .. client, prefix .. 's:' .. id
-if redis.call('EXISTS', key) == 1 then return {-2, 0, 0} end
-redis.call('ZREMRANGEBYSCORE', all, '-inf', now - ttl)
-redis.call('ZREMRANGEBYSCORE', mine, '-inf', now - ttl)
-local evicted = 0
+if rkey ~= '' then
+  local recorded = redis.call('GET', prefix .. 'q:' .. rkey)
+  if recorded then return {2, recorded} end
+end
+if redis.call('EXISTS', key) == 1 then return {-2} end
+if ttl > 0 then
+  redis.call('ZREMRANGEBYSCORE', all, '-inf', now - ttl)
+  redis.call('ZREMRANGEBYSCORE', mine, '-inf', now - ttl)
+end
+local out = {1, 0}
 while redis.call('ZCARD', mine) >= quota do
   local oldest = redis.call('ZPOPMIN', mine)
   redis.call('DEL', prefix .. 's:' .. oldest[1])
   redis.call('ZREM', all, oldest[1])
-  evicted = evicted + 1
+  for _, v in ipairs({'client_quota', oldest[1], client, now - tonumber(oldest[2])}) do table.insert(out, v) end
 end
-local live = redis.call('ZCARD', all)
-if live >= cap then return {-1, evicted, live} end
-redis.call('HSET', key, 't', token, 'c', client)
-redis.call('PEXPIRE', key, ttl)
-redis.call('ZADD', all, now, id)
-redis.call('ZADD', mine, now, id)
-redis.call('PEXPIRE', mine, ttl)
-return {1, evicted, live + 1}
+while redis.call('ZCARD', all) >= cap do
+  local oldest = redis.call('ZPOPMIN', all)
+  local victim = prefix .. 's:' .. oldest[1]
+  local owner = redis.call('HGET', victim, 'c')
+  redis.call('DEL', victim)
+  if owner then redis.call('ZREM', prefix .. 'c:' .. owner, oldest[1]) end
+  for _, v in ipairs({'cap', oldest[1], owner or '', now - tonumber(oldest[2])}) do table.insert(out, v) end
+end
+redis.call('HSET', key, 't', token, 'c', client, 'r', rkey, 'a', answer)
+touch(prefix, id, client, key, ttl, now)
+if rkey ~= '' then redis.call('SET', prefix .. 'q:' .. rkey, answer, 'PX', window) end
+out[2] = redis.call('ZCARD', all)
+return out
 """
 )
+# -> {1, token} | {2, recorded answer} | {0}
 _GET = (
     _NOW
+    + _TOUCH
     + """
-local prefix, id, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local prefix, id, ttl, rkey, touching = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1'
 local key = prefix .. 's:' .. id
-local entry = redis.call('HMGET', key, 't', 'c', 'k')
-if not entry[1] then return false end
-redis.call('PEXPIRE', key, ttl)
-redis.call('ZADD', prefix .. 'all', now, id)
-redis.call('ZADD', prefix .. 'c:' .. entry[2], now, id)
-redis.call('PEXPIRE', prefix .. 'c:' .. entry[2], ttl)
-return {entry[1], entry[3] or ''}
+local entry = redis.call('HMGET', key, 't', 'c', 'r', 'a')
+if not entry[1] then
+  if rkey ~= '' then
+    local recorded = redis.call('GET', prefix .. 'q:' .. rkey)
+    if recorded then return {2, recorded} end
+  end
+  return {0}
+end
+if rkey ~= '' and entry[3] == rkey then return {2, entry[4]} end
+if touching then touch(prefix, id, entry[2], key, ttl, now) end
+return {1, entry[1]}
 """
 )
-_PUT = """
-local key = ARGV[1] .. 's:' .. ARGV[2]
-local current = redis.call('HGET', key, 't')
-if not current then return 0 end
-if current == ARGV[4] then return 1 end
-if current ~= ARGV[3] then return -1 end
-redis.call('HSET', key, 't', ARGV[4], 'k', ARGV[6])
-redis.call('PEXPIRE', key, tonumber(ARGV[5]))
-return 1
+# -> {1} | {2, recorded answer} | {0} unknown | {-1} conflict
+_PUT = (
+    _NOW
+    + _TOUCH
+    + """
+local prefix, id, expected, token, ttl, rkey, answer = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local key = prefix .. 's:' .. id
+local entry = redis.call('HMGET', key, 't', 'c', 'r', 'a')
+if not entry[1] then return {0} end
+if rkey ~= '' and entry[3] == rkey then return {2, entry[4]} end
+if entry[1] ~= expected then return {-1} end
+redis.call('HSET', key, 't', token, 'r', rkey, 'a', answer)
+touch(prefix, id, entry[2], key, ttl, now)
+return {1}
 """
+)
+# -> {1} closed | {0} unknown | {2, recorded answer}
 _CLOSE = """
-local key = ARGV[1] .. 's:' .. ARGV[2]
+local prefix, id, rkey, answer, window = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+if rkey ~= '' then
+  local recorded = redis.call('GET', prefix .. 'q:' .. rkey)
+  if recorded then return {2, recorded} end
+end
+local key = prefix .. 's:' .. id
 local client = redis.call('HGET', key, 'c')
-if not client then return 0 end
+if not client then return {0} end
 redis.call('DEL', key)
-redis.call('ZREM', ARGV[1] .. 'all', ARGV[2])
-redis.call('ZREM', ARGV[1] .. 'c:' .. client, ARGV[2])
-return 1
+redis.call('ZREM', prefix .. 'all', id)
+redis.call('ZREM', prefix .. 'c:' .. client, id)
+if rkey ~= '' then redis.call('SET', prefix .. 'q:' .. rkey, answer, 'PX', window) end
+return {1}
 """
 _IDS = (
     _NOW
     + """
-return redis.call('ZRANGEBYSCORE', ARGV[1] .. 'all', now - tonumber(ARGV[2]), '+inf')
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then return redis.call('ZRANGEBYSCORE', ARGV[1] .. 'all', now - ttl, '+inf') end
+return redis.call('ZRANGE', ARGV[1] .. 'all', 0, -1)
 """
 )
 
@@ -332,20 +530,22 @@ class RedisSessionStore:
     def __init__(
         self,
         url: str,
-        encode: Callable[[EpisodeState], str],
-        decode: Callable[[str], EpisodeState],
+        encode: Callable[[Any], str],
+        decode: Callable[[str], Any],
         max_sessions: int,
         client_quota: int,
-        idle_ttl_s: float,
+        idle_ttl_s: float = 0.0,
         prefix: str = "webshop:compat:",
         timeout_s: float = 2.0,
         on_change: Callable[[int], None] | None = None,
         on_evict: Callable[[str, int], None] | None = None,
         deadline_s: float = 1.5,
+        name: str = "webshop",
     ) -> None:
         """``deadline_s`` bounds one store call, its reconnections and retries included: a store that is down
         (restarting, crashed, its host unreachable) gets a 503 ``session_store_down`` within it, before nginx's
-        2 s read timeout would turn the wait into the balancer's own, vaguer, error."""
+        2 s read timeout would turn the wait into the balancer's own, vaguer, error. ``idle_ttl_s`` 0: no idle
+        expiry."""
         import redis.asyncio as aioredis
         from redis.asyncio.retry import Retry
         from redis.backoff import ExponentialBackoff
@@ -355,11 +555,12 @@ class RedisSessionStore:
         if max_sessions < 1 or client_quota < 1:
             raise ValueError("max_sessions and client_quota must be at least 1")
         self.url = url
+        self.name = name
         self._encode = encode
         self._decode = decode
         self.max_sessions = max_sessions
         self.client_quota = client_quota
-        self._ttl_ms = max(1, int(idle_ttl_s * 1000))
+        self._ttl_ms = max(0, int(idle_ttl_s * 1000))
         self._prefix = prefix
         self._on_change = on_change
         self._on_evict = on_evict
@@ -409,54 +610,98 @@ class RedisSessionStore:
                 f"the AgentGym session store (Redis at {_redact(self.url)}) does not answer: {error}"
             ) from None
 
-    async def create(self, state: EpisodeState, client: str) -> int:
-        token = self._encode(state)
-        while True:
-            env_idx = self._random.randint(1, MAX_ID)
-            status, evicted, live = await self._run(
-                "create", self._prefix, env_idx, token, client, self._ttl_ms, self.client_quota,
-                self.max_sessions,
-            )  # fmt: skip
-            if evicted and self._on_evict is not None:
-                self._on_evict("client_quota", int(evicted))
-            if status == -2:
-                continue  # id collision: draw another
-            if self._on_change is not None:
-                self._on_change(int(live))
-            if status == -1:
-                raise SessionStoreFull(
-                    f"the session store holds its maximum of {self.max_sessions} live AgentGym sessions "
-                    "(WEBSHOP_COMPAT_MAX_SESSIONS); /close finished sessions, or retry after idle ones expire"
-                )
-            return env_idx
+    def new_id(self) -> int:
+        return self._random.randint(1, MAX_ID)
 
-    async def get(self, env_idx: int) -> tuple[EpisodeState, Version]:
-        found = await self._run("get", self._prefix, env_idx, self._ttl_ms)
-        if found is None:
-            raise UnknownSession(env_idx)
-        token, key = found
-        return self._decode(token), Version(token, key or None)
-
-    async def put(self, env_idx: int, state: EpisodeState, version: Version, key: str | None = None) -> None:
+    async def create(
+        self, env_idx: int, state: Any, client: str, key: str | None = None, answer: Answer | None = None
+    ) -> None:
         result = await self._run(
-            "put", self._prefix, env_idx, version.value, self._encode(state), self._ttl_ms, key or ""
-        )
-        if result == 0:
+            "create", self._prefix, env_idx, self._encode(state), client, self._ttl_ms, self.client_quota,
+            self.max_sessions, key or "", answer.pack() if answer else "", RETRY_WINDOW_S * 1000,
+        )  # fmt: skip
+        status = int(result[0])
+        if status == 2:
+            raise AlreadyAnswered(Answer.unpack(result[1]))
+        if status == -2:
+            raise IdTaken(env_idx)
+        evictions = result[2:]
+        counts: dict[str, int] = {}
+        for at in range(0, len(evictions), 4):
+            reason, victim, owner, idle_ms = evictions[at : at + 4]
+            log_eviction(self.name, reason, int(victim), owner or None, int(idle_ms) / 1000)
+            counts[reason] = counts.get(reason, 0) + 1
+        if self._on_evict is not None:
+            for reason, count in counts.items():
+                self._on_evict(reason, count)
+        if self._on_change is not None:
+            self._on_change(int(result[1]))
+
+    async def get(self, env_idx: int, key: str | None = None, touch: bool = True) -> tuple[Any, Version]:
+        result = await self._run("get", self._prefix, env_idx, self._ttl_ms, key or "", "1" if touch else "0")
+        status = int(result[0])
+        if status == 2:
+            raise AlreadyAnswered(Answer.unpack(result[1]))
+        if status == 0:
             raise UnknownSession(env_idx)
-        if result == -1:
+        token = result[1]
+        return self._decode(token), Version(token)
+
+    async def put(
+        self, env_idx: int, state: Any, version: Version, key: str | None = None, answer: Answer | None = None
+    ) -> None:
+        result = await self._run(
+            "put", self._prefix, env_idx, version.value, self._encode(state), self._ttl_ms, key or "",
+            answer.pack() if answer else "",
+        )  # fmt: skip
+        status = int(result[0])
+        if status == 2:
+            raise AlreadyAnswered(Answer.unpack(result[1]))
+        if status == 0:
+            raise UnknownSession(env_idx)
+        if status == -1:
             raise SessionConflict(_conflict(env_idx))
 
-    async def close(self, env_idx: int) -> bool:
-        return bool(await self._run("close", self._prefix, env_idx))
+    async def close(self, env_idx: int, key: str | None = None, answer: Answer | None = None) -> bool:
+        result = await self._run(
+            "close", self._prefix, env_idx, key or "", answer.pack() if answer else "", RETRY_WINDOW_S * 1000
+        )
+        if int(result[0]) == 2:
+            raise AlreadyAnswered(Answer.unpack(result[1]))
+        return int(result[0]) == 1
 
     async def ids(self) -> list[int]:
         return [int(value) for value in await self._run("ids", self._prefix, self._ttl_ms)]
 
     async def sweep(self) -> int:
-        return 0  # Redis expires the sessions itself; /create trims the indexes
+        return 0  # Redis expires sessions itself when a TTL is set; /create trims the indexes
 
     async def aclose(self) -> None:
         await self._redis.aclose()
+
+
+def session_store(
+    settings: Any,
+    encode: Callable[[Any], str],
+    decode: Callable[[str], Any],
+    on_change: Callable[[int], None] | None,
+    on_evict: Callable[[str, int], None],
+    name: str = "webshop",
+    prefix: str = "webshop:compat:",
+) -> SessionStore:
+    """Redis when ``WEBSHOP_REDIS_URL`` is set (any worker of any replica serves any session), else the
+    single-process memory store (one replica with one worker). ``settings``: the service's ``Settings``."""
+    if settings.redis_url:
+        return RedisSessionStore(
+            settings.redis_url, encode, decode, settings.compat_max_sessions, settings.compat_client_max_sessions,
+            settings.compat_idle_ttl_s, prefix=prefix, on_change=on_change, on_evict=on_evict, name=name,
+        )  # fmt: skip
+    return MemorySessionStore(
+        CompatSessions(
+            settings.compat_max_sessions, settings.compat_idle_ttl_s, on_change=on_change, on_evict=on_evict,
+            name=name,
+        )
+    )  # fmt: skip
 
 
 def _redact(url: str) -> str:
@@ -467,6 +712,6 @@ def _redact(url: str) -> str:
 
 def _conflict(env_idx: int) -> str:
     return (
-        f"env_idx {env_idx} changed while this request ran (a concurrent or retried request on the same "
-        "session applied its action first); GET /observation for the current page and continue"
+        f"env_idx {env_idx} changed while this request ran (a concurrent request on the same session applied "
+        "its action first); GET /observation for the current page and continue"
     )

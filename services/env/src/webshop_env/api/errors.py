@@ -19,7 +19,6 @@ session_conflict      409     an AgentGym session changed during this request (a
 body_too_large        413     the body exceeds ``WEBSHOP_MAX_BODY_BYTES``
 validation_error      422     a field is missing or has the wrong type
 batch_too_large       422     more steps in one batch than ``WEBSHOP_MAX_BATCH``
-too_many_sessions     429     the AgentGym session store is full (``WEBSHOP_COMPAT_MAX_SESSIONS``)
 not_ready             503     the catalog is not open (yet, or any more)
 session_store_down    503     the AgentGym session store (Redis) does not answer
 internal_error        500     a bug: logged with its traceback, no details leak to the client
@@ -41,7 +40,7 @@ from starlette.responses import Response
 
 from ..core.env import EnvError, EpisodeFinished, InvalidState, UnknownGoal
 from ..envs.contract import EnvError as ContractEnvError
-from .compat_sessions import SessionConflict, SessionStoreFull, SessionStoreUnavailable, UnknownSession
+from .compat_sessions import AlreadyAnswered, SessionConflict, SessionStoreUnavailable, UnknownSession
 from .tokens import TokenError
 
 log = logging.getLogger("webshop_env.api")
@@ -88,8 +87,6 @@ def classify(error: Exception) -> tuple[int, str]:
         return 404, "unknown_env"
     if isinstance(error, SessionConflict):
         return 409, "session_conflict"
-    if isinstance(error, SessionStoreFull):
-        return 429, "too_many_sessions"
     if isinstance(error, SessionStoreUnavailable):
         return 503, "session_store_down"
     if isinstance(error, UnknownGoal):
@@ -156,7 +153,13 @@ def install_error_handlers(app: FastAPI) -> None:
         _count(request, kind)
         return error_response(error.status_code, kind, detail, headers=getattr(error, "headers", None))
 
-    session_errors = (UnknownSession, SessionConflict, SessionStoreFull, SessionStoreUnavailable)
+    async def on_answered(request: Request, error: AlreadyAnswered) -> Response:
+        # A retry of a request that was applied already (the balancer re-sent it after its replica died, or the
+        # client retried with its Idempotency-Key): the answer recorded with the change, as it was sent.
+        return Response(error.answer.body, status_code=error.answer.status, media_type="application/json")
+
+    app.add_exception_handler(AlreadyAnswered, on_answered)  # type: ignore[arg-type]
+    session_errors = (UnknownSession, SessionConflict, SessionStoreUnavailable)
     for error_class in (ApiError, TokenError, EnvError, ContractEnvError, *session_errors, Exception):
         app.add_exception_handler(error_class, on_known)
     app.add_exception_handler(RequestValidationError, on_validation)  # type: ignore[arg-type]

@@ -12,8 +12,13 @@ the query string of a GET. Differences from the original, all on error paths or 
   and fails after a purchase);
 - a step after the purchase, or past the step limit, answers 409 ``episode_finished``;
 - ``/step`` takes an optional ``Idempotency-Key`` header: a step retried with the key of the step that made
-  the session's current state is answered from that state, not applied again (a client that retries a 503
+  the session's current state gets that step's answer again, not applied again (a client that retries a 503
   or a timeout cannot take an action twice).
+
+Exactly once through the balancer: ``/create``, ``/reset``, ``/step`` and ``/close`` record their answer with
+the change they make, under the request's key (``compat_sessions.request_key``: the ``Idempotency-Key``, else
+the balancer's ``X-Request-Id``, which stays the same when nginx re-sends the request to another replica after
+the first one died); a re-sent request gets the recorded answer and changes nothing.
 
 Sessions live in the shared store (``compat_sessions``: Redis, set by ``WEBSHOP_REDIS_URL``), so any worker of
 any replica serves them, through the balancer like the native protocol, and a replica's death loses none.
@@ -33,7 +38,8 @@ from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from starlette.responses import Response
 
 from ..envs.agentgym import json_integer
-from .compat_sessions import MAX_ID
+from .compat_sessions import MAX_ID, MAX_REQUEST_KEY, Answer, IdTaken, request_key
+from .errors import ApiError, json_bytes
 from .routes_native import (
     ERRORS,
     MAX_ACTION_CHARS,
@@ -44,7 +50,8 @@ from .routes_native import (
 )
 
 router = APIRouter(tags=["agentgym"])
-MAX_IDEMPOTENCY_KEY = 128  # characters of an Idempotency-Key header (a UUID is 36)
+MAX_IDEMPOTENCY_KEY = MAX_REQUEST_KEY  # characters of an Idempotency-Key header (a UUID is 36)
+CREATE_ATTEMPTS = 8  # ids are drawn at random: a live one comes up again with odds of one in millions
 
 # constraints before the validator, so the schema carries them as minimum/maximum
 EnvIdx = Annotated[
@@ -92,6 +99,32 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
+def header_key(request: Request) -> str | None:
+    """What makes a state-changing request exactly-once (``compat_sessions.request_key``): the client's
+    ``Idempotency-Key``, else the balancer's ``X-Request-Id`` (nginx's ``$request_id``, the same for every
+    attempt of one request). A value that is not visible ASCII of at most ``MAX_REQUEST_KEY`` characters is no
+    key (the request is applied as a new one, as without the header)."""
+    for name in ("idempotency-key", "x-request-id"):
+        value = request.headers.get(name)
+        if (
+            value
+            and len(value) <= MAX_REQUEST_KEY
+            and value.isascii()
+            and value.isprintable()
+            and " " not in value
+        ):
+            return value
+    return None
+
+
+def _answer(value: Any) -> Answer:
+    return Answer(200, json_bytes(value))
+
+
+def _sent(answer: Answer) -> Response:
+    return Response(answer.body, status_code=answer.status, media_type="application/json")
+
+
 @router.get("/", response_model=str)
 async def root() -> str:
     """Health check of the original (`"ok"`)."""
@@ -110,19 +143,30 @@ async def create(request: Request) -> Response:
     runtime = runtime_of(request)
     goal_set = runtime.settings.compat_goal_set
     step = runtime.env.reset(runtime.random_goal(goal_set), goal_set=goal_set)
-    return json_response(await runtime.sessions.create(step.state, client_address(request)))
+    key = request_key(header_key(request), request.url.path, {})
+    for _ in range(CREATE_ATTEMPTS):
+        env_idx = runtime.sessions.new_id()
+        answer = _answer(env_idx)
+        try:
+            await runtime.sessions.create(env_idx, step.state, client_address(request), key, answer)
+        except IdTaken:
+            continue
+        return _sent(answer)
+    raise ApiError(503, "not_ready", "could not draw a free session id; retry")
 
 
 @router.post("/reset", response_model=tuple[str, None], responses=ERRORS)
 async def reset(request: Request, body: CompatReset) -> Response:
     """Start the session's episode on goal `session_id` (null: random); returns `[observation, null]`."""
     runtime = runtime_of(request)
-    _, version = await runtime.sessions.get(body.env_idx)
+    key = request_key(header_key(request), request.url.path, body.model_dump())
+    _, version = await runtime.sessions.get(body.env_idx, key, touch=False)
     goal_set = runtime.settings.compat_goal_set
     goal = runtime.random_goal(goal_set) if body.session_id is None else body.session_id
     step = runtime.env.reset(goal, goal_set=goal_set)
-    await runtime.sessions.put(body.env_idx, step.state, version)
-    return json_response([step.observation, None])
+    answer = _answer([step.observation, None])
+    await runtime.sessions.put(body.env_idx, step.state, version, key, answer)
+    return _sent(answer)
 
 
 @router.post("/step", response_model=CompatStepResponse, responses=ERRORS)
@@ -139,22 +183,17 @@ async def step(
         ),
     ] = None,
 ) -> Response:
-    """Apply one action to the session's episode (once per `Idempotency-Key`, when the client sends one)."""
+    """Apply one action to the session's episode, once per request (and per `Idempotency-Key`, when the client
+    sends one: a retry with it gets the first answer again)."""
     runtime = runtime_of(request)
-    idempotency_key = idempotency_key or None  # an empty key is no key
-    state, version = await runtime.sessions.get(body.env_idx)
-    if idempotency_key is not None and version.key == idempotency_key:
-        # a retry of the step that made this state (its answer was lost): answer it again from the state
-        page, limit = runtime.env.observe(state), runtime.settings.max_steps
-        done = page.done or (bool(limit) and state.steps >= limit)
-        return json_response(
-            {"state": page.observation, "reward": state.reward or 0.0, "done": done, "info": None}
-        )
+    key = request_key(header_key(request), request.url.path, body.model_dump())
+    state, version = await runtime.sessions.get(body.env_idx, key, touch=False)
     result, truncated = runtime.step(state, body.action, "compat")
-    await runtime.sessions.put(body.env_idx, result.state, version, idempotency_key)
-    return json_response(
+    answer = _answer(
         {"state": result.observation, "reward": result.reward, "done": result.done or truncated, "info": None}
     )
+    await runtime.sessions.put(body.env_idx, result.state, version, key, answer)
+    return _sent(answer)
 
 
 @router.get("/observation", response_model=str, responses=ERRORS)
@@ -182,6 +221,8 @@ async def instruction_text(request: Request, env_idx: EnvIdxQuery) -> Response:
 
 
 @router.post("/close", response_model=CloseResponse, responses=ERRORS)
-async def close(request: Request, body: CompatClose) -> dict[str, Any]:
+async def close(request: Request, body: CompatClose) -> Response:
     """Free the session (`closed: false` if it was not live)."""
-    return {"closed": await runtime_of(request).sessions.close(body.env_idx)}
+    key = request_key(header_key(request), request.url.path, body.model_dump())
+    closed = await runtime_of(request).sessions.close(body.env_idx, key, _answer({"closed": True}))
+    return _sent(_answer({"closed": closed}))

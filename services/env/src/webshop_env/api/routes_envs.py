@@ -13,15 +13,21 @@ Per environment (``WEBSHOP_ENVS``), two protocols over its pure core (``envs.con
   key prefix of their own, so any replica serves them and a store restart keeps them (as WebShop's).
 
 Request fields are validated by pydantic models built from each route's declared fields (as AgentGym's own
-server does with its models), so missing or mistyped fields get 422 with our JSON error shape. The cores are
-synchronous and some take milliseconds (a BabyAI replay, a SciWorld JVM call): they run in the thread pool.
+server does with its models), so missing or mistyped fields get 422 with our JSON error shape; strings are held
+to the same 2,048-character cap as every other route's, and integers to a signed 64 bits (``out_of_range``).
+``/create``, ``/reset``, ``/step`` and ``/close`` are exactly once: the answer is recorded with the session's new
+state under the request's key, so a request the balancer re-sends after its replica died is answered once
+(``compat_sessions``). The cores are synchronous: a core that waits on another process (SciWorld's JVMs,
+``blocking = True``) runs in the thread pool, the others inline (``EnvRuntime.call``).
 """
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations, built per route at run time
 
+import contextlib
 import hashlib
 import logging
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from pydantic import BaseModel, Field, field_validator
@@ -29,25 +35,20 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..envs import registry
-from ..envs.agentgym import request_model
+from ..envs.agentgym import out_of_range, request_model
 from ..envs.contract import DELETE, KEEP, CompatCall, CompatRoute, TextEnv, Transition
-from .compat_sessions import (
-    MAX_ID,
-    CompatSessions,
-    MemorySessionStore,
-    RedisSessionStore,
-    SessionStore,
-    UnknownSession,
-)
-from .errors import ApiError
+from .compat_sessions import MAX_ID, Answer, IdTaken, UnknownSession, request_key, session_store
+from .errors import ApiError, json_bytes
 from .metrics import Metrics
-from .routes_compat import client_address
+from .routes_compat import client_address, header_key
 from .routes_native import ERRORS, MAX_ACTION_CHARS, JsonInt, json_response, utf8_text
 from .settings import Settings
 from .tokens import TokenCodec
 
 log = logging.getLogger("webshop_env.api")
 _identity = lambda value: value  # noqa: E731  (JSON states travel as they are)
+T = TypeVar("T")
+CREATE_ATTEMPTS = 8  # ids are drawn at random: a live one comes up again with odds of one in millions
 
 
 class EnvRuntime:
@@ -63,13 +64,27 @@ class EnvRuntime:
             secret, self.fingerprint, _identity, _identity, data_name=f"{env_id} data set"
         )
         self.metrics = metrics
-        self.sessions = _session_store(env_id, settings, self.codec, metrics)
+        self.sessions = session_store(
+            settings, self.codec.encode, self.codec.decode, None,
+            lambda reason, count: metrics.compat_evictions.labels(reason).inc(count),
+            name=env_id, prefix=f"agentgym:{env_id}:",
+        )  # fmt: skip
+        # A core whose calls wait on something outside this process (SciWorld's JVMs) runs in the thread pool,
+        # so the event loop serves other requests meanwhile; the others run inline: their calls are Python work
+        # under the GIL, where a thread-pool hop adds its own cost (two thread switches) and frees nothing.
+        self.blocking = bool(getattr(env, "blocking", False))
+
+    async def call(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)``: inline, or in the thread pool for a blocking core."""
+        if self.blocking:
+            return await run_in_threadpool(function, *args)
+        return function(*args)
 
     async def reset(self, task: int) -> Transition:
-        return await run_in_threadpool(self.env.reset, task)
+        return await self.call(self.env.reset, task)
 
     async def step(self, state: Any, action: str, api: str) -> Transition:
-        result = await run_in_threadpool(self.env.step, state, action)
+        result = await self.call(self.env.step, state, action)
         self.metrics.env_steps.labels(self.env_id, api).inc()
         return result
 
@@ -81,19 +96,6 @@ class EnvRuntime:
             "state": self.codec.encode(result.state),
             "info": dict(result.info),
         }
-
-
-def _session_store(env_id: str, settings: Settings, codec: TokenCodec, metrics: Metrics) -> SessionStore:
-    on_evict = lambda reason, count: metrics.compat_evictions.labels(reason).inc(count)  # noqa: E731
-    if settings.redis_url:
-        return RedisSessionStore(
-            settings.redis_url, codec.encode, codec.decode, settings.compat_max_sessions,
-            settings.compat_client_max_sessions, settings.compat_idle_ttl_s, prefix=f"agentgym:{env_id}:",
-            on_evict=on_evict,
-        )  # fmt: skip
-    return MemorySessionStore(
-        CompatSessions(settings.compat_max_sessions, settings.compat_idle_ttl_s, on_evict=on_evict)
-    )
 
 
 def build_runtimes(settings: Settings, secret: bytes, metrics: Metrics) -> dict[str, EnvRuntime]:
@@ -199,32 +201,35 @@ def compat_router(env_id: str) -> APIRouter:
 
 
 def _add_compat_route(router: APIRouter, env_id: str, route: CompatRoute) -> None:
-    model = request_model(env_id, route)
+    model = request_model(env_id, route, max_chars=MAX_ACTION_CHARS)
+    changes = route.method == "POST"  # /create, /reset, /step, /close: exactly once (compat_sessions)
+    path = f"/{env_id}{route.path}"
 
     async def serve(request: Request, fields: BaseModel) -> Response:
         runtime = runtime_for(request, env_id)
         args = fields.model_dump()
         env_idx = args.pop("id", 0)
-        version = None
+        refused = out_of_range(args)
+        if refused is not None:
+            return json_response(refused.body, refused.status)
+        key = request_key(header_key(request), path, {"id": env_idx, **args}) if changes else None
         if route.creates:
-            env_idx = await runtime.sessions.create(None, client_address(request))
-            session, version = await runtime.sessions.get(env_idx)
-        elif route.needs_id and 0 <= env_idx <= MAX_ID:
-            try:
-                session, version = await runtime.sessions.get(env_idx)
-            except UnknownSession:
-                session = None
-        else:
-            session = None
-        call = CompatCall(runtime.env, env_idx, session, args)
-        answer = await run_in_threadpool(route.handler, call)
+            return await _create(request, runtime, route, args, key)
+        session, version = None, None
+        if route.needs_id and 0 <= env_idx <= MAX_ID:
+            # unknown: the original's own "not valid" answer comes from the handler; a retry of a request
+            # applied already raises AlreadyAnswered, whose recorded answer goes out (errors.py)
+            with contextlib.suppress(UnknownSession):
+                session, version = await runtime.sessions.get(env_idx, key, touch=not changes)
+        answer = await runtime.call(route.handler, CompatCall(runtime.env, env_idx, session, args))
+        body = json_bytes(answer.body)
         if answer.session is DELETE:
-            await runtime.sessions.close(env_idx)
+            await runtime.sessions.close(env_idx, key, Answer(answer.status, body))
         elif answer.session is not KEEP and version is not None:
-            await runtime.sessions.put(env_idx, answer.session, version)
+            await runtime.sessions.put(env_idx, answer.session, version, key, Answer(answer.status, body))
         if route.path == "/step":
             runtime.metrics.env_steps.labels(env_id, "compat").inc()
-        return json_response(answer.body, answer.status)
+        return Response(body, status_code=answer.status, media_type="application/json")
 
     summary = route.summary or f"AgentGym {route.method} {route.path}"
     if route.method == "GET":
@@ -259,6 +264,27 @@ def _add_compat_route(router: APIRouter, env_id: str, route: CompatRoute) -> Non
             name=f"{env_id}{route.path}",
             responses=ERRORS,
         )
+
+
+async def _create(
+    request: Request, runtime: EnvRuntime, route: CompatRoute, args: dict[str, Any], key: str | None
+) -> Response:
+    """A new session: the handler answers for a freshly drawn id, and the store creates the session with that
+    answer in one step (a retried create gets the first one's answer, and makes no second session)."""
+    for _ in range(CREATE_ATTEMPTS):
+        env_idx = runtime.sessions.new_id()
+        answer = await runtime.call(route.handler, CompatCall(runtime.env, env_idx, None, args))
+        body = json_bytes(answer.body)
+        if answer.session is not DELETE:
+            session = None if answer.session is KEEP else answer.session
+            try:
+                await runtime.sessions.create(
+                    env_idx, session, client_address(request), key, Answer(answer.status, body)
+                )
+            except IdTaken:
+                continue
+        return Response(body, status_code=answer.status, media_type="application/json")
+    raise ApiError(503, "not_ready", "could not draw a free session id; retry")
 
 
 def include_env_routes(app: FastAPI, settings: Settings) -> None:

@@ -17,7 +17,7 @@ from ..catalog.store import PreparedCatalog
 from ..core.env import EpisodeFinished, EpisodeState, Step, WebShopEnv
 from ..core.goals import SPLITS, split_range
 from ..core.oracle import expert_actions
-from .compat_sessions import CompatSessions, MemorySessionStore, RedisSessionStore, SessionStore
+from .compat_sessions import session_store
 from .errors import ApiError
 from .metrics import Metrics
 from .settings import Settings
@@ -35,7 +35,10 @@ class Runtime:
         self.env = WebShopEnv(catalog, show_attrs=settings.show_attrs)
         self.codec = TokenCodec(secret, catalog.fingerprint)
         self.metrics = metrics
-        self.sessions = session_store(settings, self.codec, metrics)
+        self.sessions = session_store(
+            settings, self.codec.encode, self.codec.decode, metrics.compat_sessions.set,
+            lambda reason, count: metrics.compat_evictions.labels(reason).inc(count),
+        )  # fmt: skip
         self._random = random.Random()
         self.expert = lru_cache(maxsize=4096)(self._expert)
         self._steps_served = {api: metrics.steps.labels(api) for api in APIS}  # labels() locks on every call
@@ -130,25 +133,6 @@ class Runtime:
                 if key in manifest
             },
         }
-
-
-def session_store(settings: Settings, codec: TokenCodec, metrics: Metrics) -> SessionStore:
-    """Redis when ``WEBSHOP_REDIS_URL`` is set (any worker of any replica serves any session), else the
-    single-process memory store (one replica with one worker)."""
-    on_evict = lambda reason, count: metrics.compat_evictions.labels(reason).inc(count)  # noqa: E731
-    if settings.redis_url:
-        return RedisSessionStore(
-            settings.redis_url, codec.encode, codec.decode, settings.compat_max_sessions,
-            settings.compat_client_max_sessions, settings.compat_idle_ttl_s,
-            on_change=metrics.compat_sessions.set, on_evict=on_evict,
-        )  # fmt: skip
-    sessions = CompatSessions(
-        settings.compat_max_sessions,
-        settings.compat_idle_ttl_s,
-        on_change=metrics.compat_sessions.set,
-        on_evict=on_evict,
-    )
-    return MemorySessionStore(sessions)
 
 
 def package_version() -> str:

@@ -80,15 +80,21 @@ class Settings(BaseSettings):
     compat_goal_set: str = Field(default="synthetic", description="goal set of the AgentGym endpoints")
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, description="request bodies above this get 413")
     compat_max_sessions: int = Field(
-        default=100_000, ge=1, description="live AgentGym sessions in the store (per process with no Redis)"
-    )
+        default=100_000, ge=1,
+        description="live AgentGym sessions per environment in the store (per process with no Redis); when "
+        "full, /create evicts the session idle the longest",
+    )  # fmt: skip
     compat_client_max_sessions: int = Field(
         default=4096, ge=1, description="live AgentGym sessions per client address (Redis store)"
     )
     redis_url: str | None = Field(
         default=None, description="Redis holding the AgentGym sessions of every replica and worker"
     )
-    compat_idle_ttl_s: float = Field(default=900.0, gt=0, description="idle AgentGym sessions expire after")
+    compat_idle_ttl_s: float = Field(
+        default=0.0, ge=0,
+        description="idle AgentGym sessions expire after this many seconds; 0 (the default): never, as on "
+        "AgentGym's own servers (the session cap bounds memory instead)",
+    )  # fmt: skip
     max_steps: int = Field(default=100, ge=0, description="steps per episode before truncation (0: none)")
     max_batch: int = Field(default=256, ge=1, description="most steps in one /v1/step_batch request")
     show_attrs: bool = Field(default=False, description="offer the item page's Attributes button")

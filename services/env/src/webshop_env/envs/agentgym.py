@@ -34,18 +34,22 @@ def json_integer(value: object) -> int:
 
 JsonInt = Annotated[int, BeforeValidator(json_integer)]
 MAX_FIELD_CHARS = 10_000  # an action or a name: AgentGym's recordings send actions of 5,000 characters
-_FIELD_TYPES: dict[str, Any] = {
-    "int": JsonInt,
-    "str": Annotated[str, Field(max_length=MAX_FIELD_CHARS)],
-    "str_or_null": Annotated[str | None, Field(max_length=MAX_FIELD_CHARS)],
-}
+# The integers a request field may hold (a data_idx, a count): a signed 64-bit integer, what every reader of a
+# stored session (orjson) and every core can take. AgentGym's servers take any Python integer, and answer one
+# of 10**30 three ways (TextCraft takes it modulo its goals, BabyAI's gymnasium refuses the seed, SciWorld's list
+# index fails); here every environment answers it one way, in AgentGym's own error shape.
+MIN_FIELD_INT, MAX_FIELD_INT = -(2**63), 2**63 - 1
 
 
-def request_model(env_id: str, route: CompatRoute) -> type[BaseModel]:
+def request_model(env_id: str, route: CompatRoute, max_chars: int = MAX_FIELD_CHARS) -> type[BaseModel]:
     """The pydantic model of a route's request fields. AgentGym's servers validate with pydantic models too
-    (lax integers, extra fields ignored), so the HTTP layer and ``InProcessAgentGym`` share this one."""
+    (lax integers, extra fields ignored), so the HTTP layer and ``InProcessAgentGym`` share this one.
+    ``max_chars`` bounds every string field: the HTTP layer passes its request cap (2,048 characters, as on
+    every other route), the in-process replay the cores' own bound."""
+    text = Annotated[str, Field(max_length=max_chars)]
+    field_types: dict[str, Any] = {"int": JsonInt, "str": text, "str_or_null": text | None}
     # a query string's values are text: there an integer is written "3" (JSON bodies: 3 or 3.0, never "3")
-    types = {**_FIELD_TYPES, "int": int} if route.method == "GET" else _FIELD_TYPES
+    types = {**field_types, "int": int} if route.method == "GET" else field_types
     fields: dict[str, Any] = {}
     if route.needs_id and not route.creates:
         fields["id"] = (types["int"], Field(description="the session id from /create"))
@@ -59,6 +63,18 @@ def request_model(env_id: str, route: CompatRoute) -> type[BaseModel]:
         f"{env_id.capitalize()}{route.path.strip('/').replace('_', ' ').title().replace(' ', '') or 'Root'}"
     )
     return create_model(f"{name}{route.method.capitalize()}", **fields)
+
+
+def out_of_range(args: Mapping[str, Any]) -> CompatAnswer | None:
+    """AgentGym's error shape (HTTP 200 ``{"error": ...}``) for an integer field outside a signed 64-bit
+    integer, before any environment sees it (``MIN_FIELD_INT``); None when every field is in range."""
+    for name, value in args.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value > MAX_FIELD_INT:
+                return CompatAnswer({"error": f"{name} must be at most {MAX_FIELD_INT}"})
+            if value < MIN_FIELD_INT:
+                return CompatAnswer({"error": f"{name} must be at least {MIN_FIELD_INT}"})
+    return None
 
 
 def close_session(call: CompatCall) -> CompatAnswer:
@@ -88,6 +104,9 @@ class InProcessAgentGym:
         except ValidationError as error:
             return 422, {"error": "validation_error", "detail": str(error)}
         env_idx = self.next_id if route.creates else args.pop("id", 0)
+        refused = out_of_range(args)
+        if refused is not None:
+            return refused.status, refused.body
         if route.creates:
             self.next_id += 1
         answer = route.handler(CompatCall(self.env, env_idx, self.sessions.get(env_idx), args))
@@ -145,9 +164,11 @@ def replay_trace(
         want_status = record["status"]
         if want_status != 200:
             if not 400 <= status < 500:
-                differences.append(
-                    f"{label} {record['path']}: status {status}, want a 4xx (original {want_status})"
+                difference = (
+                    f"{label} {record['path']}: status {status} {body!r}, want a 4xx (original {want_status})"
                 )
+                if not documented(difference):
+                    differences.append(difference)
             continue
         want = remap_id(record["response"], rid, new_id)
         if status != 200 or body != want:
@@ -157,6 +178,13 @@ def replay_trace(
             ):  # one docs/deviations.md lists (the environment package says which)
                 differences.append(difference)
     return differences
+
+
+def over_the_request_cap(difference: str) -> bool:
+    """Whether a difference ``replay_trace`` reports over HTTP is the serving layer's request cap
+    (docs/deviations.md): a recorded action longer than 2,048 characters, refused with 422 instead of answered
+    (the original takes any length; the cores alone give the recorded answers for those steps too)."""
+    return "got 422 {'error': 'validation_error', 'detail': 'action: String should have at most 2048" in difference
 
 
 def remap_id(value: Any, old: int, new: int) -> Any:

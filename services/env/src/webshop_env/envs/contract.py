@@ -113,6 +113,8 @@ class TextEnv(Protocol):
 
 
 # Optional members a core may have (looked up with getattr; see docs/environments/adding.md):
+#   blocking: bool                             True when its calls wait on another process (SciWorld's JVMs):
+#                                              the serving layer then calls it in a thread pool, else inline
 #   close(state) -> bool                       free the simulator an episode holds (SciWorld's JVM)
 #   shutdown() -> None                         stop background work when the worker stops
 #   is_success(done, reward, info) -> bool     what counts as solved, where "done with a positive last

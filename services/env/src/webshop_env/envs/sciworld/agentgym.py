@@ -7,7 +7,8 @@ can serve the session (the one holding its JVM answers fastest). ``/create`` sta
 spares warm. Answers are the original's, field for field, and its errors are HTTP 200 ``{"error": "..."}`` as
 there, including its texts before the first reset. Differences (docs/deviations.md, "SciWorld"): ``/goals`` and
 ``/state`` before a reset answer the simulator's "not initialized" text, not a Java stack trace; ``/close`` of a
-closed or unknown id answers 409 / 404 with a message, not HTTP 500; a failed reset leaves the session as it was.
+closed or unknown id answers ``false`` (as TextCraft's and BabyAI's servers do), not HTTP 500; a failed reset
+leaves the session as it was.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ OBSERVATION_BEFORE_RESET = "'observation'"
 def documented_difference(difference: str) -> bool:
     """Whether a difference ``replay_trace`` reports is one docs/deviations.md lists: ``/goals`` and ``/state``
     before a reset, where the original leaks a Java stack trace and these answer the simulator's own "not
-    initialized" text."""
+    initialized" text; ``/close`` of a closed or unknown id, where the original crashes (HTTP 500) and this
+    answers ``false``, as the other environments' servers do."""
     label = difference.split(" {", 1)[0]
+    if difference.startswith("after close /close: status 200 False,"):
+        return True
     return (
         label in ("extra /goals", "extra /state")
         and f"got 200 {{'error': {NOT_INITIALIZED!r}}}" in difference
@@ -184,13 +188,10 @@ def state(call: CompatCall) -> CompatAnswer:
 
 def close(call: CompatCall) -> CompatAnswer:
     """``true``, and the session is kept marked deleted (later calls answer "has been deleted"); the episode's
-    JVM is freed at once. Closing an unknown or closed id crashes the original (HTTP 500): 404 / 409 here."""
-    if call.session is None:
-        return CompatAnswer({"error": f"The id {call.env_idx} is not valid."}, status=404)
-    if call.session["info"].get("deleted"):
-        return CompatAnswer(
-            {"error": f"The task with environment {call.env_idx} has been deleted."}, status=409
-        )
+    JVM is freed at once. Closing an unknown or closed id crashes the original (HTTP 500): ``false`` here, as the
+    other environments' servers answer it."""
+    if call.session is None or call.session["info"].get("deleted"):
+        return CompatAnswer(False)
     if call.session["state"] is not None:
         call.env.close(call.session["state"])  # type: ignore[attr-defined]
     return CompatAnswer(True, {"state": None, "info": {**call.session["info"], "deleted": True}})
@@ -221,5 +222,7 @@ AGENTGYM_ROUTES: tuple[CompatRoute, ...] = (
     CompatRoute(
         "GET", "/state", state, summary="look, inventory, task, goals, 10 actions and objects, moves"
     ),
-    CompatRoute("POST", "/close", close, summary="true; frees the episode's JVM"),
+    CompatRoute(
+        "POST", "/close", close, summary="true, and frees the episode's JVM; false when unknown or closed"
+    ),
 )

@@ -76,6 +76,7 @@ class SciWorldEnv:
 
     env_id: ClassVar[str] = "sciworld"
     state_travel: ClassVar[StateTravel] = "token"
+    blocking: ClassVar[bool] = True  # every call waits on a JVM over a socket: the serving layer uses threads
 
     def __init__(self, pool: JvmPool | None = None) -> None:
         self.pool = pool or JvmPool.from_env()

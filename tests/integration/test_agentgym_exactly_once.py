@@ -1,0 +1,167 @@
+"""Exactly once on the AgentGym routes, request by request, against real replicas (``api/compat_sessions.py``).
+
+When a replica dies after it stored a request's change but before its answer left, nginx re-sends the request
+to another replica with the same ``X-Request-Id`` (its ``$request_id``). These tests send exactly that: every
+state-changing request twice with one ``X-Request-Id``, first to one replica and then to the other (or to both
+at once), as the balancer would after the first one died, and check that
+
+- the second answer is the first one, byte for byte;
+- the episode is the one a single copy of each request makes (TextCraft and BabyAI: what AgentGym's server
+  answered in its recordings; WebShop: the native protocol's trace), so nothing was applied twice;
+- a retried ``/create`` makes no second session, a retried ``/close`` answers ``true`` again;
+- a different request under a used id is a new request (the key is bound to the request's content).
+
+With Redis (2 replicas) and with the single-process memory store (one replica, one worker).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from _support import Replica, start_cluster
+
+from webshop_env.envs.agentgym import remap_id
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
+ENVS = "webshop,textcraft,babyai"
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(local_cluster, conformance_catalog_dir: Path, tmp_path_factory) -> Any:
+    run_dir = tmp_path_factory.mktemp("exactly-once")
+    record = start_cluster(local_cluster, conformance_catalog_dir, run_dir, env={"WEBSHOP_ENVS": ENVS})
+    try:
+        yield [replica["url"] for replica in record["replicas"]]
+    finally:
+        local_cluster.down(run_dir, quiet=True)
+
+
+@pytest.fixture(scope="module")
+def memory_replica(conformance_catalog_dir: Path, tmp_path_factory) -> Any:
+    log = tmp_path_factory.mktemp("exactly-once-memory") / "replica.log"
+    server = Replica(conformance_catalog_dir, log, env={"WEBSHOP_ENVS": ENVS, "WEBSHOP_REDIS_URL": ""})
+    try:
+        yield [server.url, server.url]
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["redis", "memory"])
+def replicas(request: pytest.FixtureRequest) -> list[str]:
+    return request.getfixturevalue(
+        f"{request.param}_cluster" if request.param == "redis" else "memory_replica"
+    )
+
+
+def twice(urls: list[str], path: str, body: dict[str, Any], at_once: bool = False) -> requests.Response:
+    """``body`` posted to ``path`` on both replicas under one X-Request-Id (one after the other, or at once);
+    asserts the two answers are one; returns the first."""
+    headers = {"X-Request-Id": uuid.uuid4().hex}
+    if at_once:
+        with ThreadPoolExecutor(2) as pool:
+            first, second = pool.map(
+                lambda url: requests.post(url + path, json=body, headers=headers, timeout=30), urls
+            )
+    else:
+        first, second = (requests.post(url + path, json=body, headers=headers, timeout=30) for url in urls)
+    assert (first.status_code, first.content) == (second.status_code, second.content), (
+        first.text,
+        second.text,
+    )
+    return first
+
+
+def recorded(env_id: str, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` recorded solver episodes of AgentGym's server whose actions fit the 2,048 cap."""
+    episodes = []
+    for line in (FIXTURES / f"agentgym-{env_id}" / "traces.jsonl").read_text().splitlines():
+        episode = json.loads(line)
+        if episode["policy"] == "solver" and all(len(s["action"]) <= 2048 for s in episode["steps"]):
+            episodes.append(episode)
+    return episodes[:count]
+
+
+@pytest.mark.parametrize("env_id", ["textcraft", "babyai"])
+@pytest.mark.parametrize("at_once", [False, True], ids=["one-after-the-other", "at-once"])
+def test_every_request_twice_is_applied_once(replicas: list[str], env_id: str, at_once: bool) -> None:
+    urls = [f"{url}/{env_id}" for url in replicas]
+    body = (
+        {"minecraft_dir": "agentenv_textcraft/", "commands": None, "goal": None}
+        if env_id == "textcraft"
+        else None
+    )
+    for episode in recorded(env_id, 3):
+        created = (
+            twice(urls, "/create", body, at_once).json()
+            if body
+            else twice(urls, "/create", {}, at_once).json()
+        )
+        env_idx, rid = created["id"], episode["create"]["response"]["id"]
+        reset = twice(
+            urls, "/reset", {"data_idx": episode["reset"]["body"]["data_idx"], "id": env_idx}, at_once
+        )
+        assert reset.json() == remap_id(episode["reset"]["response"], rid, env_idx)
+        for step in episode["steps"]:
+            answer = twice(urls, "/step", {"action": step["action"], "id": env_idx}, at_once)
+            assert answer.json() == remap_id(step["response"], rid, env_idx), step["action"]
+        assert twice(urls, "/close", {"id": env_idx}, at_once).json() is True
+        assert requests.post(urls[0] + "/close", json={"id": env_idx}, timeout=30).json() is False
+
+
+def test_a_retried_create_makes_one_session(replicas: list[str]) -> None:
+    urls = [f"{url}/babyai" for url in replicas]
+    env_idx = twice(urls, "/create", {}).json()["id"]
+    # one session: closing it once frees it; the other replica's copy made none of its own
+    assert requests.post(urls[1] + "/close", json={"id": env_idx}, timeout=30).json() is True
+    assert requests.post(urls[0] + "/close", json={"id": env_idx}, timeout=30).json() is False
+
+
+def test_another_request_under_a_used_id_is_a_new_request(replicas: list[str]) -> None:
+    urls = [f"{url}/textcraft" for url in replicas]
+    env_idx = requests.post(urls[0] + "/create", json={}, timeout=30).json()["id"]
+    headers = {"X-Request-Id": "the-same-id-for-both"}
+    for action in ("get 1 oak logs", "get 2 oak logs"):
+        requests.post(urls[1] + "/step", json={"action": action, "id": env_idx}, headers=headers, timeout=30)
+    inventory = requests.post(
+        urls[0] + "/step", json={"action": "inventory", "id": env_idx}, timeout=30
+    ).json()
+    assert inventory["observation"] == "Inventory: [oak logs] (3) "
+
+
+def test_webshop_root_routes_too(replicas: list[str], expert_plans: dict[int, list[str]]) -> None:
+    goal, actions = next(iter(expert_plans.items()))
+    env_idx = twice(replicas, "/create", {}).json()
+    first = twice(replicas, "/reset", {"env_idx": env_idx, "session_id": goal}).json()
+    native = requests.post(f"{replicas[0]}/v1/reset", json={"goal": goal}, timeout=30).json()
+    assert first == [native["observation"], None]
+    state = native["state"]
+    for action in actions:
+        answer = twice(replicas, "/step", {"env_idx": env_idx, "action": action}).json()
+        native = requests.post(
+            f"{replicas[0]}/v1/step", json={"state": state, "action": action}, timeout=30
+        ).json()
+        state = native["state"]
+        assert (answer["state"], answer["reward"], answer["done"]) == (
+            native["observation"], native["reward"], native["done"]
+        )  # fmt: skip
+    assert (answer["reward"], answer["done"]) == (1.0, True)
+    assert twice(replicas, "/close", {"env_idx": env_idx}).json() == {"closed": True}
+
+
+def test_without_a_request_id_every_request_is_applied(replicas: list[str]) -> None:
+    """AgentGym's client straight to a replica (no balancer, so no X-Request-Id): each request is a new one."""
+    env_idx = requests.post(f"{replicas[0]}/textcraft/create", json={}, timeout=30).json()["id"]
+    for _ in range(2):
+        requests.post(
+            f"{replicas[0]}/textcraft/step", json={"action": "get 1 oak logs", "id": env_idx}, timeout=30
+        )
+    inventory = requests.post(
+        f"{replicas[1]}/textcraft/step", json={"action": "inventory", "id": env_idx}, timeout=30
+    )
+    assert inventory.json()["observation"] == "Inventory: [oak logs] (2) "

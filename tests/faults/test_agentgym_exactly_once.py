@@ -43,24 +43,32 @@ SCORE = {"textcraft": "reward", "babyai": "score", "sciworld": "score"}  # what 
 THREADS = 8  # clients per environment at once
 
 
-def recorded(env_id: str, policies: tuple[str, ...] = ("solver", "random", "gold")) -> list[dict[str, Any]]:
-    """Recorded episodes the client can replay as they were: every answer an observation (no error), every
-    action one the client's own action filter leaves as it is."""
+def recorded(
+    env_id: str, policies: tuple[str, ...] = ("solver", "random"), most_steps: int = 100
+) -> list[dict[str, Any]]:
+    """Recorded episodes the client can replay as they were, up to their end (the first ``done``): every answer an
+    observation (no error), every action within the request cap and one the client's own action filter leaves
+    as it is."""
     episodes = []
     for line in (FIXTURES / f"agentgym-{env_id}" / "traces.jsonl").read_text().splitlines():
         episode = json.loads(line)
-        answers = [episode["reset"]["response"], *(step["response"] for step in episode["steps"])]
+        steps = []
+        for step in episode["steps"]:
+            steps.append(step)
+            if isinstance(step["response"], dict) and step["response"].get("done"):
+                break
+        answers = [episode["reset"]["response"], *(step["response"] for step in steps)]
         if (
             episode.get("policy") in policies
-            and episode["steps"]
+            and 0 < len(steps) <= most_steps
             and all(isinstance(a, dict) and "error" not in a and a.get("observation") for a in answers)
-            and all(len(s["action"]) <= 2048 for s in episode["steps"])
+            and all(len(s["action"]) <= 2048 for s in steps)
             and (
                 env_id == "sciworld"
-                or all(last_action_line(f"Action: {s['action']}") == s["action"] for s in episode["steps"])
+                or all(last_action_line(f"Action: {s['action']}") == s["action"] for s in steps)
             )  # fmt: skip
         ):
-            episodes.append(episode)
+            episodes.append({**episode, "steps": steps})
     return episodes
 
 
@@ -84,9 +92,9 @@ def play(
 
 def run_clients(
     url: str, episodes: dict[str, list[dict[str, Any]]], kill: Callable[[], None], kill_after: int,
-    extra: Callable[[Callable[[], None]], tuple[int, list[str]]] | None = None,
+    extra: Callable[[Callable[[], None]], tuple[int, list[str]]] | None = None, threads: int = THREADS,
 ) -> tuple[dict[str, int], list[str], list[str]]:  # fmt: skip
-    """``THREADS`` AgentGym clients per environment, each playing its share of the episodes back to back;
+    """``threads`` AgentGym clients per environment, each playing its share of the episodes back to back;
     ``kill()`` once ``kill_after`` steps are done. (episodes played per env, differences, lost: the exceptions)."""
     steps, killed, lock = 0, threading.Event(), threading.Lock()
 
@@ -108,11 +116,11 @@ def run_clients(
 
     played = dict.fromkeys(episodes, 0)
     differences, lost = [], []
-    with ThreadPoolExecutor(THREADS * len(episodes) + 4) as pool:
+    with ThreadPoolExecutor(threads * len(episodes) + 4) as pool:
         futures = {
-            pool.submit(worker, env_id, share[index::THREADS]): env_id
+            pool.submit(worker, env_id, share[index::threads]): env_id
             for env_id, share in episodes.items()
-            for index in range(THREADS)
+            for index in range(threads)
         }
         if extra is not None:
             futures[pool.submit(extra, on_step)] = "webshop"
@@ -249,3 +257,41 @@ def _serve_again(replica: dict[str, Any], redis_url: str, log: Path) -> subproce
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
         time.sleep(0.1)
     return process
+
+
+@pytest.mark.parametrize("clients", [4])
+def test_a_sciworld_replica_killed_mid_run_loses_no_agentgym_episode(
+    conformance_catalog_dir, tmp_path, clients: int
+) -> None:
+    """SciWorld's AgentGym client, from this one host, ``clients`` at once on recorded gold episodes, with two
+    SciWorld replicas: the sessions spread over both (each replica's JVMs hold some), and when one replica's
+    process group (uvicorn and its JVMs) is SIGKILLed, the other replays its episodes on fresh JVMs and every
+    answer is still the recording's."""
+    record = start(conformance_catalog_dir, tmp_path / "run", workers=1,
+                   env={"WEBSHOP_ENVS": "sciworld", "SCIWORLD_SPARE_JVMS": "1"})  # fmt: skip
+    try:
+        episodes = recorded("sciworld", ("gold",), most_steps=15)[: 2 * clients]
+        total = sum(len(e["steps"]) for e in episodes)
+        held: dict[str, int] = {}
+
+        def kill() -> None:
+            for replica in record["replicas"]:  # where the episodes live right now
+                stats = requests.get(replica["url"] + "/sciworld/v1/info", timeout=30).json()["simulators"]
+                held[replica["name"]] = stats["idle"] + stats["busy"]
+            signal_replica(record, 0, signal.SIGKILL)
+
+        played, differences, lost = run_clients(
+            record["url"], {"sciworld": episodes}, kill, total // 3, threads=clients
+        )
+        survivor = requests.get(record["replicas"][1]["url"] + "/sciworld/v1/info", timeout=30).json()
+        figure(
+            f"SciWorld, AgentGym's client x{clients} from one host, 2 replicas: episodes held per replica when one "
+            f"was SIGKILLed {held}; {played['sciworld']} recorded gold episodes ({total} steps) played, "
+            f"{len(lost)} clients lost, {len(differences)} answers unlike the recording; the survivor replayed "
+            f"{survivor['simulators'].get('replays', 0)} episodes"
+        )
+        assert not lost, lost
+        assert not differences, differences[:5]
+        assert all(count > 0 for count in held.values()), held  # one host's sessions on both replicas
+    finally:
+        cluster.down(record["run_dir"], quiet=True)

@@ -165,3 +165,32 @@ def test_without_a_request_id_every_request_is_applied(replicas: list[str]) -> N
         f"{replicas[1]}/textcraft/step", json={"action": "inventory", "id": env_idx}, timeout=30
     )
     assert inventory.json()["observation"] == "Inventory: [oak logs] (2) "
+
+
+def test_a_replica_with_a_stale_copy_of_the_session_answers_from_the_store(redis_cluster: list[str]) -> None:
+    """A replica steps a session from its own copy when it has one (the balancer keeps a session on one
+    replica); when another replica changed the session meanwhile (a failover), the copy is stale, and the
+    answer must still be the store's: a change from a stale copy fails its compare-and-set, and an answer that
+    changes nothing (BabyAI's "has finished") is checked against the store."""
+    a, b = (f"{url}/textcraft" for url in redis_cluster)
+    env_idx = requests.post(a + "/create", json={}, timeout=30).json()["id"]
+    for base in (a, b):  # each replica now has its own copy, a's one step behind
+        requests.post(base + "/step", json={"action": "get 1 oak logs", "id": env_idx}, timeout=30)
+    inventory = requests.post(a + "/step", json={"action": "inventory", "id": env_idx}, timeout=30).json()
+    assert inventory["observation"] == "Inventory: [oak logs] (2) "
+
+    a, b = (f"{url}/babyai" for url in redis_cluster)
+    episode = recorded("babyai", 1)[0]
+    rid, data_idx = episode["create"]["response"]["id"], episode["reset"]["body"]["data_idx"]
+    env_idx = requests.post(a + "/create", timeout=30).json()["id"]
+    requests.post(a + "/reset", json={"id": env_idx, "data_idx": data_idx}, timeout=30)
+    for step in episode["steps"]:  # played to the end on a: a's copy says the episode is done
+        last = requests.post(a + "/step", json={"action": step["action"], "id": env_idx}, timeout=30).json()
+        if last.get("done"):
+            break
+    assert last["done"] is True
+    requests.post(b + "/reset", json={"id": env_idx, "data_idx": data_idx}, timeout=30)  # started again on b
+    first = requests.post(
+        a + "/step", json={"action": episode["steps"][0]["action"], "id": env_idx}, timeout=30
+    )
+    assert first.json() == remap_id(episode["steps"][0]["response"], rid, env_idx)

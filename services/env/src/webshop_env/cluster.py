@@ -73,6 +73,8 @@ def redis_persistence(env: Mapping[str, str]) -> tuple[str, ...]:
     if fsync not in APPENDFSYNC_CHOICES:
         raise ClusterError(f"SESSIONS_APPENDFSYNC={fsync!r}: use one of {', '.join(APPENDFSYNC_CHOICES)}")
     return ("--save", "", "--appendonly", "yes", "--appendfsync", fsync)
+
+
 TEMPLATE_VARS = re.compile(r"\$\{(WEBSHOP_[A-Z0-9_]+)\}")
 
 

@@ -36,15 +36,17 @@ their sessions live in a shared store (Redis), so any replica serves them. Error
 
 
 class WebShopApp(FastAPI):
-    """FastAPI, with the step's fast path (``routes_native.StepFastPath``) in front of its middleware stack."""
+    """FastAPI, with the fast paths (``routes_native.StepFastPath``, ``routes_envs.CompatFastPath``) in front of
+    its middleware stack."""
 
     step_fast_path: routes_native.StepFastPath | None = None
+    compat_fast_path: routes_envs.CompatFastPath | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        fast_path = self.step_fast_path
-        if fast_path is not None and fast_path.handles(scope):
-            await fast_path.serve(self, scope, receive, send, super().__call__)
-            return
+        for fast_path in (self.step_fast_path, self.compat_fast_path):
+            if fast_path is not None and fast_path.handles(scope):
+                await fast_path.serve(self, scope, receive, send, super().__call__)
+                return
         await super().__call__(scope, receive, send)
 
 
@@ -125,6 +127,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(ObservabilityMiddleware, recorder=recorder)  # type: ignore[arg-type]
     app.step_fast_path = routes_native.StepFastPath(recorder, settings.max_body_bytes)
+    app.compat_fast_path = routes_envs.CompatFastPath(
+        recorder, settings.max_body_bytes, settings.env_ids(), metrics
+    )
     _hot_routes_first(app, ("/v1/step", "/v1/step_batch", "/step"))
     return app
 

@@ -66,6 +66,7 @@ from typing import Any, NamedTuple, Protocol
 import orjson
 
 log = logging.getLogger("webshop_env.api")
+_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
 MAX_ID = 2**31 - 1
 MAX_REQUEST_KEY = 128  # characters of an Idempotency-Key or X-Request-Id header (nginx's $request_id is 32)
@@ -125,9 +126,12 @@ class AlreadyAnswered(Exception):
 
 
 class Version(NamedTuple):
-    """What ``put`` compares against (compare-and-set)."""
+    """What ``put`` compares against (compare-and-set); ``cached``: the state came from this process's copy of
+    the session (``RedisSessionStore``'s cache), which may be stale: a ``put`` then fails and the caller reads
+    the store and computes again."""
 
     value: object
+    cached: bool = False
 
 
 def request_key(header: str | None, path: str, fields: Mapping[str, Any]) -> str | None:
@@ -353,7 +357,9 @@ class SessionStore(Protocol):
     async def create(
         self, env_idx: int, state: Any, client: str, key: str | None = None, answer: Answer | None = None
     ) -> None: ...
-    async def get(self, env_idx: int, key: str | None = None, touch: bool = True) -> tuple[Any, Version]: ...
+    async def get(
+        self, env_idx: int, key: str | None = None, touch: bool = True, cached: bool = False
+    ) -> tuple[Any, Version]: ...
     async def put(
         self, env_idx: int, state: Any, version: Version, key: str | None = None, answer: Answer | None = None
     ) -> None: ...
@@ -379,7 +385,9 @@ class MemorySessionStore:
     ) -> None:
         self.sessions.create(state, env_idx, key, answer)
 
-    async def get(self, env_idx: int, key: str | None = None, touch: bool = True) -> tuple[Any, Version]:
+    async def get(
+        self, env_idx: int, key: str | None = None, touch: bool = True, cached: bool = False
+    ) -> tuple[Any, Version]:
         state = self.sessions.get(env_idx, key, touch)
         return state, Version(state)
 
@@ -541,11 +549,12 @@ class RedisSessionStore:
         on_evict: Callable[[str, int], None] | None = None,
         deadline_s: float = 1.5,
         name: str = "webshop",
+        cache_size: int = 4096,
     ) -> None:
         """``deadline_s`` bounds one store call, its reconnections and retries included: a store that is down
         (restarting, crashed, its host unreachable) gets a 503 ``session_store_down`` within it, before nginx's
         2 s read timeout would turn the wait into the balancer's own, vaguer, error. ``idle_ttl_s`` 0: no idle
-        expiry."""
+        expiry. ``cache_size``: sessions this process keeps a copy of (0: none; see ``get``)."""
         import redis.asyncio as aioredis
         from redis.asyncio.retry import Retry
         from redis.backoff import ExponentialBackoff
@@ -566,6 +575,9 @@ class RedisSessionStore:
         self._on_evict = on_evict
         self._random = random.SystemRandom()
         self._deadline_s = deadline_s
+        # env_idx -> (token, state) as this process last read or wrote it, least recently used first
+        self._cache: OrderedDict[int, tuple[str, Any]] = OrderedDict()
+        self._cache_size = cache_size
         self._redis = aioredis.Redis.from_url(
             url,
             socket_timeout=timeout_s,
@@ -590,7 +602,10 @@ class RedisSessionStore:
         from redis.exceptions import RedisError
 
         try:
-            return await asyncio.wait_for(self._scripts[name](args=list(args)), self._deadline_s)
+            if _timeout is None:  # Python 3.10
+                return await asyncio.wait_for(self._scripts[name](args=list(args)), self._deadline_s)
+            async with _timeout(self._deadline_s):  # no task per call, unlike wait_for: a store call is hot
+                return await self._scripts[name](args=list(args))
         except (RedisError, asyncio.TimeoutError) as error:
             reason = (
                 f"{type(error).__name__}: {error}" if str(error) else f"no answer within {self._deadline_s} s"
@@ -616,8 +631,9 @@ class RedisSessionStore:
     async def create(
         self, env_idx: int, state: Any, client: str, key: str | None = None, answer: Answer | None = None
     ) -> None:
+        token = self._encode(state)
         result = await self._run(
-            "create", self._prefix, env_idx, self._encode(state), client, self._ttl_ms, self.client_quota,
+            "create", self._prefix, env_idx, token, client, self._ttl_ms, self.client_quota,
             self.max_sessions, key or "", answer.pack() if answer else "", RETRY_WINDOW_S * 1000,
         )  # fmt: skip
         status = int(result[0])
@@ -636,33 +652,62 @@ class RedisSessionStore:
                 self._on_evict(reason, count)
         if self._on_change is not None:
             self._on_change(int(result[1]))
+        self._remember(env_idx, token, state)
 
-    async def get(self, env_idx: int, key: str | None = None, touch: bool = True) -> tuple[Any, Version]:
+    async def get(
+        self, env_idx: int, key: str | None = None, touch: bool = True, cached: bool = False
+    ) -> tuple[Any, Version]:
+        """The session's state and version. ``cached``: from this process's copy when it has one, without asking
+        the store (a request that changes the session, and whose ``put`` checks the version): the balancer sends a
+        session's requests to one replica, so that copy is nearly always current, and a step then costs one store
+        call instead of two. When another process changed the session meanwhile, the ``put`` fails and the
+        caller asks again with ``cached=False`` (``routes_envs.compat_answer``)."""
+        if cached and self._cache_size:
+            hit = self._cache.get(env_idx)
+            if hit is not None:
+                self._cache.move_to_end(env_idx)
+                return hit[1], Version(hit[0], cached=True)
         result = await self._run("get", self._prefix, env_idx, self._ttl_ms, key or "", "1" if touch else "0")
         status = int(result[0])
         if status == 2:
+            self._cache.pop(env_idx, None)
             raise AlreadyAnswered(Answer.unpack(result[1]))
         if status == 0:
+            self._cache.pop(env_idx, None)
             raise UnknownSession(env_idx)
         token = result[1]
-        return self._decode(token), Version(token)
+        state = self._decode(token)
+        self._remember(env_idx, token, state)
+        return state, Version(token)
 
     async def put(
         self, env_idx: int, state: Any, version: Version, key: str | None = None, answer: Answer | None = None
     ) -> None:
+        token = self._encode(state)
         result = await self._run(
-            "put", self._prefix, env_idx, version.value, self._encode(state), self._ttl_ms, key or "",
+            "put", self._prefix, env_idx, version.value, token, self._ttl_ms, key or "",
             answer.pack() if answer else "",
         )  # fmt: skip
         status = int(result[0])
+        if status != 1:
+            self._cache.pop(env_idx, None)
         if status == 2:
             raise AlreadyAnswered(Answer.unpack(result[1]))
         if status == 0:
             raise UnknownSession(env_idx)
         if status == -1:
             raise SessionConflict(_conflict(env_idx))
+        self._remember(env_idx, token, state)
+
+    def _remember(self, env_idx: int, token: str, state: Any) -> None:
+        if self._cache_size:
+            self._cache[env_idx] = (token, state)
+            self._cache.move_to_end(env_idx)
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
 
     async def close(self, env_idx: int, key: str | None = None, answer: Answer | None = None) -> bool:
+        self._cache.pop(env_idx, None)
         result = await self._run(
             "close", self._prefix, env_idx, key or "", answer.pack() if answer else "", RETRY_WINDOW_S * 1000
         )

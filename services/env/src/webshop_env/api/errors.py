@@ -102,6 +102,23 @@ def classify(error: Exception) -> tuple[int, str]:
     return 500, "internal_error"
 
 
+def known_error_response(
+    error: Exception, method: str, path: str, count: Callable[[str], None] | None = None
+) -> Response:
+    """The JSON answer to an exception a route raised (``classify``), counted by kind and logged where it is
+    the server's side: the app's exception handlers and the AgentGym routes' fast path answer with this."""
+    status, kind = classify(error)
+    if count is not None:
+        count(kind)
+    if status == 503:
+        log.warning("%s on %s %s: %s", kind, method, path, error)
+        return error_response(status, kind, str(error), headers={"Retry-After": "1"})
+    if status >= 500:
+        log.error("unhandled error on %s %s", method, path, exc_info=error)
+        return error_response(status, kind, "internal error; the server log has the details")
+    return error_response(status, kind, getattr(error, "detail", None) or str(error))
+
+
 def _count(request: Request, kind: str) -> None:
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
@@ -126,15 +143,9 @@ def install_error_handlers(app: FastAPI) -> None:
     """Route every exception to a JSON error response (and count it by kind)."""
 
     async def on_known(request: Request, error: Exception) -> Response:
-        status, kind = classify(error)
-        _count(request, kind)
-        if status == 503:
-            log.warning("%s on %s %s: %s", kind, request.method, request.url.path, error)
-            return error_response(status, kind, str(error), headers={"Retry-After": "1"})
-        if status >= 500:
-            log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=error)
-            return error_response(status, kind, "internal error; the server log has the details")
-        return error_response(status, kind, getattr(error, "detail", None) or str(error))
+        return known_error_response(
+            error, request.method, request.url.path, lambda kind: _count(request, kind)
+        )
 
     async def on_validation(request: Request, error: RequestValidationError) -> Response:
         kind, detail = _validation_detail(error)

@@ -89,23 +89,31 @@ class CloseResponse(BaseModel):
 
 
 def client_address(request: Request) -> str:
-    """The client as the balancer saw it (the last ``X-Forwarded-For`` entry, which nginx appends), else the
-    peer address: the unit of the per-client session quota."""
-    forwarded = request.headers.get("x-forwarded-for")
+    """The client as the balancer saw it: the unit of the per-client session quota (``forwarded_client``)."""
+    return forwarded_client(
+        request.headers.get("x-forwarded-for"), request.client.host if request.client else None
+    )
+
+
+def forwarded_client(forwarded: str | None, peer: str | None) -> str:
+    """The last ``X-Forwarded-For`` entry (the one nginx appends), else the peer address."""
     if forwarded:
         last = forwarded.rsplit(",", 1)[-1].strip()
         if last:
             return last[:64]
-    return request.client.host if request.client else "unknown"
+    return peer or "unknown"
 
 
 def header_key(request: Request) -> str | None:
-    """What makes a state-changing request exactly-once (``compat_sessions.request_key``): the client's
-    ``Idempotency-Key``, else the balancer's ``X-Request-Id`` (nginx's ``$request_id``, the same for every
-    attempt of one request). A value that is not visible ASCII of at most ``MAX_REQUEST_KEY`` characters is no
-    key (the request is applied as a new one, as without the header)."""
-    for name in ("idempotency-key", "x-request-id"):
-        value = request.headers.get(name)
+    """What makes a state-changing request exactly-once (``compat_sessions.request_key``; ``key_header``)."""
+    return key_header(request.headers.get("idempotency-key"), request.headers.get("x-request-id"))
+
+
+def key_header(idempotency_key: str | None, request_id: str | None) -> str | None:
+    """The client's ``Idempotency-Key``, else the balancer's ``X-Request-Id`` (nginx's ``$request_id``, the same
+    for every attempt of one request). A value that is not visible ASCII of at most ``MAX_REQUEST_KEY``
+    characters is no key (the request is applied as a new one, as without the header)."""
+    for value in (idempotency_key, request_id):
         if (
             value
             and len(value) <= MAX_REQUEST_KEY

@@ -26,22 +26,43 @@ state under the request's key, so a request the balancer re-sends after its repl
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
+import orjson
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from ..envs import registry
 from ..envs.agentgym import out_of_range, request_model
 from ..envs.contract import DELETE, KEEP, CompatCall, CompatRoute, TextEnv, Transition
-from .compat_sessions import MAX_ID, Answer, IdTaken, UnknownSession, request_key, session_store
-from .errors import ApiError, json_bytes
+from .compat_sessions import (
+    MAX_ID,
+    AlreadyAnswered,
+    Answer,
+    IdTaken,
+    SessionConflict,
+    UnknownSession,
+    request_key,
+    session_store,
+)
+from .errors import ApiError, json_bytes, known_error_response, replay
 from .metrics import Metrics
-from .routes_compat import client_address, header_key
-from .routes_native import ERRORS, MAX_ACTION_CHARS, JsonInt, json_response, utf8_text
+from .routes_compat import client_address, forwarded_client, header_key, key_header
+from .routes_native import (
+    ERRORS,
+    MAX_ACTION_CHARS,
+    MAX_FAST_BRACKETS,
+    JsonInt,
+    content_length,
+    is_json,
+    json_response,
+    utf8_text,
+)
 from .settings import Settings
 from .tokens import TokenCodec
 
@@ -164,10 +185,12 @@ def native_router(env_id: str) -> APIRouter:
     @router.get("/info", responses=ERRORS, summary=f"what this replica serves for {env_id}")
     async def info(request: Request) -> Response:
         runtime = runtime_for(request, env_id)
-        return json_response(
-            {"env": env_id, "tasks": runtime.env.task_count(), "fingerprint": runtime.fingerprint,
-             "state_travel": runtime.env.state_travel, "doc": (env.__doc__ or "").strip().split("\n")[0]}
-        )  # fmt: skip
+        info = {"env": env_id, "tasks": runtime.env.task_count(), "fingerprint": runtime.fingerprint,
+                "state_travel": runtime.env.state_travel, "doc": (env.__doc__ or "").strip().split("\n")[0]}  # fmt: skip
+        stats = getattr(runtime.env, "stats", None)
+        if callable(stats):  # this process's simulators (SciWorld's JVM pool: live episodes, replays)
+            info["simulators"] = stats()
+        return json_response(info)
 
     @router.get("/tasks/{task}/expert", responses=ERRORS, summary=f"an expert's actions for a {env_id} task")
     async def expert(request: Request, task: Annotated[int, Path(ge=0, le=MAX_ID)]) -> Response:
@@ -200,36 +223,96 @@ def compat_router(env_id: str) -> APIRouter:
     return router
 
 
+async def compat_answer(
+    runtime: EnvRuntime, route: CompatRoute, path: str, args: dict[str, Any], header: str | None, client: str
+) -> Answer:
+    """The answer to one AgentGym request whose fields (``args``, ``id`` among them) passed the route's model:
+    the route's and the fast path's (``CompatFastPath``). ``header``: the request's key header (``key_header``),
+    ``client``: the client's address. A state-changing request (a POST) is exactly once: a retry of one that was
+    applied already gets the recorded answer (``compat_sessions``)."""
+    env_idx = args.pop("id", 0)
+    refused = out_of_range(args)
+    if refused is not None:
+        return Answer(refused.status, json_bytes(refused.body))
+    changes = route.method == "POST"  # /create, /reset, /step, /close
+    key = request_key(header, path, {"id": env_idx, **args}) if changes else None
+    try:
+        if route.creates:
+            return await _create(runtime, route, args, key, client)
+        # A change may start from this process's copy of the session (one store call instead of two); a core with
+        # a simulator of its own does not, since a stale copy would make it work for nothing (SciWorld's JVM).
+        cached = changes and not runtime.blocking
+        while True:
+            sent, fresh = await _apply(runtime, route, env_idx, args, key, cached)
+            if fresh:
+                break
+            cached = False  # the copy was stale (another process changed the session): read the store, again
+    except AlreadyAnswered as retried:
+        return retried.answer
+    if route.path == "/step":
+        runtime.metrics.env_steps.labels(runtime.env_id, "compat").inc()
+    return sent
+
+
+async def _apply(
+    runtime: EnvRuntime, route: CompatRoute, env_idx: int, args: dict[str, Any], key: str | None, cached: bool
+) -> tuple[Answer, bool]:
+    """Read the session, answer, store the change: (the answer, whether it holds). It does not hold when it was
+    computed from a cached copy of the session that turned out stale (the change did not apply, or nothing
+    checked the copy: an answer that changes nothing, a close that found no session)."""
+    session, version = None, None
+    if route.needs_id and 0 <= env_idx <= MAX_ID:
+        # unknown: the original's own "not valid" answer comes from the handler
+        with contextlib.suppress(UnknownSession):
+            session, version = await runtime.sessions.get(
+                env_idx, key, touch=route.method == "GET", cached=cached
+            )
+    from_copy = version is not None and version.cached
+    answer = await runtime.call(route.handler, CompatCall(runtime.env, env_idx, session, args))
+    sent = Answer(answer.status, json_bytes(answer.body))
+    try:
+        if answer.session is DELETE:
+            closed = await runtime.sessions.close(env_idx, key, sent)
+            return sent, closed or not from_copy
+        if answer.session is not KEEP and version is not None:
+            await runtime.sessions.put(env_idx, answer.session, version, key, sent)
+            return sent, True
+    except (SessionConflict, UnknownSession):
+        if not from_copy:
+            raise
+        return sent, False
+    return sent, not from_copy
+
+
+async def _create(
+    runtime: EnvRuntime, route: CompatRoute, args: dict[str, Any], key: str | None, client: str
+) -> Answer:
+    """A new session: the handler answers for a freshly drawn id, and the store creates the session with that
+    answer in one step (a retried create gets the first one's answer, and makes no second session)."""
+    for _ in range(CREATE_ATTEMPTS):
+        env_idx = runtime.sessions.new_id()
+        answer = await runtime.call(route.handler, CompatCall(runtime.env, env_idx, None, args))
+        sent = Answer(answer.status, json_bytes(answer.body))
+        if answer.session is not DELETE:
+            session = None if answer.session is KEEP else answer.session
+            try:
+                await runtime.sessions.create(env_idx, session, client, key, sent)
+            except IdTaken:
+                continue
+        return sent
+    raise ApiError(503, "not_ready", "could not draw a free session id; retry")
+
+
 def _add_compat_route(router: APIRouter, env_id: str, route: CompatRoute) -> None:
     model = request_model(env_id, route, max_chars=MAX_ACTION_CHARS)
-    changes = route.method == "POST"  # /create, /reset, /step, /close: exactly once (compat_sessions)
     path = f"/{env_id}{route.path}"
 
     async def serve(request: Request, fields: BaseModel) -> Response:
         runtime = runtime_for(request, env_id)
-        args = fields.model_dump()
-        env_idx = args.pop("id", 0)
-        refused = out_of_range(args)
-        if refused is not None:
-            return json_response(refused.body, refused.status)
-        key = request_key(header_key(request), path, {"id": env_idx, **args}) if changes else None
-        if route.creates:
-            return await _create(request, runtime, route, args, key)
-        session, version = None, None
-        if route.needs_id and 0 <= env_idx <= MAX_ID:
-            # unknown: the original's own "not valid" answer comes from the handler; a retry of a request
-            # applied already raises AlreadyAnswered, whose recorded answer goes out (errors.py)
-            with contextlib.suppress(UnknownSession):
-                session, version = await runtime.sessions.get(env_idx, key, touch=not changes)
-        answer = await runtime.call(route.handler, CompatCall(runtime.env, env_idx, session, args))
-        body = json_bytes(answer.body)
-        if answer.session is DELETE:
-            await runtime.sessions.close(env_idx, key, Answer(answer.status, body))
-        elif answer.session is not KEEP and version is not None:
-            await runtime.sessions.put(env_idx, answer.session, version, key, Answer(answer.status, body))
-        if route.path == "/step":
-            runtime.metrics.env_steps.labels(env_id, "compat").inc()
-        return Response(body, status_code=answer.status, media_type="application/json")
+        answer = await compat_answer(
+            runtime, route, path, fields.model_dump(), header_key(request), client_address(request)
+        )
+        return Response(answer.body, status_code=answer.status, media_type="application/json")
 
     summary = route.summary or f"AgentGym {route.method} {route.path}"
     if route.method == "GET":
@@ -266,25 +349,101 @@ def _add_compat_route(router: APIRouter, env_id: str, route: CompatRoute) -> Non
         )
 
 
-async def _create(
-    request: Request, runtime: EnvRuntime, route: CompatRoute, args: dict[str, Any], key: str | None
-) -> Response:
-    """A new session: the handler answers for a freshly drawn id, and the store creates the session with that
-    answer in one step (a retried create gets the first one's answer, and makes no second session)."""
-    for _ in range(CREATE_ATTEMPTS):
-        env_idx = runtime.sessions.new_id()
-        answer = await runtime.call(route.handler, CompatCall(runtime.env, env_idx, None, args))
-        body = json_bytes(answer.body)
-        if answer.session is not DELETE:
-            session = None if answer.session is KEEP else answer.session
-            try:
-                await runtime.sessions.create(
-                    env_idx, session, client_address(request), key, Answer(answer.status, body)
-                )
-            except IdTaken:
-                continue
-        return Response(body, status_code=answer.status, media_type="application/json")
-    raise ApiError(503, "not_ready", "could not draw a free session id; retry")
+class CompatFastPath:
+    """The AgentGym routes' POSTs (``/<env>/create``, ``/reset``, ``/step``, ``/close``) in front of the framework.
+
+    Why: AgentGym's agent loop is these requests, and FastAPI's request handling around them (routing through
+    every included router, dependency solving, the error, body-limit and metrics middlewares, each wrapping
+    ``send``) cost a third of a replica's CPU per step: the deployed path must not be slower than AgentGym's own
+    one-process server. ``WebShopApp`` calls this before its middleware stack. It takes a request only when it is
+    one the route would take: a ``Content-Length`` body within ``WEBSHOP_MAX_BODY_BYTES``, JSON (content type and
+    body) that the route's own pydantic model accepts (routes without fields, BabyAI's and SciWorld's ``/create``:
+    any body); everything else goes to the full stack with the body replayed, before anything was done, so the
+    route answers it (every 4xx of validation, the body limit's 413, the schema). What it takes it answers as the
+    route does (``compat_answer``, the same code), an error the answer raises as the app's exception handlers do
+    (``known_error_response``), and records as the middleware records a request (``RequestRecorder``).
+    ``tests/integration/test_compat_fast_path.py`` sends requests both ways and compares the answers.
+    """
+
+    def __init__(self, recorder: Any, max_body_bytes: int, env_ids: list[str], metrics: Metrics) -> None:
+        self.recorder = recorder
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+        self.routes: dict[str, tuple[str, CompatRoute, type[BaseModel]]] = {
+            f"/{env_id}{route.path}": (
+                env_id,
+                route,
+                request_model(env_id, route, max_chars=MAX_ACTION_CHARS),
+            )
+            for env_id in env_ids
+            if env_id != "webshop"
+            for route in registry.agentgym_routes(env_id)
+            if route.method == "POST"
+        }
+
+    def handles(self, scope: Scope) -> bool:
+        return scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self.routes
+
+    async def serve(self, app: Any, scope: Scope, receive: Receive, send: Send, stack: Any) -> None:
+        """Answer the request, or hand it to ``stack`` (the app's middleware stack) untouched."""
+        started = time.perf_counter()
+        path = scope["path"]
+        env_id, route, model = self.routes[path]
+        runtimes = getattr(app.state, "envs", None)
+        length = content_length(scope)
+        if not runtimes or env_id not in runtimes or length is None or length > self.max_body_bytes:
+            await stack(scope, receive, send)
+            return
+        messages = [await receive()]
+        while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
+            messages.append(await receive())
+        fields = None
+        if messages[-1]["type"] == "http.request":  # else the client went away: the stack answers that
+            fields = self._fields(scope, model, b"".join([m.get("body", b"") for m in messages]))
+        if fields is None:
+            await stack(scope, replay(messages, receive), send)
+            return
+        headers = {name: value.decode("latin-1") for name, value in scope["headers"] if name in _HEADERS}
+        peer = scope.get("client")
+        client = forwarded_client(headers.get(b"x-forwarded-for"), peer[0] if peer else None)
+        header = key_header(headers.get(b"idempotency-key"), headers.get(b"x-request-id"))
+        try:
+            answer = await compat_answer(runtimes[env_id], route, path, fields, header, client)
+            status, body, extra = answer.status, answer.body, []
+        except Exception as error:  # as the app's exception handlers answer it
+            response = known_error_response(
+                error, "POST", path, lambda kind: self.metrics.errors.labels(kind).inc()
+            )
+            status, body = response.status_code, bytes(response.body)
+            extra = [(name, value) for name, value in response.raw_headers if name == b"retry-after"]
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": [
+                (b"content-length", b"%d" % len(body)), (b"content-type", b"application/json"), *extra,
+            ]})  # fmt: skip
+            await send({"type": "http.response.body", "body": body})
+        finally:
+            self.recorder.record("POST", path, status, time.perf_counter() - started, path)
+
+    @staticmethod
+    def _fields(scope: Scope, model: type[BaseModel], body: bytes) -> dict[str, Any] | None:
+        """The request's fields as the route's model gives them, or None (the route then answers)."""
+        if not model.model_fields:
+            return {}  # the route ignores any body
+        if not is_json(scope) or body.count(b"[") + body.count(b"{") > MAX_FAST_BRACKETS:
+            return None
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        if type(data) is not dict:
+            return None
+        try:
+            return model.model_validate(data).model_dump()
+        except ValidationError:
+            return None
+
+
+_HEADERS = (b"x-forwarded-for", b"idempotency-key", b"x-request-id")
 
 
 def include_env_routes(app: FastAPI, settings: Settings) -> None:

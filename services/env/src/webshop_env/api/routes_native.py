@@ -219,7 +219,7 @@ class StepFastPath:
     async def serve(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, stack: ASGIApp) -> None:
         """Answer the step, or hand it to ``stack`` (the app's middleware stack) untouched."""
         started = time.perf_counter()
-        length = _content_length(scope)
+        length = content_length(scope)
         if length is None or length > self.max_body_bytes:
             await stack(scope, receive, send)
             return
@@ -245,7 +245,7 @@ class StepFastPath:
     def _answer(scope: Scope, body: bytes) -> bytes | None:
         """The response body of a step that succeeds, else None (the route then answers, errors included)."""
         runtime = getattr(scope["app"].state, "runtime", None)
-        if runtime is None or not _is_json(scope):
+        if runtime is None or not is_json(scope):
             return None
         if body.count(b"[") + body.count(b"{") > MAX_FAST_BRACKETS:
             return None  # possibly nested deeper than the route's JSON parser goes (it answers 400 there)
@@ -278,13 +278,13 @@ def _header(scope: Scope, wanted: bytes) -> bytes | None:
     return None
 
 
-def _content_length(scope: Scope) -> int | None:
+def content_length(scope: Scope) -> int | None:
     """The request's ``Content-Length``, or None when it has none or one that is not a number."""
     value = _header(scope, b"content-length")
     return int(value) if value is not None and value.isdigit() else None
 
 
-def _is_json(scope: Scope) -> bool:
+def is_json(scope: Scope) -> bool:
     """Content type application/json (as FastAPI parses a body as JSON); other types go to the route."""
     value = _header(scope, b"content-type")
     return value is not None and value.split(b";", 1)[0].strip().lower() == b"application/json"

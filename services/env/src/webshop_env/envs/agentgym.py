@@ -184,7 +184,10 @@ def over_the_request_cap(difference: str) -> bool:
     """Whether a difference ``replay_trace`` reports over HTTP is the serving layer's request cap
     (docs/deviations.md): a recorded action longer than 2,048 characters, refused with 422 instead of answered
     (the original takes any length; the cores alone give the recorded answers for those steps too)."""
-    return "got 422 {'error': 'validation_error', 'detail': 'action: String should have at most 2048" in difference
+    return (
+        "got 422 {'error': 'validation_error', 'detail': 'action: String should have at most 2048"
+        in difference
+    )
 
 
 def remap_id(value: Any, old: int, new: int) -> Any:

@@ -117,6 +117,7 @@ class TextEnv(Protocol):
 #                                              the serving layer then calls it in a thread pool, else inline
 #   close(state) -> bool                       free the simulator an episode holds (SciWorld's JVM)
 #   shutdown() -> None                         stop background work when the worker stops
+#   stats() -> dict[str, int]                  this process's simulators, shown by GET /<env>/v1/info
 #   is_success(done, reward, info) -> bool     what counts as solved, where "done with a positive last
 #                                              reward" is wrong (SciWorld: done also on failure or time-out)
 

@@ -191,6 +191,10 @@ class SciWorldEnv:
         """Close every JVM (the worker is stopping)."""
         self.pool.shutdown()
 
+    def stats(self) -> dict[str, int]:
+        """This process's JVMs: spares, idle and busy episodes, and counts (replays, evictions, starts)."""
+        return self.pool.stats()
+
     # ---- read-only probes for the AgentGym routes (they do not change the state) -----------------------
     def goal_progress(self, state: JSON) -> str:
         return self._probe(state, lambda s: s.goal_progress())

@@ -95,8 +95,12 @@ class Load:
         self.total = 0  # warm-up included (the CPU figure covers both)
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> int:
-    """Send one request and read its whole response; returns the status."""
+async def exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> tuple[int, bytes]:
+    """Send one HTTP/1.1 request on a keep-alive connection and read its whole response: (status, body). Lean
+    on purpose (no header parsing beyond the body's length): a load generator sharing the cores with the
+    servers it measures should cost them as little as it can (also used by ``envs.bench_agentgym``)."""
     writer.write(request)
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
@@ -104,14 +108,15 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     at = lower.find(b"\r\ncontent-length:")
     if at >= 0:
         end = lower.index(b"\r\n", at + 2)
-        await reader.readexactly(int(head[at + 17 : end]))
-    elif b"transfer-encoding: chunked" in lower:
+        return status, await reader.readexactly(int(head[at + 17 : end]))
+    chunks = []
+    if b"transfer-encoding: chunked" in lower:
         while True:
             size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            await reader.readexactly(size + 2)
+            chunks.append((await reader.readexactly(size + 2))[:-2])
             if size == 0:
                 break
-    return status
+    return status, b"".join(chunks)
 
 
 async def run_load(
@@ -136,7 +141,7 @@ async def run_load(
                 body = request(next(counter))
                 message = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
                 try:
-                    status = await _exchange(reader, writer, message)
+                    status, _ = await exchange(reader, writer, message)
                 except (OSError, asyncio.IncompleteReadError, ValueError):
                     load.errors += 1
                     load.statuses["connection"] = load.statuses.get("connection", 0) + 1

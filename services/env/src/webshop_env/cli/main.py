@@ -186,7 +186,25 @@ def cmd_bench_envs(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    rows = bench.run(env_ids, args.episodes, args.concurrency, args.url, agentgym, replicas=args.replicas)
+    if agentgym:
+        from ..envs import bench_agentgym
+
+        clients = [int(n) for n in args.clients.split(",") if n.strip()]
+        missing = [env_id for env_id in env_ids if env_id not in agentgym]
+        if missing:
+            print(
+                f"webshop-env bench-envs: no --agentgym URL for {', '.join(missing)}: not measured",
+                file=sys.stderr,
+            )
+        rows = bench_agentgym.compare(env_ids, agentgym, clients=clients, rounds=args.rounds,
+                                      episodes=args.per_client, replicas=args.replicas, workers=args.workers,
+                                      seed=args.seed, url=args.url, keep_alive=args.keep_alive)  # fmt: skip
+        if args.json:
+            _print_json(rows)
+        else:
+            print(bench_agentgym.markdown(rows))
+        return 0 if rows and not any(row["errors"] for row in rows) else 1
+    rows = bench.run(env_ids, args.episodes, args.concurrency, args.url, replicas=args.replicas)
     if args.json:
         _print_json(rows)
     else:
@@ -330,7 +348,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, default=2, help="replicas of the cluster it starts (default 2)")
     p.add_argument(
         "--agentgym", action="append", default=[], metavar="ENV=URL",
-        help="a running AgentGym server of ENV to measure with the same requests (e.g. babyai=http://127.0.0.1:8001)",
+        help="AgentGym's own server of ENV (scripts/agentgym_servers.sh starts them): instead of the table above, "
+        "ours (one process, and the deployed topology) beside it, interleaved, same actions (exit 1 on any error)",
+    )  # fmt: skip
+    p.add_argument("--clients", default="1,8", help="with --agentgym: client counts to measure (default 1,8)")
+    p.add_argument("--rounds", type=int, default=3, help="with --agentgym: interleaved rounds (default 3)")
+    p.add_argument(
+        "--per-client", type=int, default=4, help="with --agentgym: episodes per client per round (default 4)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="with --agentgym: workers per deployed replica (make up-local's 2)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="with --agentgym: seeds the tasks and BabyAI's actions"
+    )
+    p.add_argument(
+        "--keep-alive", action="store_true",
+        help="with --agentgym: one kept-alive connection per client (default: one per request, as AgentGym's client)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="JSON output")
     p.set_defaults(func=cmd_bench_envs)

@@ -6,15 +6,14 @@ For each environment: expert episodes (the environment's own ``expert``) on a fi
 - **native over HTTP**: ``/<env>/v1/reset`` + ``/<env>/v1/step`` through the balancer (nginx + replicas; a local
   cluster this command starts, or ``--url``), ``--concurrency`` episodes in flight;
 - **AgentGym over HTTP**: the same episodes with AgentGym's client requests (``/create``, ``/reset``,
-  ``/step``, ``/close``) against our routes, and, where ``--agentgym ENV=URL`` names a running AgentGym server
-  of that environment (install it yourself: it is not on PyPI), against it, in the same run, with the same driver;
+  ``/step``, ``/close``) against our routes (beside AgentGym's own servers: ``bench_agentgym``, which
+  ``--agentgym ENV=URL`` runs instead of this table);
 - **SciWorld's reset**: from the warm pool (a started JVM waiting: load + look) against a cold JVM (start + load +
   look: what AgentGym's ``/create`` + ``/reset`` cost), in process.
 
 Every row carries the 1-minute load average when it was measured. Prints a table (and JSON with ``--json``).
 Figures depend on the machine and on what else runs on it; no test asserts on them. WebShop has its own
-benchmarks (``webshop-env bench``, ``make bench``). docs/performance.md#every-environment says how to run
-AgentGym's own servers beside these.
+benchmarks (``webshop-env bench``, ``make bench``).
 """
 
 from __future__ import annotations
@@ -203,7 +202,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def run(env_ids: Sequence[str], episodes: int, concurrency: int, url: str | None,
-        agentgym: dict[str, str], replicas: int = 2) -> list[dict[str, Any]]:  # fmt: skip
+        replicas: int = 2) -> list[dict[str, Any]]:  # fmt: skip
     """Every measurement for every environment; starts (and stops) a local cluster when ``url`` is None."""
     import tempfile
     from pathlib import Path
@@ -233,10 +232,6 @@ def run(env_ids: Sequence[str], episodes: int, concurrency: int, url: str | None
             ours = asyncio.run(bench_agentgym(f"{url}/{env_id}", env_id, episode_plans[env_id], concurrency,
                                               "AgentGym routes over HTTP (ours)"))  # fmt: skip
             rows.append({"env": env_id, **ours, "load": load()})
-            if env_id in agentgym:
-                theirs = asyncio.run(bench_agentgym(agentgym[env_id], env_id, episode_plans[env_id], concurrency,
-                                                    f"AgentGym's own server ({agentgym[env_id]})"))  # fmt: skip
-                rows.append({"env": env_id, **theirs, "load": load()})
     finally:
         if cluster_dir is not None:
             from .. import cluster

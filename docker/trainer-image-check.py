@@ -23,6 +23,11 @@
 --verl-line picks the module list (0.7: FSDP workers and the interaction; 0.9: the engine workers, TransferQueue
 and the agent loop); default: the installed verl's line. --skip leaves a module out (default: the image's
 WEBSHOP_IMAGE_CHECK_SKIP, set from the build argument IMAGE_CHECK_SKIP): say why in the build log.
+
+--device cpu (default: $WEBSHOP_DEVICE, which the images set from their build argument TRAINER_DEVICE) is the
+CPU build (make train-test|eval DEVICE=cpu): the GPU engine's modules (sglang, verl's sglang server, flash_attn)
+are not there, and the CPU stand-ins that replace them are imported instead (the rollout server, the eval chat
+server, verl's CPU device seams): the same list otherwise.
 """
 
 from __future__ import annotations
@@ -62,6 +67,34 @@ GPU_RUN_MODULES = {
     # verl 0.9: main_ppo's default v1 trainer (trainer.use_v1) imports TransferQueue; workers are engine workers
     "0.9": (*_COMMON_MODULES, "verl.workers.engine_workers", "verl.trainer.ppo.v1", "transfer_queue"),
 }  # fmt: skip
+#: The GPU engine: what the CPU build (--device cpu) lacks and replaces with :data:`CPU_STAND_INS`.
+GPU_ENGINE_MODULES = (
+    "verl.workers.rollout.sglang_rollout.async_sglang_server",
+    "sglang",
+    "sglang.launch_server",
+)
+#: What stands in for the GPU engine in the CPU build, per line (agent_trainer.rehearsal: the rollout engine,
+#: the eval's chat server, verl's device seams on CPU).
+CPU_STAND_INS = {
+    "0.7": ("agent_trainer.rehearsal.cpu_rollout", "agent_trainer.rehearsal.chat_server",
+            "agent_trainer.rehearsal.cpu_verl07"),
+    "0.9": ("agent_trainer.rehearsal.cpu_rollout", "agent_trainer.rehearsal.chat_server",
+            "agent_trainer.rehearsal.cpu_platform"),
+}  # fmt: skip
+
+
+def run_modules(line: str, device: str, flash_reasons: list[str], skip: list[str]) -> list[str]:
+    """The modules a run of ``line`` on ``device`` imports: the GPU run's list, or on ``cpu`` that list with the GPU
+    engine replaced by its CPU stand-ins (and no flash_attn: the CPU attention is PyTorch's SDPA)."""
+    if device == "cpu":
+        modules = [m for m in GPU_RUN_MODULES[line] if m not in GPU_ENGINE_MODULES] + list(
+            CPU_STAND_INS[line]
+        )
+    else:
+        modules = list(GPU_RUN_MODULES[line]) + list(FLASH_ATTN_MODULES if flash_reasons else ())
+    return [m for m in modules if m not in skip]
+
+
 # What `docker build` lacks and a GPU container has: the driver libraries the NVIDIA runtime mounts.
 DRIVER_LIBRARIES = re.compile(r"lib(cuda|nvidia-ml)\.so")
 FLASH_ATTN_MODULES = ("flash_attn", "flash_attn.bert_padding")
@@ -185,20 +218,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", nargs="*", default=os.environ.get("WEBSHOP_IMAGE_CHECK_SKIP", "").split(),
                         help="modules not to import (say why); default: $WEBSHOP_IMAGE_CHECK_SKIP, which the images "
                         "set to their build's IMAGE_CHECK_SKIP so the job's rerun skips the same")  # fmt: skip
+    parser.add_argument("--device", choices=("gpu", "cpu"),
+                        default=os.environ.get("WEBSHOP_DEVICE", "").strip().lower() or "gpu",
+                        help="gpu (default) or cpu: the CPU build, whose stand-ins replace the GPU engine "
+                        "(default: $WEBSHOP_DEVICE)")  # fmt: skip
     args = parser.parse_args(argv)
     problems: list[str] = []
     line = args.verl_line or installed_verl_line()
 
-    flash_reasons = configs_need_flash_attn(args.configs)
-    modules = [
-        m for m in GPU_RUN_MODULES[line] + (FLASH_ATTN_MODULES if flash_reasons else ()) if m not in args.skip
-    ]
+    flash_reasons = configs_need_flash_attn(args.configs) if args.device == "gpu" else []
+    modules = run_modules(line, args.device, flash_reasons, args.skip)
     for reason in flash_reasons:
         print(f"image check: flash_attn required: {reason}")
+    if args.device == "cpu":
+        print(
+            f"image check: CPU build: {', '.join(GPU_ENGINE_MODULES)} replaced by {', '.join(CPU_STAND_INS[line])}"
+        )
     deferred: list[str] = []
     problems += import_errors(modules, None if args.require_driver else deferred)
     imported = len(modules) - len(problems) - len(deferred)
-    print(f"image check (verl {line} line): imported {imported}/{len(modules)} modules"
+    print(f"image check (verl {line} line, {args.device}): imported {imported}/{len(modules)} modules"
           + (f" (skipped: {', '.join(args.skip)})" if args.skip else ""))  # fmt: skip
     for item in deferred:
         print(

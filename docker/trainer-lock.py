@@ -15,7 +15,12 @@ So the lock is derived, not written by hand:
    is checked against the base's installed versions: a base package whose version some requirement excludes
    leaves the lock and is pinned to the version the resolver chose (``trainer-extra.txt``);
 3. a documented package that would have to move is an error that names it (the base image is the wrong one),
-   except those named by ``--unlock`` (moved on purpose, each with its reason in the Dockerfile).
+   except those named by ``--unlock`` (moved on purpose, each with its reason in the Dockerfile);
+4. a documented package the base lacks is pinned at its documented version (unless unlocked or pinned by our
+   constraints): a base without the GPU, as the CPU build's (``TRAINER_DEVICE=cpu``: Python and a CPU torch, no
+   sglang), then installs every package it shares with the CUDA image at the CUDA image's version
+   (transformers 4.57.1 for the 0.7.1 image, say), not whatever is newest. On the CUDA base every documented
+   package is present and this adds nothing.
 
 Writes ``image-lock.txt`` (the base's pins that stay) and ``trainer-extra.txt`` (pins for what the base lacks or
 what had to move), the two ``--constraint`` files of the install step, and prints what moved and why. Used by
@@ -117,15 +122,31 @@ def requirements_on(report: Mapping) -> dict[str, list[tuple[str, SpecifierSet]]
     return required
 
 
+def absent_documented(
+    base: Mapping[str, tuple[str, str]],
+    documented: Mapping[str, tuple[str, str]] | Iterable[str],
+    constraints: Mapping[str, tuple[str, str]],
+    unlock: Iterable[str] = (),
+) -> dict[str, str]:
+    """Rule 4: the documented packages the base lacks (neither unlocked nor pinned by ``constraints``), pinned at
+    their documented versions: normalised name -> ``Name==version``. Names without a version pin nothing."""
+    if not isinstance(documented, Mapping):
+        return {}
+    unlock = {norm(name) for name in unlock}
+    return {norm(name): f"{spelt}=={version}" for name, (spelt, version) in documented.items()
+            if norm(name) not in base and norm(name) not in unlock and norm(name) not in constraints}  # fmt: skip
+
+
 def derive(
     base: Mapping[str, tuple[str, str]],
-    documented: Iterable[str],
+    documented: Mapping[str, tuple[str, str]] | Iterable[str],
     constraints: Mapping[str, tuple[str, str]],
     report: Mapping,
     unlock: Iterable[str] = (),
 ) -> Lock:
     """The lock for installing ``report``'s resolution over ``base`` (see the module docstring)."""
     unlock = {norm(name) for name in unlock}
+    absent = absent_documented(base, documented, constraints, unlock)
     documented = {norm(name) for name in documented}
     resolved = {norm(item["metadata"]["name"]): item["metadata"] for item in report["install"]}
     required = requirements_on(report)
@@ -159,6 +180,8 @@ def derive(
     for name, (spelt, version) in constraints.items():
         if name not in out.lock and name not in out.extra:
             out.extra[name] = f"{spelt}=={version}"
+    for name, pin in absent.items():
+        out.extra.setdefault(name, pin)
     return out
 
 
@@ -193,20 +216,21 @@ def resolve(
 
 def build_lock(
     base: Mapping[str, tuple[str, str]],
-    documented: Iterable[str],
+    documented: Mapping[str, tuple[str, str]] | Iterable[str],
     constraints: Mapping[str, tuple[str, str]],
     install: Sequence[str],
     unlock: Iterable[str] = (),
     python: str = sys.executable,
 ) -> Lock:
-    """The two steps: resolve with the documented packages held (at the base's versions), then derive the lock."""
+    """The two steps: resolve with the documented packages held (at the base's versions; those the base lacks at
+    their documented ones), then derive the lock."""
     unlock = {norm(name) for name in unlock}
-    documented = [norm(name) for name in documented]
+    absent = absent_documented(base, documented, constraints, unlock)
+    names = [norm(name) for name in documented]
     held = {
-        name: f"{base[name][0]}=={base[name][1]}"
-        for name in documented
-        if name in base and name not in unlock
+        name: f"{base[name][0]}=={base[name][1]}" for name in names if name in base and name not in unlock
     }
+    held.update(absent)
     pins = {name: f"{spelt}=={version}" for name, (spelt, version) in constraints.items()
             if name not in base or name in unlock}  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:

@@ -18,6 +18,14 @@
 ARG TRAINER09_BASE_IMAGE=verlai/verl:sgl0512.latest
 FROM ${TRAINER09_BASE_IMAGE}
 
+# TRAINER_DEVICE: gpu (default: the CUDA base and its sglang) or cpu, the CPU build that `make train-test|eval
+# DEVICE=cpu` runs with the same compose services and job scripts: built FROM a base of Python and a CPU torch
+# (webshop-trainer-cpu-base, docker/standins/standins.toml), it installs the same packages at the same versions
+# (docker/trainer-lock.py's rule 4) and checks the CPU stand-ins of the GPU engine instead of sglang
+# (docker/trainer-image-check.py --device). The image's WEBSHOP_DEVICE says which it is: `agent-train train` and
+# `agent-train eval` substitute the device (and only the device) in a cpu image, and say so in the run's log.
+ARG TRAINER_DEVICE=gpu
+
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -50,31 +58,48 @@ WORKDIR /opt/webshop
 COPY docker/trainer-verl09-constraints.txt ./trainer-constraints.txt
 COPY docker/trainer-verl09-base-packages.txt ./base-packages.txt
 COPY docker/trainer-lock.py ./
-COPY services/env/ services/env/
-COPY services/trainer/ services/trainer/
-RUN { python3 -m pip check > base-pip-check.txt || true; } \
+# Only the two packages' metadata here (their dependencies): a change to the code rebuilds the last steps alone.
+COPY services/env/pyproject.toml services/env/README.md services/env/
+COPY services/trainer/pyproject.toml services/trainer/README.md services/trainer/
+RUN --mount=type=secret,id=build_ca \
+    { if [ -s /run/secrets/build_ca ]; then \
+        cat /etc/ssl/certs/ca-certificates.crt /run/secrets/build_ca > /tmp/build-ca.pem; \
+        export PIP_CERT=/tmp/build-ca.pem; fi; } \
+ && { python3 -m pip check > base-pip-check.txt || true; } \
  && python3 -m pip list --format=freeze > base-freeze.txt \
  && python3 trainer-lock.py --freeze base-freeze.txt --documented base-packages.txt --constraints trainer-constraints.txt \
         --unlock TransferQueue,transformers,fastapi,starlette \
-        ./services/env ./services/trainer verl==0.9.1 TransferQueue | tee trainer-lock.txt
+        ./services/env ./services/trainer verl==0.9.1 TransferQueue | tee trainer-lock.txt \
+ && rm -f /tmp/build-ca.pem
 
 # 2. verl 0.9.1 without its dependency list (`verl[sglang]` would re-resolve the engine the image ships), then
 #    the env package (client side), the trainer package, verl's base dependencies and TransferQueue (verl 0.9's
 #    default trainer, trainer.use_v1: true, imports it; checked against verl 0.9.1's floor below).
 # DL3013 (pin pip versions): every version comes from image-lock.txt or trainer-extra.txt (--constraint).
 # hadolint ignore=DL3013
-RUN python3 -m pip install --no-deps verl==0.9.1 \
+RUN --mount=type=secret,id=build_ca \
+    { if [ -s /run/secrets/build_ca ]; then \
+        cat /etc/ssl/certs/ca-certificates.crt /run/secrets/build_ca > /tmp/build-ca.pem; \
+        export PIP_CERT=/tmp/build-ca.pem; fi; } \
+ && python3 -m pip install --no-deps verl==0.9.1 \
  && python3 -m pip install --constraint image-lock.txt --constraint trainer-extra.txt \
         ./services/env ./services/trainer verl==0.9.1 TransferQueue \
+ && rm -f /tmp/build-ca.pem \
  && python3 -c "import importlib.metadata as m, numpy, torch, verl, transfer_queue, verl.trainer.main_ppo, \
-verl.experimental.agent_loop, webshop_env, agent_trainer.agent_loop; \
+verl.experimental.agent_loop; \
 from packaging.version import Version; \
 assert Version(m.version('TransferQueue')) >= Version('0.1.10'), 'verl 0.9.1 needs TransferQueue>=0.1.10'; \
-print('torch', torch.__version__, '| sglang', m.version('sglang'), '| verl', verl.__version__, '| numpy', \
+print('torch', torch.__version__, '| sglang', ([d.version for d in m.distributions(name='sglang')] or ['none: CPU build'])[0], '| verl', verl.__version__, '| numpy', \
 numpy.__version__, '| TransferQueue', m.version('TransferQueue'))"
 
 # The Hydra configs: configs/verl09/ (training) and configs/webshop_agent_loop.yaml (the agent loop);
 # agent-train finds them through WEBSHOP_CONFIG_DIR and picks verl09/ because verl 0.9 is installed.
+# The code of the two packages, installed over step 2's metadata-only installs (their dependencies are in).
+COPY services/env/ services/env/
+COPY services/trainer/ services/trainer/
+RUN python3 -m pip install --no-deps --force-reinstall ./services/env ./services/trainer \
+ && python3 -c "import webshop_env, agent_trainer.agent_loop"
+
 COPY configs/ /opt/webshop/configs/
 
 # 3. Checks that fail the build rather than the first GPU hour (docker/trainer-image-check.py, as in the 0.7.1
@@ -88,7 +113,7 @@ ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \
- && python3 trainer-image-check.py --configs /opt/webshop/configs/verl09 \
+ && python3 trainer-image-check.py --configs /opt/webshop/configs/verl09 --device "$TRAINER_DEVICE" \
         --accepted-conflicts trainer-accepted-conflicts.txt --pip-check-output pip-check.txt \
         --baseline base-pip-check.txt --verl-line 0.9
 
@@ -103,7 +128,8 @@ ENV HOME=/home/verl \
     TRITON_CACHE_DIR=/cache/triton \
     WEBSHOP_CONFIG_DIR=/opt/webshop/configs \
     WEBSHOP_AGENT_LOOP_CONFIG=/opt/webshop/configs/webshop_agent_loop.yaml \
-    VERL_LINE=0.9
+    VERL_LINE=0.9 \
+    WEBSHOP_DEVICE=${TRAINER_DEVICE}
 
 USER 10001:10001
 WORKDIR /home/verl

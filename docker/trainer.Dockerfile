@@ -21,6 +21,14 @@
 ARG TRAINER_BASE_IMAGE=lmsysorg/sglang:v0.5.9
 FROM ${TRAINER_BASE_IMAGE}
 
+# TRAINER_DEVICE: gpu (default: the CUDA base and its sglang) or cpu, the CPU build that `make train-test|eval
+# DEVICE=cpu` runs with the same compose services and job scripts: built FROM a base of Python and a CPU torch
+# (webshop-trainer-cpu-base, docker/standins/standins.toml), it installs the same packages at the same versions
+# (docker/trainer-lock.py's rule 4) and checks the CPU stand-ins of the GPU engine instead of sglang
+# (docker/trainer-image-check.py --device). The image's WEBSHOP_DEVICE says which it is: `agent-train train` and
+# `agent-train eval` substitute the device (and only the device) in a cpu image, and say so in the run's log.
+ARG TRAINER_DEVICE=gpu
+
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # PIP_BREAK_SYSTEM_PACKAGES: the base image installs into the distribution's Python on purpose (so do we);
@@ -44,12 +52,18 @@ WORKDIR /opt/webshop
 COPY docker/trainer-constraints.txt ./trainer-constraints.txt
 COPY docker/trainer-base-packages.txt ./base-packages.txt
 COPY docker/trainer-lock.py ./
-COPY services/env/ services/env/
-COPY services/trainer/ services/trainer/
-RUN { python3 -m pip check > base-pip-check.txt || true; } \
+# Only the two packages' metadata here (their dependencies): a change to the code rebuilds the last steps alone.
+COPY services/env/pyproject.toml services/env/README.md services/env/
+COPY services/trainer/pyproject.toml services/trainer/README.md services/trainer/
+RUN --mount=type=secret,id=build_ca \
+    { if [ -s /run/secrets/build_ca ]; then \
+        cat /etc/ssl/certs/ca-certificates.crt /run/secrets/build_ca > /tmp/build-ca.pem; \
+        export PIP_CERT=/tmp/build-ca.pem; fi; } \
+ && { python3 -m pip check > base-pip-check.txt || true; } \
  && python3 -m pip list --format=freeze > base-freeze.txt \
  && python3 trainer-lock.py --freeze base-freeze.txt --documented base-packages.txt --constraints trainer-constraints.txt \
-        --unlock numpy ./services/env ./services/trainer verl==0.7.1 cachetools | tee trainer-lock.txt
+        --unlock numpy ./services/env ./services/trainer verl==0.7.1 cachetools | tee trainer-lock.txt \
+ && rm -f /tmp/build-ca.pem
 
 # 2. verl without its dependency list (`verl[sglang]==0.7.1` would pin sglang 0.5.6 and downgrade the image),
 #    then the env package (its client, and its API as a Ray Serve app), the trainer package and verl's remaining
@@ -60,12 +74,22 @@ RUN { python3 -m pip check > base-pip-check.txt || true; } \
 #    pip's resolver over this step against the base's documented package set.
 # DL3013 (pin pip versions): every version comes from image-lock.txt or trainer-extra.txt (--constraint).
 # hadolint ignore=DL3013
-RUN python3 -m pip install --no-deps verl==0.7.1 \
+RUN --mount=type=secret,id=build_ca \
+    { if [ -s /run/secrets/build_ca ]; then \
+        cat /etc/ssl/certs/ca-certificates.crt /run/secrets/build_ca > /tmp/build-ca.pem; \
+        export PIP_CERT=/tmp/build-ca.pem; fi; } \
+ && python3 -m pip install --no-deps verl==0.7.1 \
  && python3 -m pip install --constraint image-lock.txt --constraint trainer-extra.txt \
-        ./services/env ./services/trainer verl==0.7.1 cachetools
+        ./services/env ./services/trainer verl==0.7.1 cachetools \
+ && rm -f /tmp/build-ca.pem
 
 # verl's Hydra configs (test and full runs, interaction config); agent-train finds them through
 # WEBSHOP_CONFIG_DIR and passes main_ppo the absolute --config-path it needs.
+# The code of the two packages, installed over step 2's metadata-only installs (their dependencies are in).
+COPY services/env/ services/env/
+COPY services/trainer/ services/trainer/
+RUN python3 -m pip install --no-deps --force-reinstall ./services/env ./services/trainer
+
 COPY configs/ /opt/webshop/configs/
 
 # 3. Checks that fail the build rather than the first GPU hour: every module a GPU run imports imports here
@@ -82,10 +106,10 @@ ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \
- && python3 trainer-image-check.py --configs /opt/webshop/configs --accepted-conflicts trainer-accepted-conflicts.txt \
+ && python3 trainer-image-check.py --configs /opt/webshop/configs --device "$TRAINER_DEVICE" --accepted-conflicts trainer-accepted-conflicts.txt \
         --pip-check-output pip-check.txt --baseline base-pip-check.txt --verl-line 0.7 \
  && python3 -c "import importlib.metadata as m, numpy, torch, verl; print('torch', torch.__version__, '| sglang', \
-m.version('sglang'), '| verl', verl.__version__, '| numpy', numpy.__version__)"
+([d.version for d in m.distributions(name='sglang')] or ['none: CPU build'])[0], '| verl', verl.__version__, '| numpy', numpy.__version__)"
 
 RUN groupadd --gid 10001 verl \
  && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/verl --shell /bin/bash verl \
@@ -98,7 +122,8 @@ ENV HOME=/home/verl \
     XDG_CACHE_HOME=/cache \
     HF_HOME=/cache/huggingface \
     TRITON_CACHE_DIR=/cache/triton \
-    WEBSHOP_CONFIG_DIR=/opt/webshop/configs
+    WEBSHOP_CONFIG_DIR=/opt/webshop/configs \
+    WEBSHOP_DEVICE=${TRAINER_DEVICE}
 
 USER 10001:10001
 WORKDIR /home/verl

@@ -124,11 +124,21 @@ monitor: .env stack-dirs ## start TensorBoard on the logs directory (profile mon
 	$(COMPOSE) --profile monitor up --detach --build --wait tensorboard
 	@echo "TensorBoard: http://$$($(COMPOSE) --profile monitor port tensorboard 6006)"
 
-# Training and eval need an NVIDIA GPU and a Docker engine; say so, and what to run instead, before anything
-# else (before preflight, which needs the trainer's Python dependencies, and before any build).
+# DEVICE=gpu (default): the trainer and eval jobs on NVIDIA GPUs. DEVICE=cpu: the very same compose services and
+# job scripts on the CPU build of the trainer images (TRAINER_DEVICE=cpu, tagged webshop-trainer[-verl09]-cpu:local,
+# FROM the CPU base that docker/standins builds here): verl's trainer with a tiny model, its CPU rollout stand-in
+# and a scale-down, each listed in the run's log; only the GPU is substituted (docs/training.md).
+DEVICE ?= gpu
+define STACK_DEVICE_CHECK
+case "$(DEVICE)" in gpu|cpu) ;; *) echo "make $@: DEVICE must be gpu or cpu, not '$(DEVICE)'" >&2; exit 2;; esac
+endef
+
+# Training and eval need an NVIDIA GPU (DEVICE=cpu: none) and a Docker engine; say so, and what to run instead,
+# before anything else (before preflight, which needs the trainer's Python dependencies, and before any build).
 define STACK_GPU_CHECK
 problems=""; \
-if ! command -v nvidia-smi >/dev/null 2>&1; then \
+if [ "$(DEVICE)" = cpu ]; then :; \
+elif ! command -v nvidia-smi >/dev/null 2>&1; then \
   problems="$$problems\n  - no NVIDIA GPU: nvidia-smi not found (needs the NVIDIA driver and container toolkit)"; \
 elif ! nvidia-smi -L >/dev/null 2>&1; then \
   problems="$$problems\n  - no NVIDIA GPU: nvidia-smi -L lists none"; \
@@ -148,6 +158,7 @@ if [ -n "$$problems" ]; then \
     "What you can run here instead:" \
     "  make preflight   check the training configs and the rollout path on CPU (verl's validate_config, tiny model)" \
     "  make demo        the environment stack (replicas + nginx) with the expert and random policies, no GPU" \
+    "  make $@ DEVICE=cpu   the same job in Docker on the CPU build of the trainer image (a tiny model)" \
     "On a machine with an NVIDIA GPU and Docker: make train-test (one GPU), then make eval on what it saved;" \
     "make train-full (4 GPUs)." >&2; \
   exit 2; \
@@ -167,14 +178,22 @@ endef
 # One GPU count: GPU_IDS in .env. Checked on the host with python3 alone, before any image is built or pulled
 # (ids are numbers, WEBSHOP_N_GPUS agrees, the config's tensor parallel size and batch fit that count, each id is
 # listed by nvidia-smi), then handed to compose as the device list (GPU_COMPOSE) and as WEBSHOP_N_GPUS.
-GPU_COMPOSE := outputs/compose/gpus.yaml
+# DEVICE=cpu: gpu_plan.py writes the CPU build's compose file instead (no GPU reservation, the CPU images) and
+# prints the fake GPU count the CPU run uses.
+GPU_COMPOSE = outputs/compose/$(if $(filter cpu,$(DEVICE)),cpu,gpus).yaml
 # (.env.example's values until `make up` has written .env)
 GPU_PLAN = $(PYTHON) services/trainer/src/agent_trainer/gpu_plan.py --env-file "$$([ -f .env ] && echo .env || echo .env.example)" \
-  --config-dir configs$(if $(filter 0.9,$(VERL_LINE)),/verl09)
+  --config-dir configs$(if $(filter 0.9,$(VERL_LINE)),/verl09) --device $(DEVICE)
 define STACK_GPU_PLAN
 visible=""; if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
   visible="--visible $$(nvidia-smi -L | wc -l)"; fi; \
 $(GPU_PLAN) --config $(1) $$visible >/dev/null || { echo "make $@: fix GPU_IDS / the knobs above in .env (nothing was built)" >&2; exit 2; }
+endef
+# DEVICE=cpu: the CPU build's base image (Python and a CPU torch) is never on a registry: built here when missing
+# (docker/standins, as make docker-standins does; root and debootstrap the first time).
+define STACK_CPU_BASE
+$(if $(filter cpu,$(DEVICE)),DOCKER="$(DOCKER)" COMPOSE="$(COMPOSE)" $(HOST_CHECKS_PY) docker/standins/build.py ensure --no-pull \
+  "$$($(GPU_PLAN) --config eval --cpu-base-image)" >/dev/null,true)
 endef
 # ENV=webshop (default) | textcraft | babyai | sciworld: train on that environment (configs/<env>_grpo_test.yaml /
 # _train.yaml; WebShop keeps test / full); ENV=mixed or a list (ENV=textcraft,webshop): the mixed config on those
@@ -195,15 +214,21 @@ endef
 # HOST_PREFLIGHT=1: also run `make preflight` on the host first (needs the CPU venv and nginx). Without it the
 # preflight runs inside the trainer container, before training (it has everything the preflight needs).
 HOST_PREFLIGHT ?=
-TRAIN_RUN = $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --build \
+# The stack is `make up`'s, already healthy: --no-deps leaves it alone (compose run would otherwise re-create every
+# replica and the balancer whose configuration or image differs from the running one's, e.g. an env image rebuilt
+# from a changed checkout). WEBSHOP_ENVS: the list `make up` served (TRAIN_SERVE_ENVS), for the same reason (make
+# exports WEBSHOP_ENVS=$(ENVS) to every recipe, and compose keeps the environment in a service's configuration).
+TRAIN_RUN = WEBSHOP_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --no-deps --build \
   -e WEBSHOP_N_GPUS="$$($(GPU_PLAN) --config $(1) --compose-override $(GPU_COMPOSE))" -e TRAIN_CONFIG=$(1) \
   -e TRAIN_ENVS=$(TRAIN_DATA_ENVS) $(TRAINER_SERVICE)
 
-train-test: ## GRPO test run in the trainer container, saves its last step for make eval (GPU + Docker; VERL_LINE=0.7|0.9; ENV=webshop|textcraft|babyai|sciworld|mixed)
+train-test: ## GRPO test run in the trainer container, saves its last step for make eval (GPU + Docker, or DEVICE=cpu; VERL_LINE=0.7|0.9; ENV=webshop|textcraft|babyai|sciworld|mixed|a,b)
 	@$(STACK_VERL_LINE_CHECK)
+	@$(STACK_DEVICE_CHECK)
 	@$(STACK_TRAIN_ENV_CHECK)
 	@$(call STACK_GPU_PLAN,$(call TRAIN_CONFIG_OF,test))
 	@$(STACK_GPU_CHECK)
+	@$(STACK_CPU_BASE)
 	@$(if $(HOST_PREFLIGHT),$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE),true)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
 	$(call TRAIN_RUN,$(call TRAIN_CONFIG_OF,test))
@@ -212,23 +237,30 @@ train-test: ## GRPO test run in the trainer container, saves its last step for m
 
 train-full: ## full GRPO run (configs/webshop_grpo_train.yaml, 4 GPUs: GPU_IDS=0,1,2,3; ENV=... as train-test: <env>_grpo_train.yaml) in the trainer container (GPU + Docker)
 	@$(STACK_VERL_LINE_CHECK)
+	@$(STACK_DEVICE_CHECK)
 	@$(STACK_TRAIN_ENV_CHECK)
 	@$(call STACK_GPU_PLAN,$(call TRAIN_CONFIG_OF,full))
 	@$(STACK_GPU_CHECK)
+	@$(STACK_CPU_BASE)
 	@$(if $(HOST_PREFLIGHT),$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE),true)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
 	$(call TRAIN_RUN,$(call TRAIN_CONFIG_OF,full))
 
 # The preflight alone, in the trainer image, against the compose stack (what train-test runs before training).
-train-preflight: ## the preflight inside the trainer container (CONFIG=test|full; GPU + Docker, no GPU time)
+train-preflight: ## the preflight inside the trainer container (CONFIG=test|full, ENV=... as train-test; GPU + Docker or DEVICE=cpu, no GPU time)
 	@$(STACK_VERL_LINE_CHECK)
-	@$(call STACK_GPU_PLAN,$(or $(CONFIG),test))
+	@$(STACK_DEVICE_CHECK)
+	@$(STACK_TRAIN_ENV_CHECK)
+	@case "$(or $(CONFIG),test)" in test|full) ;; *) echo "make $@: CONFIG must be test or full, not '$(CONFIG)'" >&2; exit 2;; esac
+	@$(call STACK_GPU_PLAN,$(call TRAIN_CONFIG_OF,$(or $(CONFIG),test)))
 	@$(STACK_GPU_CHECK)
-	@$(MAKE) --no-print-directory -f $(STACK_MK) up
-	@$(GPU_PLAN) --config $(or $(CONFIG),test) --compose-override $(GPU_COMPOSE) >/dev/null
-	$(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --build --entrypoint agent-train \
-	  $(TRAINER_SERVICE) preflight --config $(or $(CONFIG),test) --catalog /data/catalog --env-url http://balancer:8080 \
-	  --out /outputs/logs/preflight $(TRAIN_EXTRA_ARGS)
+	@$(STACK_CPU_BASE)
+	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
+	@$(GPU_PLAN) --config $(call TRAIN_CONFIG_OF,$(or $(CONFIG),test)) --compose-override $(GPU_COMPOSE) >/dev/null
+	WEBSHOP_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --no-deps --build \
+	  --entrypoint agent-train $(TRAINER_SERVICE) preflight --config $(call TRAIN_CONFIG_OF,$(or $(CONFIG),test)) \
+	  --env $(TRAIN_DATA_ENVS) --catalog /data/catalog --env-url http://balancer:8080 --out /outputs/logs/preflight \
+	  $(TRAIN_EXTRA_ARGS)
 
 # MODEL_PATH: a hub id, a Hugging Face model directory (e.g. under /models), or a verl checkpoint:
 # /outputs/checkpoints/<experiment>/global_step_N, or /outputs/checkpoints/<experiment> for its latest step
@@ -236,7 +268,7 @@ train-preflight: ## the preflight inside the trainer container (CONFIG=test|full
 # ENV=textcraft|babyai|sciworld, a list (ENV=textcraft,babyai,webshop) or mixed (textcraft,babyai,webshop): that
 # environment's test split (the training data's), or a mixed eval with a report per environment and one over all;
 # `make up` then serves those environments too. Default: WebShop, as before.
-eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF dir | checkpoint> [ENV=webshop|textcraft|babyai|sciworld|mixed|a,b] [MAX_SAMPLES=500] [VERL_LINE=0.7|0.9] (GPU + Docker)
+eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF dir | checkpoint> [ENV=webshop|textcraft|babyai|sciworld|mixed|a,b] [MAX_SAMPLES=500] [VERL_LINE=0.7|0.9] (GPU + Docker, or DEVICE=cpu)
 	@$(STACK_VERL_LINE_CHECK)
 	@$(STACK_TRAIN_ENV_CHECK)
 	@if [ -z "$(MODEL_PATH)" ]; then \
@@ -244,12 +276,14 @@ eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF d
 	    "or a training run's checkpoint (/outputs/checkpoints/webshop_grpo_test: its latest global_step_N)" >&2; \
 	  exit 2; \
 	fi
+	@$(STACK_DEVICE_CHECK)
 	@$(call STACK_GPU_PLAN,eval)
 	@$(STACK_GPU_CHECK)
+	@$(STACK_CPU_BASE)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
 	@$(GPU_PLAN) --config eval --compose-override $(GPU_COMPOSE) >/dev/null
-	$(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile eval run --rm --build -e EVAL_MODEL_PATH="$(MODEL_PATH)" \
-	  -e EVAL_MAX_SAMPLES=$(MAX_SAMPLES) -e EVAL_ENV=$(TRAIN_DATA_ENVS) $(EVAL_SERVICE)
+	WEBSHOP_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile eval run --rm --no-deps --build \
+	  -e EVAL_MODEL_PATH="$(MODEL_PATH)" -e EVAL_MAX_SAMPLES=$(MAX_SAMPLES) -e EVAL_ENV=$(TRAIN_DATA_ENVS) $(EVAL_SERVICE)
 
 # Resolve the base images' tags to digests (needs registry access and docker buildx) and write them into the
 # Dockerfiles' ARG defaults (tag@sha256:digest). Run it where a registry answers; commit what it changed.

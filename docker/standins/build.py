@@ -142,8 +142,42 @@ def load_spec(path: Path = SPEC_FILE) -> Spec:
     )
 
 
+#: Where `wheel:` sources are downloaded to (kept: the next build finds them there).
+WHEEL_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "webshop-standins" / "wheels"
+
+
+def download_wheel(requirement: str, index_url: str | None = None) -> Path:
+    """The wheel of an exact ``requirement`` (``torch==2.13.0+cpu``) for this machine, from the host's pip: its
+    configured indexes and find-links first (a wheel already on disk is used as it is), then ``index_url`` (e.g.
+    PyTorch's CPU index). Cached in :data:`WHEEL_CACHE`."""
+    name, _, version = requirement.partition("==")
+    prefix = f"{name.replace('-', '_')}-{version}-"
+    found = sorted(WHEEL_CACHE.glob(f"{prefix}*.whl"))
+    if found:
+        return found[0]
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(WHEEL_CACHE),
+            "--progress-bar", "off", "--quiet", requirement]  # fmt: skip
+    attempts = [base] + ([[*base, "--extra-index-url", index_url]] if index_url else [])
+    errors = []
+    for command in attempts:
+        result = subprocess.run(command, capture_output=True, text=True)
+        found = sorted(WHEEL_CACHE.glob(f"{prefix}*.whl"))
+        if result.returncode == 0 and found:
+            return found[0]
+        errors.append((result.stderr or result.stdout).strip().splitlines()[-1:] or ["no wheel"])
+    raise StandinError(
+        f"no wheel of {requirement} for this machine (pip download: {'; '.join(e[0] for e in errors)}): put one "
+        f"in {WHEEL_CACHE}, or make it reachable from pip (PIP_FIND_LINKS, an index)"
+    )
+
+
 def resolve_source(source: str) -> Path:
-    """A host path, or `python:MODULE:FUNCTION` (the path that function returns)."""
+    """A host path, ``python:MODULE:FUNCTION`` (the path that function returns), or ``wheel:REQUIREMENT [INDEX]``
+    (that exact wheel, :func:`download_wheel`)."""
+    if source.startswith("wheel:"):
+        requirement, _, index_url = source[len("wheel:") :].strip().partition(" ")
+        return download_wheel(requirement, index_url.strip() or None)
     if source.startswith("python:"):
         _, module, function = source.split(":", 2)
         try:
@@ -232,6 +266,21 @@ def build_base(spec: Spec) -> str:
     return tag
 
 
+#: Where a stand-in's setup finds the CA bundle for its downloads (PIP_CERT), removed before the commit.
+BUILD_CA_PATH = "/tmp/webshop-build-ca.pem"
+
+
+def build_ca_bundle() -> Path | None:
+    """The CA bundle a setup's downloads trust, as the image builds do (compose's ``build_ca`` secret):
+    ``BUILD_CA_BUNDLE``, else pip's or OpenSSL's (``PIP_CERT``, ``SSL_CERT_FILE``), else the system's. Never part
+    of an image: copied in for the setup and removed before the commit."""
+    for candidate in (os.environ.get("BUILD_CA_BUNDLE"), os.environ.get("PIP_CERT"),
+                      os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt"):  # fmt: skip
+        if candidate and candidate != "/dev/null" and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
 def build_standin(spec: Spec, standin: Standin) -> str:
     """One stand-in on the Debian image: apt packages, copied files, setup, committed. Cached by hash."""
     digest = standin_hash(spec, standin)
@@ -248,13 +297,21 @@ def build_standin(spec: Spec, standin: Standin) -> str:
             f"apt-get install -y -qq --no-install-recommends {packages} >/dev/null\n"
             "apt-get clean\nrm -rf /var/lib/apt/lists/*\n"
         )
+    ca_bundle = build_ca_bundle()
+    if (
+        ca_bundle is not None
+    ):  # for the setup's own downloads (pip) behind a TLS-intercepting proxy; removed after
+        script += f"export PIP_CERT={BUILD_CA_PATH}\n"
     script += standin.setup
+    script += f"\nrm -f {BUILD_CA_PATH}\n"
     container = f"webshop-standin-build-{standin.name}-{digest}"
     run([*docker_cli(), "rm", "-f", container], check=False)
     run([*docker_cli(), "create", "--name", container, base, "sh", "-euc", script])
     try:
         for source, destination in standin.copies:
             run([*docker_cli(), "cp", str(resolve_source(source)), f"{container}:{destination}"])
+        if ca_bundle is not None:
+            run([*docker_cli(), "cp", str(ca_bundle), f"{container}:{BUILD_CA_PATH}"])
         log(f"{tag}: installing {packages or 'nothing'} on {base}")
         result = run([*docker_cli(), "start", "--attach", container], check=False)
         if result.returncode != 0:

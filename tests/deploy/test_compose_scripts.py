@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
+
 STUB = """#!/bin/sh
 { echo "--- $(basename "$0")"; for arg in "$@"; do printf '%s\\n' "$arg"; done
   env | grep -E '^(WEBSHOP_|HF_TOKEN|WANDB_)' | sort | sed 's/^/@env /'; } >> "$STUB_LOG"
@@ -138,6 +140,7 @@ def test_catalog_init_explains_an_unwritable_data_dir(rendered: dict, tmp_path: 
 def _train(rendered: dict, stubs: dict[str, Any], **settings: str) -> subprocess.CompletedProcess[str]:
     entrypoint, script = _script(rendered, "trainer")
     script = script.replace("/outputs/", f"{stubs['root']}/outputs/")
+    script = script.replace("configs=/opt/webshop/configs", f"configs={REPO / 'configs'}")  # the image's copy
     env = _environment(
         rendered, "trainer", HOME=str(stubs["root"] / "home"), STUB_LOG=str(stubs["log"]),
         WEBSHOP_CONFIG_DIR="/opt/webshop/configs", **settings,
@@ -169,11 +172,11 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     assert imports == [
         "/opt/webshop/trainer-image-check.py",
         "--configs",
-        "/opt/webshop/configs",
+        str(REPO / "configs"),  # the image's /opt/webshop/configs (_train points the job at this checkout's)
         "--require-driver",
     ]
     # the run's own overrides are preflighted (verl's struct checks and validate_config) before the GPU
-    assert preflight == ["preflight", "--config", "test", "--catalog", "/data/catalog",
+    assert preflight == ["preflight", "--config", "test", "--env", "webshop", "--catalog", "/data/catalog",
                          "--env-url", "http://balancer:8080", "--out", f"{run}/preflight", "trainer.save_freq=5",
                          "trainer.test_freq=2"]  # fmt: skip
     assert train_data == [
@@ -216,7 +219,7 @@ def test_trainer_verl09_builds_agent_loop_rows_with_the_same_job(
     data_calls = [args for name, args, _ in _calls(stubs["log"]) if args[0] == "data"]
     assert len(data_calls) == 2 and all(args[-1] == "--agent-loop" for args in data_calls)
     (imports,) = [args for name, args, _ in _calls(stubs["log"]) if name == "python3"]
-    assert imports[1:] == ["--configs", "/opt/webshop/configs/verl09", "--require-driver"]
+    assert imports[1:] == ["--configs", str(REPO / "configs" / "verl09"), "--require-driver"]
 
 
 def test_the_configs_knobs_reach_the_trainer(rendered: dict, stubs: dict[str, Any]) -> None:

@@ -47,3 +47,40 @@ def test_every_service_that_reserves_a_gpu_gets_the_device_list() -> None:
         if (((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices")
     }
     assert reserving and reserving == set(GPU_SERVICES)
+
+
+def test_device_cpu_gives_every_gpu_service_its_cpu_build_and_no_gpu(
+    compose_cmd: list[str], tmp_path: Path
+) -> None:
+    """`make ... DEVICE=cpu`: the same services, jobs and volumes, on the CPU build of their image (its own tag, the
+    CPU base, TRAINER_DEVICE=cpu) with no GPU reservation and no unlimited locked memory; the fake GPU count."""
+    override = tmp_path / "cpu.yaml"
+    plan = subprocess.run([sys.executable, str(SCRIPT), "--config", "textcraft_grpo_test", "--device", "cpu",
+                           "--env-file", str(ENV_EXAMPLE), "--compose-override", str(override)],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert (plan.returncode, plan.stdout.strip()) == (0, "2"), plan.stderr
+    missing = subprocess.run([sys.executable, str(SCRIPT), "--config", "alfworld_grpo_test", "--device", "cpu",
+                              "--env-file", str(ENV_EXAMPLE)], capture_output=True, text=True)  # fmt: skip
+    assert missing.returncode == 2 and "no training config 'alfworld_grpo_test'" in missing.stderr
+
+    def render(*files: Path) -> dict:
+        rendered = subprocess.run(
+            [*compose_cmd, *(a for f in files for a in ("--file", str(f))), "--project-directory", str(REPO),
+             "--env-file", str(ENV_EXAMPLE), "--profile", "train", "--profile", "eval", "config", "--format", "json"],
+            capture_output=True, text=True, cwd=REPO,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WEBSHOP_STATE_SECRET": "gpu-test-secret-0123456789"},
+        )  # fmt: skip
+        assert rendered.returncode == 0, rendered.stderr
+        return json.loads(rendered.stdout)["services"]
+
+    gpu, cpu = render(REPO / "compose.yaml"), render(REPO / "compose.yaml", override)
+    for name in ("trainer", "trainer-verl09", "eval", "eval-verl09"):
+        assert "deploy" not in cpu[name] and "memlock" not in cpu[name]["ulimits"]
+        assert cpu[name]["image"].endswith("-cpu:local") and cpu[name]["image"] != gpu[name]["image"]
+        assert cpu[name]["build"]["args"]["TRAINER_DEVICE"] == "cpu"
+        assert "webshop-trainer-cpu-base" in next(
+            v for k, v in cpu[name]["build"]["args"].items() if "BASE" in k
+        )
+        # the job itself is the GPU run's: same script, environment, volumes, user
+        for key in ("entrypoint", "command", "environment", "volumes", "user", "working_dir", "depends_on"):
+            assert cpu[name].get(key) == gpu[name].get(key), (name, key)

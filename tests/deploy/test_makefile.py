@@ -221,11 +221,8 @@ def test_eval_accepts_the_three_model_forms_and_says_so(stack_copy: Path) -> Non
         "/models/m",
         "/outputs/checkpoints/webshop_grpo_test/global_step_8",
     ):
-        run = next(
-            line
-            for line in _make("-n", "eval", f"MODEL_PATH={model}").stdout.splitlines()
-            if "run --rm" in line
-        )
+        shown = _make("-n", "eval", f"MODEL_PATH={model}").stdout.replace("\\\n", " ")
+        run = next(line for line in shown.splitlines() if "run --rm" in line)
         assert f'EVAL_MODEL_PATH="{model}"' in run and "-f outputs/compose/gpus.yaml" in run
 
 
@@ -280,6 +277,9 @@ def test_env_picks_the_environments_config_data_and_served_environments(
         run = next(row for row in shown.splitlines() if "run --rm" in row)
         assert f"-e TRAIN_CONFIG={config} " in run and f"-e TRAIN_ENVS={data_envs} " in run
         assert run.rstrip().endswith(f" {service}"), run
+        # the job's compose run sees the list `make up` served: compose then leaves the replicas and the balancer
+        # running as they are (another WEBSHOP_ENVS, e.g. make's exported ENVS, would recreate them without it)
+        assert run.lstrip().startswith(f'WEBSHOP_ENVS="{served}" '), run
     name = {"test": "webshop_grpo_test", "full": "webshop_grpo_train"}.get(config, config)
     assert (REPO / "configs" / f"{name}.yaml").is_file() and (
         REPO / "configs" / "verl09" / f"{name}.yaml"
@@ -314,3 +314,28 @@ def test_make_up_serves_the_environments_named(stack_copy: Path) -> None:
     assert up_line("ENVS=textcraft").startswith('WEBSHOP_ENVS="textcraft" compose  up ')
     down = _make("-n", "down", "COMPOSE=compose", cwd=stack_copy).stdout
     assert "--profile sciworld" in down
+
+
+def test_eval_keeps_the_served_environments_running() -> None:
+    """`make eval ENV=babyai`: its compose run sees the list `make up ENVS=...` served (WebShop's and BabyAI's)."""
+    shown = _make("-n", "eval", "MODEL_PATH=x", "ENV=babyai", "ENVS=webshop").stdout.replace("\\\n", " ")
+    run = next(row for row in shown.splitlines() if "run --rm" in row)
+    assert run.lstrip().startswith('WEBSHOP_ENVS="babyai,webshop" '), run
+    up = next(row for row in shown.splitlines() if "--no-print-directory -f mk/stack.mk up" in row)
+    assert up.rstrip().endswith("up ENVS=babyai,webshop"), up
+
+
+@pytest.mark.parametrize("target", ["train-test", "eval"])
+def test_device_cpu_runs_the_same_services_on_the_cpu_build(target: str) -> None:
+    """DEVICE=cpu: the same compose service, with the CPU build's compose file (no GPU, the CPU images) and the
+    CPU base image made present first; nothing else of the command differs."""
+    extra = ["MODEL_PATH=x"] if target == "eval" else []
+    gpu = _make("-n", target, *extra, "ENV=textcraft,babyai").stdout.replace("\\\n", " ")
+    cpu = _make("-n", target, *extra, "ENV=textcraft,babyai", "DEVICE=cpu").stdout.replace("\\\n", " ")
+    run_gpu = next(row for row in gpu.splitlines() if "run --rm" in row)
+    run_cpu = next(row for row in cpu.splitlines() if "run --rm" in row)
+    assert "outputs/compose/gpus.yaml" in run_gpu and "outputs/compose/cpu.yaml" in run_cpu
+    assert run_cpu.replace("cpu.yaml", "gpus.yaml").replace("--device cpu", "--device gpu") == run_gpu
+    assert any("docker/standins/build.py ensure --no-pull" in row for row in cpu.splitlines())
+    assert not any("docker/standins/build.py" in row for row in gpu.splitlines())
+    assert _make(target, *extra, "DEVICE=tpu").returncode == 2

@@ -50,6 +50,20 @@ def test_every_gpu_run_module_imports_here_except_sglang() -> None:
     assert "flash_attn required" not in result.stdout  # the configs choose SDPA explicitly
 
 
+def test_the_cpu_builds_module_list_imports_here_with_nothing_skipped() -> None:
+    """TRAINER_DEVICE=cpu: the GPU engine's modules are replaced by the CPU stand-ins (the rollout server, the
+    eval's chat server, verl 0.7.1's device seams), and every module of that list imports in the CPU venv."""
+    pytest.importorskip("verl")
+    check = _check_module()
+    modules = check.run_modules("0.7", "cpu", [], [])
+    assert not set(modules) & set(check.GPU_ENGINE_MODULES)
+    assert "agent_trainer.rehearsal.cpu_rollout" in modules and "agent_trainer.verl_main" in modules
+    result = subprocess.run([sys.executable, str(SCRIPT), "--configs", str(REPO / "configs"), "--device", "cpu",
+                             "--skip"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"imported {len(modules)}/{len(modules)} modules" in result.stdout
+
+
 def test_a_config_that_needs_flash_attn_makes_it_required(tmp_path: Path) -> None:
     check = _check_module()
     for name in ("webshop_grpo_test.yaml", "webshop_grpo_train.yaml"):

@@ -93,3 +93,21 @@ def test_the_command_writes_both_files_and_says_what_moved(tmp_path, monkeypatch
     assert (tmp_path / "image-lock.txt").read_text() == "torch==2.11.0\n"
     assert (tmp_path / "trainer-extra.txt").read_text() == "aiohttp==3.14.5\nray==2.60.0\n"
     assert "moved aiohttp: aiohttp==3.12.15 -> 3.14.5" in capsys.readouterr().out
+
+
+def test_a_documented_package_the_base_lacks_keeps_its_documented_version() -> None:
+    """The CPU build's base has torch and no sglang: what it shares with the CUDA image installs at the CUDA
+    image's version (rule 4), while the base's own packages stay as they are and unlocked ones stay free."""
+    base = _pins("torch==2.13.0+cpu")  # a CPU base: torch only
+    documented = _pins("sglang==0.5.9", "torch==2.9.1", "transformers==4.57.1", "aiohttp==3.14.4")
+    lock = trainer_lock.derive(base, documented, _pins("ray==2.60.0"), REPORT, unlock=["aiohttp"])
+    assert lock.lock["torch"] == "torch==2.13.0+cpu"  # the base's own, not the documented 2.9.1
+    assert lock.extra["transformers"] == "transformers==4.57.1"
+    assert lock.extra["sglang"] == "sglang==0.5.9"  # harmless: only applies if something installs it
+    assert "aiohttp" not in lock.extra  # unlocked: the resolver's choice
+    # our own constraint wins over the documented version
+    lock = trainer_lock.derive(base, documented, _pins("transformers==4.57.3"), REPORT)
+    assert lock.extra["transformers"] == "transformers==4.57.3"
+    # a base that has every documented package (the CUDA image) gets nothing from this rule
+    full = _pins("sglang==0.5.9", "torch==2.9.1", "transformers==4.57.1", "aiohttp==3.14.5")
+    assert trainer_lock.absent_documented(full, documented, {}) == {}

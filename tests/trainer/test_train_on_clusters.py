@@ -334,3 +334,24 @@ def test_a_dead_head_is_named_before_verl_waits_on_it() -> None:
         listening.bind(("0.0.0.0", 0))  # every address: Ray checks the machine's own IP for 127.0.0.1
         listening.listen()
         assert head_unreachable({"RAY_ADDRESS": f"127.0.0.1:{listening.getsockname()[1]}"}) is None
+
+
+def test_the_secrets_file_goes_when_the_run_is_told_to_stop(tmp_path: Path) -> None:
+    """A preempted Slurm job gets SIGTERM, then SIGKILL after KillWait: the launcher removes the secrets file at
+    the SIGTERM (the workers read it when they started), not in a `finally` that a SIGKILL would skip."""
+    import signal
+    import threading
+
+    from agent_trainer.cli import _run_logged
+
+    path = worker_secrets.write_secrets(worker_secrets.secrets_path(tmp_path / "run"), {"WANDB_API_KEY": WANDB_KEY})
+    seen: list[bool] = []
+    command = [sys.executable, "-c", "import time, signal, sys\n"
+               "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nprint('ready', flush=True)\ntime.sleep(60)"]  # fmt: skip
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    timer.start()
+    code = _run_logged(command, dict(os.environ), tmp_path, tmp_path / "train.log", "catalog: test",
+                       on_stop=lambda: (seen.append(path.exists()), worker_secrets.remove_secrets(path)))  # fmt: skip
+    timer.cancel()
+    assert code == 0 and seen == [True]
+    assert not path.exists() and not path.parent.exists()

@@ -181,17 +181,18 @@ class EnvAgentLoop(AgentLoopBase):
         await ensure_ready(self.settings, client)
         session = uuid4().hex  # the env episode's key here and the LLM server's sticky request id
         metrics: dict[str, float] = {}
-        with simple_timer("tool_calls", metrics):
-            first = await episodes.reset(self.spec, client, task, goal_set=goal_set, split=split)
-        episode = Episode(state=first["state"], goal=task, goal_set=goal_set, split=split)
-        EPISODES.put(session, episode)
-        try:
-            return await self._play(session, episode, first, kwargs, sampling_params, metrics)
-        finally:
-            episode = EPISODES.get(session)
-            EPISODES.drop(session)
-            if self.spec.holds_simulator and episode is not None:
-                await episodes.close_quietly(client, episode.state)
+        async with episodes.episode_slot(self.spec, self.config):  # SciWorld: one of the fleet's JVMs
+            with simple_timer("tool_calls", metrics):
+                first = await episodes.reset(self.spec, client, task, goal_set=goal_set, split=split)
+            episode = Episode(state=first["state"], goal=task, goal_set=goal_set, split=split)
+            EPISODES.put(session, episode)
+            try:
+                return await self._play(session, episode, first, kwargs, sampling_params, metrics)
+            finally:
+                episode = EPISODES.get(session)
+                EPISODES.drop(session)
+                if self.spec.holds_simulator and episode is not None:
+                    await episodes.close_quietly(client, episode.state)
 
     async def _play(
         self,

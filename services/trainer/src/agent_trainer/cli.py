@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -35,6 +36,7 @@ from .config import (
     worker_env,
     worker_secrets,
 )
+from .rehearsal.device import on_cpu
 from .worker_secrets import (
     given_secret_overrides,
     hook_overrides,
@@ -97,6 +99,11 @@ def _env_data(args: argparse.Namespace) -> int:
     except (DataError, CatalogError, envs.UnknownEnvironment, ValueError) as error:
         print(f"agent-train data: {error}", file=sys.stderr)
         return 2
+    if summary.get("reused"):
+        print(
+            f"agent-train data: reusing the rows in {summary['out_dir']} ({summary['reused']})",
+            file=sys.stderr,
+        )
     print(sizes_table(summary), file=sys.stderr)
     print(json.dumps(summary))
     return 0
@@ -113,17 +120,43 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+#: A training config's own name: ``<env>_grpo_test`` / ``<env>_grpo_train`` (``mixed_`` for several environments).
+CONFIG_NAME = re.compile(r"(?P<env>[a-z0-9]+)_grpo_(?P<run>test|train)")
+#: ``mixed``: the environments of ``make train-test ENV=mixed``.
+MIXED_ENVS = "textcraft,babyai,webshop"
+
+
+def preflight_target(config: str | None, env: str | None) -> tuple[str | None, str | None]:
+    """``--config`` and ``--env`` of ``agent-train preflight`` as ``(test|full|None, environments)``: ``--config``
+    is ``test`` or ``full``, or a config's own name (``textcraft_grpo_test``, ``mixed_grpo_train``: what the trainer
+    job's TRAIN_CONFIG holds), whose environment is the default of ``--env``. Raises ValueError naming what it
+    accepts."""
+    if config is None or config in TRAINING_CONFIGS:
+        return config, env
+    match = CONFIG_NAME.fullmatch(config)
+    directory = training_config_dir()
+    if match is None or not (directory / f"{config}.yaml").is_file():
+        known = sorted(p.stem for p in directory.glob("*_grpo_*.yaml"))
+        raise ValueError(
+            f"no training config {config!r} in {directory}: test, full or one of {', '.join(known)}"
+        )
+    run = "test" if match["run"] == "test" else "full"
+    named = MIXED_ENVS if match["env"] == "mixed" else match["env"]
+    return run, env or named
+
+
 def _preflight(args: argparse.Namespace) -> int:
     from . import envs
     from .preflight import PreflightOptions, run_preflight
 
     try:  # --env: another environment or a mix (make preflight ENV=...); none: WebShop's preflight
-        env_ids = envs.parse_ids(args.env) if args.env else None
-    except envs.UnknownEnvironment as error:
-        print(f"agent-train preflight: --env: {error}", file=sys.stderr)
+        config, env = preflight_target(args.config, args.env)
+        env_ids = envs.parse_ids(env) if env else None
+    except (ValueError, envs.UnknownEnvironment) as error:
+        print(f"agent-train preflight: {error}", file=sys.stderr)
         return 2
     options = PreflightOptions(
-        config=args.config, catalog=args.catalog, out_dir=args.out, env_url=args.env_url, goals=args.goals,
+        config=config, catalog=args.catalog, out_dir=args.out, env_url=args.env_url, goals=args.goals,
         rollouts=args.rollouts, max_turns=args.max_turns, replicas=args.replicas, config_dir=args.config_dir,
         goal_set=args.goal_set, fresh_cluster=args.fresh_cluster, overrides=list(args.overrides), envs=env_ids,
     )  # fmt: skip
@@ -503,6 +536,21 @@ def _train(args: argparse.Namespace) -> int:
         return 2
     if env.get("WANDB_API_KEY") and not any(o.startswith("trainer.logger=") for o in overrides):
         overrides.append("trainer.logger=[console,file,tensorboard,wandb]")
+    device_note = ""
+    if on_cpu(
+        env
+    ):  # the CPU build of the trainer image: the device substituted, and said so in the run's log
+        from .rehearsal.device import cpu_train, substitution_lines
+
+        try:
+            env, overrides, listed = cpu_train(
+                installed_verl_line(), overrides, env, output_root.resolve() / experiment
+            )
+        except RuntimeError as error:
+            print(f"agent-train train: {error}", file=sys.stderr)
+            return 2
+        device_note = substitution_lines(listed)
+        print(device_note, file=sys.stderr)
     on_ray = env.get("WEBSHOP_ENV", "").strip().lower() == "ray"
     # verl joins a running cluster (WEBSHOP_ENV=ray, RAY_ADDRESS, an address override): its workers inherit their
     # node's `ray start` environment, not this one, so the run's settings travel in verl's runtime_env
@@ -551,6 +599,7 @@ def _train(args: argparse.Namespace) -> int:
     config_file = directory / f"{training_config_name(args.config)}.yaml"
     catalog_line = _training_catalog_line(env, overrides, _config_train_file(config_file))
     print(f"  {catalog_line}", file=sys.stderr)
+    overlong = _report_overlong_prompts(config, run_dir) if config is not None else ""
     problems = batch_problems(config) if config is not None else []
     if problems:
         gpus = f"{config.trainer.nnodes} node(s) x {config.trainer.n_gpus_per_node} GPU(s)"
@@ -592,23 +641,70 @@ def _train(args: argparse.Namespace) -> int:
     if secrets_file is not None:
         write_secrets(secrets_file, worker_secrets(env))
     try:
-        return _run_logged(command, env, run_dir, log_path, catalog_line)
+        # the secrets file goes as soon as the run is told to stop (a preemption's SIGTERM: the workers read it when
+        # they started), not only when verl has exited: a SIGKILL after the grace period would skip the `finally`
+        on_stop = (lambda: remove_secrets(secrets_file)) if secrets_file is not None else None
+        header = "\n".join(filter(None, [catalog_line, device_note, overlong]))
+        return _run_logged(command, env, run_dir, log_path, header, on_stop=on_stop)
     finally:
         if secrets_file is not None:
             remove_secrets(secrets_file)
 
 
+def _report_overlong_prompts(config: Any, run_dir: Path) -> str:
+    """Say which rows verl will drop for a first turn over ``data.max_prompt_length`` (its
+    ``filter_overlong_prompts`` does that without a word), with the run's own tokenizer; also written into the
+    run's log. An empty string when none is over, or when the tokenizer cannot be loaded here (then it says so)."""
+    from .data import overlong_first_turns
+
+    data = config.data
+    files = [f for key in ("train_files", "val_files") for f in
+             ([data[key]] if isinstance(data[key], str) else list(data[key]))]  # fmt: skip
+    limit, model = int(data.max_prompt_length), str(config.actor_rollout_ref.model.path)
+    try:
+        total, over = overlong_first_turns([f for f in files if Path(f).is_file()], model, limit)
+    except (
+        Exception
+    ) as error:  # no tokenizer here (an offline hub id): verl will load it; only the report is lost
+        print(
+            f"agent-train train: first turns not measured ({type(error).__name__}: {error})", file=sys.stderr
+        )
+        return ""
+    if not over:
+        return ""
+    what = ("verl's filter_overlong_prompts drops them" if data.get("filter_overlong_prompts", True)
+            else "verl refuses them (filter_overlong_prompts is off)")  # fmt: skip
+    lines = [f"agent-train train: {len(over)} of {total} rows have a first turn over data.max_prompt_length "
+             f"({limit} tokens): {what}; raise data.max_prompt_length to keep them"]  # fmt: skip
+    lines += [f"  {Path(o['file']).name} row {o['row']}: {o['env']} task {o['task']}, {o['tokens']} tokens"
+              for o in over[:20]]  # fmt: skip
+    if len(over) > 20:
+        lines.append(f"  ... and {len(over) - 20} more")
+    text = "\n".join(lines)
+    print(text, file=sys.stderr)
+    return text
+
+
 def _run_logged(
-    command: list[str], env: Mapping[str, str], run_dir: Path, log_path: Path, catalog_line: str
+    command: list[str],
+    env: Mapping[str, str],
+    run_dir: Path,
+    log_path: Path,
+    catalog_line: str,
+    on_stop: Any = None,
 ) -> int:
-    """Run ``main_ppo``, its output to this terminal and to ``train.log``; SIGTERM/SIGINT passed on to it."""
+    """Run ``main_ppo``, its output to this terminal and to ``train.log`` (after ``catalog_line``: the training data's
+    catalog, and on CPU what was substituted); SIGTERM/SIGINT passed on to it."""
     # cwd: the run directory (writable by whoever runs this), never the image's home or the caller's directory.
     with open(log_path, "ab") as log, subprocess.Popen(command, env=env, cwd=run_dir, stdout=subprocess.PIPE,
                                                        stderr=subprocess.STDOUT) as process:  # fmt: skip
         log.write(f"agent-train: {catalog_line}\n".encode())
 
-        # Pass SIGTERM/SIGINT on to main_ppo (which shuts Ray down) instead of dying and leaving it on the GPUs.
+        # Pass SIGTERM/SIGINT on to main_ppo (which shuts Ray down) instead of dying and leaving it on the GPUs;
+        # ``on_stop`` first (what must not outlive a stopped run, even if a SIGKILL follows).
         def forward(signum: int, _frame: object) -> None:
+            if on_stop is not None:
+                on_stop()
             process.send_signal(signum)
 
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -625,26 +721,19 @@ def _run_logged(
 
 
 def _env_check(args: argparse.Namespace) -> int:
-    from .env_check import run_env_check
+    from .env_check import run_env_check, summary_lines
 
     if args.episodes < 1:
         print("agent-train env-check: error: --episodes must be at least 1", file=sys.stderr)
         return 2
-    report = run_env_check(os.environ, episodes=args.episodes, goal_set=args.goal_set)
+    report = run_env_check(os.environ, episodes=args.episodes, goal_set=args.goal_set, envs=args.envs)
     text = json.dumps(report)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
     print(text)
-    if report.get("error"):
-        print(f"agent-train env-check: error: {report['error']}", file=sys.stderr)
-    for node in report.get("nodes", []):
-        if "error" in node:
-            print(f"agent-train env-check: node {node['node_ip']}: {node['error']}", file=sys.stderr)
-        else:
-            rewards = [episode[1] for episode in node["episodes"]]
-            print(f"agent-train env-check: node {node['node_ip']}: {len(rewards)} episode(s) through "
-                  f"{node['urls'][0]}, mean reward {sum(rewards) / max(1, len(rewards)):.3f}", file=sys.stderr)  # fmt: skip
+    for line in summary_lines(report):
+        print(f"agent-train env-check: {line}", file=sys.stderr)
     return 0 if report["ok"] else 1
 
 
@@ -696,8 +785,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_envs)
 
     p = commands.add_parser("preflight", help="CPU checks of configs, data, env and verl's agent loop")
-    p.add_argument("--config", choices=sorted(TRAINING_CONFIGS), default=None,
-                   help="check only this config and roll out with it (default: check both, roll out with test)")  # fmt: skip
+    p.add_argument("--config", default=None,
+                   help="test or full (check only that run's config and roll out with it), or a config's own name "
+                   "(textcraft_grpo_test, mixed_grpo_train: its environments are --env's default); default: check "
+                   "both, roll out with test")  # fmt: skip
     p.add_argument("--catalog", type=Path, default=None, help="default: $WEBSHOP_CATALOG / data/catalog")
     p.add_argument("--out", type=Path, default=Path("outputs/preflight"))
     p.add_argument("--env-url", default=None,
@@ -763,11 +854,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser(
         "env-check",
-        help="from every node of the running Ray cluster, play expert episodes through the trainer's own client "
-        "(WEBSHOP_ENV=ray: each node's Serve proxy); exit 1 if a node cannot",
+        help="from every node of the running Ray cluster, play expert episodes of every served environment through "
+        "the trainer's own clients (WEBSHOP_ENV=ray: each node's Serve proxy); exit 1 if a node cannot",
     )  # fmt: skip
-    p.add_argument("--episodes", type=int, default=8, help="expert episodes per node (default: 8)")
-    p.add_argument("--goal-set", default="synthetic", help="goal list (default: synthetic)")
+    p.add_argument("--episodes", type=int, default=8, help="expert episodes per node and environment (default: 8)")
+    p.add_argument("--envs", default=None, help="the environments to play, comma-separated (default: $WEBSHOP_ENVS, "
+                   "what serve-ray serves, else webshop)")  # fmt: skip
+    p.add_argument("--goal-set", default="synthetic", help="WebShop's goal list (default: synthetic)")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
     p.set_defaults(func=_env_check)
 

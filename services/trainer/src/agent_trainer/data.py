@@ -250,3 +250,30 @@ def dataset_catalog_line(path: Path | str) -> str | None:
         return None
     catalog = json.loads(metadata[CATALOG_METADATA_KEY])
     return f"catalog {catalog['fingerprint']} of {path}: {describe_fidelity(catalog['fidelity'])}"
+
+
+def overlong_first_turns(
+    files: Sequence[str | Path], model_path: str, limit: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """``(rows, over)``: how many rows ``files`` hold, and those whose first turn (the row's prompt in the model's
+    chat template with the generation prompt, as verl's ``filter_overlong_prompts`` measures it) has more than
+    ``limit`` tokens: ``{"file", "row", "env", "task", "tokens"}`` each. Why: verl drops such rows without a word
+    (and on 0.9.1 a row that got through would lose the start of its prompt, system message included)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    total, over = 0, []
+    for file in files:
+        for index, row in enumerate(
+            pq.read_table(file, columns=["prompt", "extra_info", "data_source"]).to_pylist()
+        ):
+            total += 1
+            ids = tokenizer.apply_chat_template(
+                list(row["prompt"]), add_generation_prompt=True, tokenize=True
+            )
+            count = len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+            if count > limit:
+                extra = row.get("extra_info") or {}
+                over.append({"file": str(file), "row": index, "env": extra.get("env") or row.get("data_source"),
+                             "task": extra.get("task", extra.get("goal")), "tokens": count})  # fmt: skip
+    return total, over

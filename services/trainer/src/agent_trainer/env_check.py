@@ -1,54 +1,162 @@
-"""``agent-train env-check``: can every node's trainer processes play episodes, the way training will?
+"""``agent-train env-check``: can every node's trainer processes play every served environment, the way training will?
 
 One Ray task per node of the running cluster (pinned there, with the run's ``WEBSHOP_*`` settings in its
-runtime environment, as the launcher gives verl's workers) opens the trainer's own client
-(``interaction.shared_client``: with ``WEBSHOP_ENV=ray`` its node's Serve proxy first) and plays expert
-episodes (the server's ``/v1/goals/<goal>/expert`` actions). The report says, per node, which address served,
-how many episodes completed and their rewards. Run it after ``webshop-env serve-ray`` and before a long run
-(the Slurm script does): a node whose processes cannot reach the env fails here in seconds, not at step 1.
+runtime environment, as the launcher gives verl's workers) opens the trainer's own clients
+(``interaction.shared_client``: with ``WEBSHOP_ENV=ray`` its node's Serve proxy first; WebShop's ``/v1``, the
+other environments' native ``/<env>/v1``) and plays expert episodes of each environment: WebShop's goals
+(``/v1/goals/<goal>/expert``), the others' tasks (``/<env>/v1/tasks/<task>/expert``; a task the environment has
+no expert for is skipped), each to its end (``done``) or to the expert's last action. The environments are those
+the run serves (``--envs``, else ``$WEBSHOP_ENVS``, else WebShop): a node that cannot reach one of them fails here,
+in seconds or minutes, not at a training step an hour in.
+
+The report says, per node and environment, which address served each episode, its reward, whether it ended and,
+for an environment that holds a simulator per episode (SciWorld), the node's simulator counts afterwards (a replay
+there means an episode's steps left the replica holding its JVM). Run it after ``webshop-env serve-ray`` and
+before a long run (the Slurm script does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+WEBSHOP = "webshop"
+#: Seconds per HTTP attempt where an environment starts a simulator per episode (SciWorld: a JVM start and a task
+#: load, 3-25 s on a loaded node for the expert's gold path); the trainer's default (10 s) elsewhere.
+SIMULATOR_TIMEOUT_S = 120.0
+#: Tasks tried per episode asked for, where an environment has no expert for some (BabyAI: 2 of the first 16).
+TRIES_PER_EPISODE = 4
 
-async def _play(episodes: int, goal_set: str, first_goal: int) -> dict[str, Any]:
+
+def served_envs(env: Mapping[str, str], envs: str | Sequence[str] | None = None) -> list[str]:
+    """The environments to play: ``envs`` (a comma-separated string or a list), else ``$WEBSHOP_ENVS`` (what
+    ``webshop-env serve-ray`` serves), else WebShop; in that order, each once. Raises ``ValueError`` naming an
+    environment the trainer does not know."""
+    from . import envs as specs
+
+    given = envs if envs is not None else (env.get("WEBSHOP_ENVS") or WEBSHOP)
+    names = [n.strip() for n in (given.split(",") if isinstance(given, str) else given) if n.strip()]
+    unknown = [n for n in names if n not in specs.ids()]
+    if unknown:
+        raise ValueError(f"unknown environment(s) {', '.join(unknown)}: the trainer knows {', '.join(specs.ids())}")
+    return list(dict.fromkeys(names)) or [WEBSHOP]
+
+
+def _settings(env_id: str) -> Any:
+    from . import envs as specs
     from .config import InteractionSettings
-    from .interaction import close_shared_clients, ensure_ready, shared_client
 
-    settings = InteractionSettings(ready_timeout=60.0)
+    slow = specs.get(env_id).holds_simulator
+    return InteractionSettings(ready_timeout=60.0, **({"timeout": SIMULATOR_TIMEOUT_S} if slow else {}))
+
+
+async def _play_webshop(episodes: int, goal_set: str, first: int) -> dict[str, Any]:
+    from .interaction import ensure_ready, shared_client
+
+    settings = _settings(WEBSHOP)
     client = shared_client(settings)
-    played: list[list[Any]] = []
-    try:
-        await ensure_ready(settings, client)
-        for goal in range(first_goal, first_goal + episodes):
-            actions = await client.expert(goal, goal_set)
-            step = await client.reset(goal, goal_set=goal_set)
-            served_by = client.url
-            state, reward = step["state"], 0.0
-            for action in actions:
-                step = await client.step(state, action)
-                state, reward = step["state"], step["reward"]
-            played.append([goal, reward, served_by])
-    finally:
-        await close_shared_clients()
+    await ensure_ready(settings, client)
+    played: list[dict[str, Any]] = []
+    goal = first
+    while len(played) < episodes and goal < first + TRIES_PER_EPISODE * episodes:
+        actions = await client.expert(goal, goal_set)
+        if actions:  # a goal the expert finds no way to is not an episode to check with
+            played.append(await _episode(client, actions, goal, goal_set=goal_set))
+        goal += 1
     return {"urls": client.urls, "episodes": played}
 
 
-def _node_episodes(episodes: int, goal_set: str, first_goal: int) -> dict[str, Any]:
+async def _play_env(env_id: str, episodes: int, first: int) -> dict[str, Any]:
+    from webshop_env.client import WebShopRequestError
+
+    from . import envs as specs
+    from .interaction import ensure_ready, shared_client
+
+    settings = _settings(env_id)
+    client = shared_client(settings, env_id)
+    await ensure_ready(settings, client)
+    tasks = int((await client.info())["tasks"])
+    played: list[dict[str, Any]] = []
+    for k in range(TRIES_PER_EPISODE * episodes):
+        if len(played) >= episodes:
+            break
+        task = (first + k) % tasks
+        try:
+            actions = await client.expert(task)
+        except WebShopRequestError as error:
+            if error.error == "no_expert":  # e.g. a BabyAI level the bot cannot solve from this seed
+                continue
+            raise
+        played.append(await _episode(client, actions, task))
+    result: dict[str, Any] = {"urls": client.urls, "episodes": played}
+    if specs.get(env_id).holds_simulator:  # the simulators of the replica that answers this node (its own)
+        result["simulators"] = (await client.info()).get("simulators")
+    return result
+
+
+async def _episode(client: Any, actions: Sequence[str], task: int, goal_set: str | None = None) -> dict[str, Any]:
+    """One expert episode: reset, then the expert's actions until the episode ends (a gold path may run past it)."""
+    step = await (client.reset(task, goal_set=goal_set) if goal_set is not None else client.reset(task))
+    served_by = client.url
+    state, reward, done, steps = step["state"], 0.0, bool(step.get("done")), 0
+    for action in actions:
+        if done:
+            break
+        step = await client.step(state, action)
+        state, reward, done, steps = step["state"], float(step["reward"]), bool(step.get("done")), steps + 1
+    episode = {"task": task, "reward": reward, "done": done, "steps": steps, "url": served_by}
+    if "score" in (step.get("info") or {}):  # SciWorld: the episode's score (its step rewards are the changes)
+        episode["score"] = step["info"]["score"]
+    return episode
+
+
+async def _play(envs: Sequence[str], episodes: int, goal_set: str, first: int) -> dict[str, Any]:
+    """Every environment of ``envs`` through this process's clients; an environment that fails is reported with its
+    error, and the others are still played."""
+    from .interaction import close_shared_clients
+
+    played: dict[str, Any] = {}
+    try:
+        for env_id in envs:
+            try:
+                if env_id == WEBSHOP:
+                    played[env_id] = await _play_webshop(episodes, goal_set, first)
+                else:
+                    played[env_id] = await _play_env(env_id, episodes, first)
+            except Exception as error:  # this environment cannot be played from here: say which and why
+                played[env_id] = {"error": f"{type(error).__name__}: {error}"}
+    finally:
+        await close_shared_clients()
+    return played
+
+
+def _node_episodes(envs: Sequence[str], episodes: int, goal_set: str, first: int) -> dict[str, Any]:
     import ray
 
-    result = asyncio.run(_play(episodes, goal_set, first_goal))
-    return {"node_ip": ray.util.get_node_ip_address(), "env": os.environ.get("WEBSHOP_ENV", "http"), **result}
+    played = asyncio.run(_play(envs, episodes, goal_set, first))
+    return {"node_ip": ray.util.get_node_ip_address(), "env": os.environ.get("WEBSHOP_ENV", "http"), "envs": played}
 
 
-def run_env_check(env: Mapping[str, str], episodes: int = 8, goal_set: str = "synthetic") -> dict[str, Any]:
-    """Play ``episodes`` expert episodes from every alive node; returns the report (``ok`` says if all did;
-    ``error`` says why no node was asked, e.g. the head does not answer)."""
+def node_ok(node: Mapping[str, Any], envs: Sequence[str], episodes: int) -> bool:
+    """Whether a node played ``episodes`` episodes of every environment of ``envs``."""
+    played = node.get("envs") or {}
+    return "error" not in node and all(
+        "error" not in played.get(e, {"error": "not played"}) and len(played[e]["episodes"]) == episodes
+        for e in envs
+    )
+
+
+def run_env_check(env: Mapping[str, str], episodes: int = 8, goal_set: str = "synthetic",
+                  envs: str | Sequence[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Play ``episodes`` expert episodes of every served environment (:func:`served_envs`) from every alive node;
+    returns the report (``ok`` says if all did; ``error`` says why no node was asked, e.g. the head does not
+    answer, or an unknown environment)."""
+    try:
+        names = served_envs(env, envs)
+    except ValueError as error:
+        return {"ok": False, "error": str(error), "envs": [], "nodes": []}
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -67,14 +175,14 @@ def run_env_check(env: Mapping[str, str], episodes: int = 8, goal_set: str = "sy
             logging_level="WARNING",
         )
     except AttachError as error:
-        return {"ok": False, "error": str(error), "nodes": []}
+        return {"ok": False, "error": str(error), "envs": names, "nodes": []}
     try:
         nodes = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: n["NodeManagerAddress"])
         task = ray.remote(num_cpus=0, max_retries=0)(_node_episodes)
         refs = [
             task.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            ).remote(episodes, goal_set, index * episodes)
+            ).remote(names, episodes, goal_set, index * episodes)
             for index, node in enumerate(nodes)
         ]
         reports = []
@@ -87,5 +195,26 @@ def run_env_check(env: Mapping[str, str], episodes: int = 8, goal_set: str = "sy
                 )
     finally:
         ray.shutdown()
-    ok = bool(reports) and all("error" not in r and len(r["episodes"]) == episodes for r in reports)
-    return {"ok": ok, "nodes": reports}
+    ok = bool(reports) and all(node_ok(r, names, episodes) for r in reports)
+    return {"ok": ok, "envs": names, "nodes": reports}
+
+
+def summary_lines(report: Mapping[str, Any]) -> list[str]:
+    """The report in words, a line per node and environment (what ``agent-train env-check`` prints to stderr)."""
+    lines = [f"error: {report['error']}"] if report.get("error") else []
+    for node in report.get("nodes", []):
+        if "error" in node:
+            lines.append(f"node {node['node_ip']}: {node['error']}")
+            continue
+        for env_id, played in node.get("envs", {}).items():
+            if "error" in played:
+                lines.append(f"node {node['node_ip']}: {env_id}: {played['error']}")
+                continue
+            rewards = [e["reward"] for e in played["episodes"]]
+            ended = sum(1 for e in played["episodes"] if e["done"])
+            line = (f"node {node['node_ip']}: {env_id}: {len(rewards)} episode(s) through {played['urls'][0]}, "
+                    f"{ended} ended, mean reward {sum(rewards) / max(1, len(rewards)):.3f}")  # fmt: skip
+            if played.get("simulators"):
+                line += f", simulators {played['simulators']}"
+            lines.append(line)
+    return lines

@@ -194,14 +194,20 @@ def weighted_order(counts: Mapping[str, int], weights: Mapping[str, float]) -> l
 def train_counts(
     available: Mapping[str, int], weights: Mapping[str, float], total: int | None
 ) -> dict[str, int]:
-    """Training rows per environment in proportion to ``weights``: ``total`` of them, or (None) as many as the
-    scarcest environment allows without repeating a task."""
+    """Training rows per environment in proportion to ``weights``: ``total`` of them exactly (the largest remainders
+    round up, the first environment first on a tie: 64 rows of three equal environments are 22/21/21, so a test
+    config's 64 rows make its two steps of 32), or (None) as many as the scarcest environment allows without
+    repeating a task."""
     weight_sum = sum(weights.values())
     if total is None:
         scale = min(available[e] / weights[e] for e in available)
         counts = {e: int(scale * weights[e] + 1e-9) for e in available}
     else:
-        counts = {e: round(total * weights[e] / weight_sum) for e in available}
+        exact = {e: total * weights[e] / weight_sum for e in available}
+        counts = {e: int(exact[e] + 1e-9) for e in available}
+        order = sorted(available, key=lambda e: -(exact[e] - counts[e]))  # stable: ties keep the given order
+        for env_id in order[: total - sum(counts.values())]:
+            counts[env_id] += 1
         short = {e: (counts[e], available[e]) for e in counts if counts[e] > available[e]}
         if short:
             raise DataError(
@@ -251,11 +257,11 @@ class RowBuilder:
         else:
             from webshop_env.envs import registry
 
-            try:
+            try:  # may fail on its package (ImportError), its data (TextCraft's RecipeDataMissing), ...
                 self.core = registry.make(env_id)
-            except ImportError as error:
+            except Exception as error:
                 if not env_url:  # the trainer images install the env package without its environments' extras
-                    raise DataError(f"{env_id}: its environment package does not import here ({error}); "
+                    raise DataError(f"{env_id}: its core cannot be made here ({type(error).__name__}: {error}); "
                                     f"pip install -e 'services/env[{env_id}]', or give --env-url (or "
                                     "$WEBSHOP_URL): a service whose resets then make the rows") from None  # fmt: skip
                 self.env_url = env_url.rstrip("/")
@@ -264,6 +270,25 @@ class RowBuilder:
     def source(self) -> str:
         """Where the first turns come from: ``in process`` or the service's URL."""
         return self.env_url or "in process"
+
+    def data_fingerprint(self) -> str:
+        """The environment's data as the service names it (``<env>:<core fingerprint>``): the core's here, else
+        the service's (``GET /<env>/v1/info``)."""
+        if self.core is not None:
+            return f"{self.spec.env_id}:{self.core.fingerprint()}"
+        from webshop_env.client.envs import EnvClient
+        from webshop_env.client.native import WebShopError
+
+        async def info() -> dict[str, Any]:
+            async with EnvClient(self.env_url or "", self.spec.env_id, timeout=30.0) as client:
+                return await client.info()
+
+        try:
+            return str(asyncio.run(info())["fingerprint"])
+        except (WebShopError, OSError, KeyError) as error:
+            raise DataError(
+                f"{self.spec.env_id}: {self.env_url} does not say which data it serves: {error}"
+            ) from None
 
     def _sciworld(self, env_url: str | None) -> None:
         """SciWorld's resets: a core whose pool keeps ``workers`` spare JVMs warm (one per reset running at once)
@@ -299,8 +324,12 @@ class RowBuilder:
         todo = [task for task in dict.fromkeys(tasks) if task not in self._first]
         if not todo:
             return
-        bar = tqdm(total=len(todo), desc=f"{self.spec.env_id} resets ({split}, {self.source})", unit="task",
-                   disable=not self.progress)  # fmt: skip
+        bar = tqdm(
+            total=len(todo),
+            desc=f"{self.spec.env_id} resets ({split}, {self.source})",
+            unit="task",
+            disable=not self.progress or len(todo) < 2,
+        )  # fmt: skip  (one row's reset: no bar)
         with bar:
             if self.env_url:
                 asyncio.run(self._fetch(todo, bar))
@@ -447,17 +476,86 @@ def build_env_datasets(
                     raise DataError(f"{env_id}: task {task} is in both {seen[task]} and {split}")
                 seen[task] = split
     counts = train_counts({e: len(tasks[e]["train"]) for e in env_ids}, by_env, train_rows)
+    limits = {"train": None, "val": val_rows, "test": test_rows}
     builders: dict[str, RowBuilder] = {}
     try:
         for env_id in env_ids:
             builders[env_id] = RowBuilder(env_id, catalog, goal_set, interaction, progress, env_url)
-        summary = _write_splits(out_dir, env_ids, by_env, tasks, counts, builders, catalog,
-                                {"train": None, "val": val_rows, "test": test_rows})  # fmt: skip
+        key = rows_key(env_ids, by_env, goal_set, counts, limits, builders, catalog)
+        summary = reusable_rows(out_dir, key)
+        if summary is None:
+            summary = _write_splits(out_dir, env_ids, by_env, tasks, counts, builders, catalog, limits)
+            summary["tasks"] = {e: {s: len(tasks[e][s]) for s in SPLITS} for e in env_ids}
+            _save_key(out_dir, key, summary)
     finally:
         for builder in builders.values():
             builder.close()
-    summary["tasks"] = {e: {s: len(tasks[e][s]) for s in SPLITS} for e in env_ids}
     return summary
+
+
+#: Next to the three files: what they were built from (``rows_key``) and their summary. A launch or a resume
+#: that would build the same rows reuses them (SciWorld's full splits are 4,639 resets, each a JVM's).
+ROWS_KEY_FILE = "rows.json"
+#: The modules whose code writes the rows (prompts, first turns, the split rules): part of the key.
+_ROW_MODULES = ("env_data", "data", "prompts", "envs")
+
+
+def _code_digest() -> str:
+    """A digest of the source of :data:`_ROW_MODULES` (a new prompt or split rule means new rows)."""
+    import hashlib
+
+    here = Path(__file__).resolve().parent
+    files = sorted(
+        f for name in _ROW_MODULES for f in ([here / f"{name}.py"] if (here / f"{name}.py").is_file()
+                                             else (here / name).glob("*.py"))
+    )  # fmt: skip
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def rows_key(env_ids: Sequence[str], weights: Mapping[str, float], goal_set: str, counts: Mapping[str, int],
+             limits: Mapping[str, int | None], builders: Mapping[str, RowBuilder], catalog: Any) -> dict[str, Any]:  # fmt: skip
+    """What a set of rows depends on: the environments and their weights, each one's data (the catalog's or the
+    core's fingerprint, as the service reports it), the goal set, the rows per split, the route, the code."""
+    data = {}
+    for env_id in env_ids:
+        if env_id == envs.WEBSHOP:
+            data[env_id] = f"webshop:{catalog.fingerprint}"
+        else:
+            data[env_id] = builders[env_id].data_fingerprint()
+    return {"envs": list(env_ids), "weights": dict(weights), "data": data, "goal_set": goal_set,
+            "train": dict(counts), "limits": dict(limits),
+            "agent_names": {e: b.agent_name for e, b in builders.items()}, "code": _code_digest()}  # fmt: skip
+
+
+def reusable_rows(out_dir: Path | str, key: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The summary of rows already in ``out_dir`` that were built from ``key`` (all three files there), else None."""
+    out = Path(out_dir)
+    try:
+        saved = json.loads((out / ROWS_KEY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if saved.get("key") != json.loads(json.dumps(key)) or not all(
+        (out / f"{s}.parquet").is_file() for s in SPLITS
+    ):
+        return None
+    summary = dict(saved["summary"])
+    summary["reused"] = (
+        f"{out / ROWS_KEY_FILE}: the same environments, data, splits and code; built {saved['built']}"
+    )
+    return summary
+
+
+def _save_key(out_dir: Path | str, key: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
+    import time
+
+    path = Path(out_dir) / ROWS_KEY_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"key": key, "summary": summary,
+                               "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))  # fmt: skip
+    tmp.replace(path)
 
 
 def _write_splits(

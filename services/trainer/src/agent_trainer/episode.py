@@ -10,7 +10,10 @@ does to the episode is decided here, once:
   reply AgentGym's client answers itself, nothing), the spec's ``Outcome``, and the turn's ``TurnScore``: what
   the episode's reward changed by (``env_reward`` so far minus what was paid before, less the invalid-reply
   penalty), so the turn scores of an episode sum to its reward, with the spec's success on every turn;
-- :func:`next_message`: the spec's user turn for the environment's answer.
+- :func:`next_message`: the spec's user turn for the environment's answer;
+- :func:`episode_slot`: admission for an environment that holds a simulator per live episode (SciWorld's JVM):
+  at most the fleet's simulators' worth of episodes at once, the others wait for a slot instead of evicting each
+  other's simulators (each eviction costs a replay of seconds on the next step).
 
 The episode's progress (signed state token, reward so far, counters) is the ``interaction.Episode`` record that
 both routes keep in the process's ``EPISODES`` registry.
@@ -18,8 +21,10 @@ both routes keep in the process's ``EPISODES`` registry.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -130,3 +135,40 @@ def _timer(metrics: MutableMapping[str, float] | None) -> Any:
     from verl.utils.profiler import simple_timer
 
     return simple_timer("tool_calls", metrics)
+
+
+#: The live episodes the fleet's simulators hold at once (``SCIWORLD_REPLICAS x SCIWORLD_MAX_LIVE_JVMS``; the compose
+#: trainer job derives it from those two settings of .env, the one place they are set).
+EPISODE_SLOTS_ENV = "WEBSHOP_EPISODE_SLOTS"
+_SLOTS: dict[str, asyncio.Semaphore] = {}
+
+
+def slots_per_worker(total: int, workers: int) -> int:
+    """One agent-loop worker process's share of ``total`` slots (at least one)."""
+    return max(1, total // max(1, workers))
+
+
+def episode_slot(spec: EnvSpec, trainer_config: Any = None) -> Any:
+    """An async context manager that holds one of this process's slots for an episode of ``spec`` (a no-op for
+    environments that hold no simulator, or without ``$WEBSHOP_EPISODE_SLOTS``). The fleet's slots are shared out
+    over verl's agent-loop worker processes (``rollout.agent.num_workers``), each a semaphore of its own."""
+    total = os.environ.get(EPISODE_SLOTS_ENV, "").strip()
+    if not spec.holds_simulator or not total:
+        return contextlib.nullcontext()
+    semaphore = _SLOTS.get(spec.env_id)
+    if semaphore is None:
+        workers = _select(trainer_config, "actor_rollout_ref.rollout.agent.num_workers", 1)
+        share = slots_per_worker(int(total), int(workers))
+        semaphore = _SLOTS[spec.env_id] = asyncio.Semaphore(share)
+        logger.info("%s: at most %d live episodes in this worker process (%s of %s)", spec.env_id, share,
+                    EPISODE_SLOTS_ENV, total)  # fmt: skip
+    return semaphore
+
+
+def _select(config: Any, key: str, default: Any) -> Any:
+    node = config
+    for part in key.split("."):
+        node = node.get(part) if hasattr(node, "get") else None
+        if node is None:
+            return default
+    return node

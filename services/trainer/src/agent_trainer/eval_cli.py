@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import TURN_TOKENS, turn_tokens
+from .config import TURN_TOKENS
+from .rehearsal.device import on_cpu
 from .turns import TRAINING_ENV_STEPS, TRAINING_MAX_ASSISTANT_TURNS, env_steps_for_turns
 
 EXIT_OK, EXIT_ERROR, EXIT_INCOMPLETE = 0, 1, 2
@@ -93,8 +94,12 @@ def add_commands(subparsers: Any) -> None:
     chat.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY)")
     chat.add_argument("--temperature", type=float, default=0.1, help="the guides' 0.1 (default)")
     chat.add_argument("--top-p", type=float, default=1.0)
-    chat.add_argument("--max-tokens", type=int, default=turn_tokens(),
-                      help=f"new tokens per reply: training's per-turn budget (WEBSHOP_TURN_TOKENS, default {TURN_TOKENS})")  # fmt: skip
+    chat.add_argument("--max-tokens", type=int, default=None,
+                      help="new tokens per reply (default: each environment's per-turn budget in training: its test "
+                      f"config's turn_tokens, WebShop's {TURN_TOKENS}; WEBSHOP_TURN_TOKENS sets all, as in training)")  # fmt: skip
+    chat.add_argument("--max-response-tokens", type=int, default=None,
+                      help="the replies and pages after the first turn together, in tokens: the episode ends where a "
+                      "reply would pass it (default: each environment's data.max_response_length in training; 0: no cap)")  # fmt: skip
     chat.add_argument("--request-timeout", type=float, default=120.0, help="seconds per model request")
     chat.add_argument("--retries", type=int, default=5, help="retries per model request")
     chat.add_argument("--retry-backoff", type=float, default=0.5, help="base of the retry backoff (s)")
@@ -111,9 +116,10 @@ def add_commands(subparsers: Any) -> None:
         "(global_step_N, or the experiment directory for its latest step; merged once into "
         "global_step_N/huggingface_merged) to serve with sglang",
     )
-    chat.add_argument("--server", choices=("sglang", "cpu"), default="sglang",
+    chat.add_argument("--server", choices=("sglang", "cpu"), default="cpu" if on_cpu() else "sglang",
                       help="checkpoint: serve with sglang (GPU), or with a CPU chat server (a tiny model: the "
-                           "rehearsal)")  # fmt: skip
+                           "rehearsal, and the CPU build of the trainer images, WEBSHOP_DEVICE=cpu); default: "
+                           "%(default)s")  # fmt: skip
     chat.add_argument("--server-port", type=int, default=0, help="checkpoint: sglang port (0: a free one)")
     chat.add_argument("--server-python", default=None, help="checkpoint: interpreter that has sglang")
     chat.add_argument(
@@ -167,11 +173,20 @@ def run_eval(args: argparse.Namespace) -> int:
         print("agent-train eval: --max-turns is WebShop's (verl's max_assistant_turns); give the other "
               "environments' rounds as --max-steps", file=sys.stderr)  # fmt: skip
         return EXIT_ERROR
-    for name in ("max_steps", "max_turns", "max_samples"):
+    for name in ("max_steps", "max_turns", "max_samples", "max_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             print(f"agent-train eval: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return EXIT_ERROR
+    if args.max_response_tokens is not None and args.max_response_tokens < 0:
+        print("agent-train eval: --max-response-tokens must be 0 (no cap) or more", file=sys.stderr)
+        return EXIT_ERROR
+    if on_cpu() and not os.environ.get("WEBSHOP_TURN_TOKENS"):  # the CPU build: the CPU run's per-turn budget
+        from .rehearsal.device import CPU_TURN_TOKENS
+
+        os.environ["WEBSHOP_TURN_TOKENS"] = str(CPU_TURN_TOKENS)
+        print(f"agent-train eval: CPU build: WEBSHOP_TURN_TOKENS={CPU_TURN_TOKENS} (the CPU training run's per-turn "
+              "budget) and the CPU chat server instead of sglang", file=sys.stderr)  # fmt: skip
     if webshop_only or args.max_steps is not None:
         max_turns = max_env_steps(args.max_steps, args.max_turns)
     else:
@@ -200,6 +215,7 @@ def run_eval(args: argparse.Namespace) -> int:
         tasks=only,
         max_turns=max_turns,
         explicit_turns=args.max_steps is not None or args.max_turns is not None,
+        max_response_tokens=args.max_response_tokens,
         concurrency=args.concurrency,
         catalog=args.catalog,
         max_policy_errors=args.max_policy_errors,

@@ -159,6 +159,38 @@ def compose_override(ids: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: ``DEVICE=cpu``: the CPU build of the trainer images (docker/trainer*.Dockerfile with TRAINER_DEVICE=cpu) on this
+#: base (docker/standins/standins.toml builds it: Python and a CPU torch), unless .env names another.
+CPU_BASE_IMAGE = "webshop-trainer-cpu-base:torch2.13.0-py3.11"
+#: The GPUs a CPU run pretends to have: Ray schedules this many FSDP workers on fake GPU resources, so data
+#: parallelism and the collectives (gloo) run as on two GPUs (agent_trainer.cpu_device).
+CPU_FAKE_GPUS = 2
+#: Each GPU service's image and its base-image build argument (compose.yaml's x-trainer-image, x-trainer09-image).
+SERVICE_IMAGES = {
+    "trainer": ("webshop-trainer", "TRAINER_BASE_IMAGE"),
+    "eval": ("webshop-trainer", "TRAINER_BASE_IMAGE"),
+    "trainer-verl09": ("webshop-trainer-verl09", "TRAINER09_BASE_IMAGE"),
+    "eval-verl09": ("webshop-trainer-verl09", "TRAINER09_BASE_IMAGE"),
+}
+
+
+def cpu_compose_override(base_image: str) -> str:
+    """A compose file for ``DEVICE=cpu``: the GPU services keep their job scripts, volumes and settings, and get
+    the CPU build of their image (its own tag, so the CUDA image is never replaced) and no GPU reservation."""
+    lines = ["# Written by `make ... DEVICE=cpu` (services/trainer/src/agent_trainer/gpu_plan.py); do not edit.",
+             "# The same services and job scripts, on the CPU build of the trainer images: only the GPU is substituted.",
+             "services:"]  # fmt: skip
+    for service in GPU_SERVICES:
+        image, base_arg = SERVICE_IMAGES[service]
+        lines += [f"  {service}:", f"    image: {image}-cpu:local", "    build:", "      args:",
+                  f"        {base_arg}: {base_image}", "        TRAINER_DEVICE: cpu", "    deploy: !reset {}",
+                  # no unlimited locked memory (pinned buffers for NCCL and RDMA: a GPU's need), which an engine
+                  # without the right to raise that limit refuses to start a container with
+                  "    ulimits: !override", "      nofile:", "        soft: ${WEBSHOP_NOFILE:-65535}",
+                  "        hard: ${WEBSHOP_NOFILE:-65535}", "      stack: 67108864"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True,
@@ -169,8 +201,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compose-override", type=Path, default=None, help="write the GPU services' device list here"
     )
+    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
+                        help="cpu: the CPU build of the trainer images (no GPU; the config must exist, the device "
+                        "count is the fake one the CPU run uses) and, with --compose-override, its compose file")  # fmt: skip
+    parser.add_argument("--cpu-base-image", action="store_true",
+                        help="print the CPU build's base image (TRAINER_CPU_BASE_IMAGE in .env, else the default) and exit")  # fmt: skip
     args = parser.parse_args(argv)
     settings = {**read_env_file(args.env_file), **{k: v for k, v in os.environ.items() if v}}
+    base_image = settings.get("TRAINER_CPU_BASE_IMAGE") or CPU_BASE_IMAGE
+    if args.cpu_base_image:
+        print(base_image)
+        return 0
+    if args.device == "cpu":
+        if args.config != "eval":
+            try:
+                config_file(args.config, args.config_dir)
+            except ValueError as error:
+                print(f"CPU plan for the {args.config} run: {error}", file=sys.stderr)
+                return 2
+        if args.compose_override is not None:
+            args.compose_override.parent.mkdir(parents=True, exist_ok=True)
+            args.compose_override.write_text(cpu_compose_override(base_image))
+        print(CPU_FAKE_GPUS)
+        return 0
     count, errors = plan_errors(args.config, settings, args.config_dir, args.visible)
     if errors:
         print(f"GPU plan for the {args.config} run: not runnable as configured:", file=sys.stderr)

@@ -1010,11 +1010,14 @@ def env_config_names(env_ids: Sequence[str], config: str | None) -> list[str]:
     return [runs[config]] if config else [runs["test"], runs["full"]]
 
 
-def pick_env_tasks(env_id: str, count: int, max_rounds: int | None = None) -> dict[int, list[str]]:
-    """``count`` training tasks of ``env_id`` whose expert plan fits ``max_rounds`` (default: the spec's rounds) and replays to success in
-    process through the spec (``envs.replay``: the parser, the outcome), with distinct first user turns (the
-    scripted policy finds its plan by them), spread over the split."""
-    from webshop_env.envs import registry
+def pick_env_tasks(env_id: str, count: int, max_rounds: int | None = None, env_url: str | None = None
+                   ) -> dict[int, list[str]]:  # fmt: skip
+    """``count`` training tasks of ``env_id`` whose expert plan fits ``max_rounds`` (default: the spec's rounds) and
+    replays to success through the spec (``envs.replay``: the parser, the outcome), with distinct first user turns
+    (the scripted policy finds its plan by them), spread over the split. The core is this process's where the
+    environment's package is installed, else the service's at ``env_url`` (the trainer images have no
+    environment extras: ``webshop_env.client.served``)."""
+    from webshop_env.client.served import core_or_served
 
     from . import envs
     from .env_data import split_tasks
@@ -1022,7 +1025,7 @@ def pick_env_tasks(env_id: str, count: int, max_rounds: int | None = None) -> di
     from .evaluation.policies import as_agentgym_reply
 
     spec = envs.get(env_id)
-    core = registry.make(env_id)
+    core, _ = core_or_served(env_id, env_url)
     train = split_tasks(env_id, "train")
     stride = max(1, len(train) // max(1, 8 * count))
     picked: dict[int, list[str]] = {}
@@ -1145,19 +1148,7 @@ def run_env_preflight(options: PreflightOptions) -> dict[str, Any]:
         catalog = open_catalog(catalog_dir)
         summary["catalog"] = {"dir": str(catalog_dir), "fingerprint": catalog.fingerprint}
         model_dir = build_tiny_model(line_dir(options.out_dir) / "tiny_model", catalog_dir)
-        plans: dict[str, dict[int, list[str]]] = {}
-        for env_id in env_ids:
-            if env_id == envs.WEBSHOP:
-                plans[env_id] = pick_oracle_goals(
-                    catalog_dir, options.goal_set, "train", options.goals, options.max_turns
-                )
-            else:
-                plans[env_id] = pick_env_tasks(env_id, options.goals, options.max_turns - 1)
-        train_file = out_dir / "data" / "train.parquet"
-        rows, openings = write_env_rows(env_ids, plans, catalog, options.goal_set, train_file)
-        summary["dataset"] = {"rows": len(rows), "tasks": {e: sorted(p) for e, p in plans.items()},
-                              "plan_lengths": {e: sorted(len(p) for p in ps.values()) for e, ps in plans.items()}}  # fmt: skip
-        summary["timings"]["data"] = round(time.monotonic() - t, 2)
+        summary["timings"]["model"] = round(time.monotonic() - t, 2)
 
         t = time.monotonic()
         cluster = start_or_reuse_env_cluster(
@@ -1168,6 +1159,27 @@ def run_env_preflight(options: PreflightOptions) -> dict[str, Any]:
         summary["timings"]["cluster"] = round(time.monotonic() - t, 2)
 
         t = time.monotonic()
+        from webshop_env.client.served import core_or_served
+
+        plans: dict[str, dict[int, list[str]]] = {}
+        summary["cores"] = {}
+        for env_id in env_ids:
+            if env_id == envs.WEBSHOP:
+                plans[env_id] = pick_oracle_goals(
+                    catalog_dir, options.goal_set, "train", options.goals, options.max_turns
+                )
+            else:  # the trainer images have no environment extras: the served core plans and replays there
+                summary["cores"][env_id] = core_or_served(env_id, cluster.url)[1]
+                plans[env_id] = pick_env_tasks(env_id, options.goals, options.max_turns - 1, cluster.url)
+        train_file = out_dir / "data" / "train.parquet"
+        rows, openings = write_env_rows(
+            env_ids, plans, catalog, options.goal_set, train_file, env_url=cluster.url
+        )
+        summary["dataset"] = {"rows": len(rows), "tasks": {e: sorted(p) for e, p in plans.items()},
+                              "plan_lengths": {e: sorted(len(p) for p in ps.values()) for e, ps in plans.items()}}  # fmt: skip
+        summary["timings"]["data"] = round(time.monotonic() - t, 2)
+
+        t = time.monotonic()
         summary.update(_env_agent_loop_stage(options, directory, names[0], model_dir, train_file, rows, openings,
                                              env_ids, errors, checks))  # fmt: skip
         summary["timings"]["agent_loop_rollouts"] = round(time.monotonic() - t, 2)
@@ -1175,7 +1187,13 @@ def run_env_preflight(options: PreflightOptions) -> dict[str, Any]:
             t = time.monotonic()
             interaction_file = out_dir / "data" / "train_interaction.parquet"
             rows, _ = write_env_rows(
-                env_ids, plans, catalog, options.goal_set, interaction_file, interaction=True
+                env_ids,
+                plans,
+                catalog,
+                options.goal_set,
+                interaction_file,
+                interaction=True,
+                env_url=cluster.url,
             )
             summary["interaction"] = _env_interaction_stage(options, directory, names[0], model_dir,
                                                             interaction_file, rows, openings, errors, checks)  # fmt: skip
@@ -1190,9 +1208,11 @@ def run_env_preflight(options: PreflightOptions) -> dict[str, Any]:
 
 
 def write_env_rows(env_ids: Sequence[str], plans: Mapping[str, Mapping[int, Sequence[str]]], catalog: Any,
-                   goal_set: str, path: Path, interaction: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+                   goal_set: str, path: Path, interaction: bool = False, env_url: str | None = None
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
     """The rows of the picked tasks (``env_data.RowBuilder``: what ``agent-train data --env`` writes; the
-    interaction route's with ``interaction``) into ``path``; the rows and each row's first user turn -> its plan."""
+    interaction route's with ``interaction``; resets in process, else the service's at ``env_url``) into ``path``;
+    the rows and each row's first user turn -> its plan."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -1201,7 +1221,7 @@ def write_env_rows(env_ids: Sequence[str], plans: Mapping[str, Mapping[int, Sequ
     rows: list[dict[str, Any]] = []
     openings: dict[str, Sequence[str]] = {}
     for env_id in env_ids:
-        builder = RowBuilder(env_id, catalog, goal_set, interaction=interaction)
+        builder = RowBuilder(env_id, catalog, goal_set, interaction=interaction, env_url=env_url)
         for task, plan in plans[env_id].items():
             row = builder.row(task, "train", len(rows))
             rows.append(row)

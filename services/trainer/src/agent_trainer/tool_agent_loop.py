@@ -29,6 +29,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
+from . import envs, episode
 from .agent_loop import environment_settings
 from .agent_tokens import turn_separator_ids
 from .config import TURN_TOKENS
@@ -58,7 +59,15 @@ class WebShopToolAgentLoop(ToolAgentLoop):
             if shape.get("max_rounds") is not None:  # a copy: the batch's own row stays as it was
                 interaction_kwargs = {**interaction_kwargs, "max_rounds": int(shape["max_rounds"])}
                 kwargs["extra_info"] = {**extra, "interaction_kwargs": interaction_kwargs}
-        return await super().run(sampling_params, **kwargs)
+        spec = (
+            envs.SPECS.get(str(interaction_kwargs.get("name")))
+            if isinstance(interaction_kwargs, Mapping)
+            else None
+        )
+        if spec is None:
+            return await super().run(sampling_params, **kwargs)
+        async with episode.episode_slot(spec, self.config):  # SciWorld: one of the fleet's JVMs
+            return await super().run(sampling_params, **kwargs)
 
     async def _handle_generating_state(self, agent_data: Any, sampling_params: dict[str, Any], *args: Any,
                                        **kwargs: Any) -> Any:  # fmt: skip

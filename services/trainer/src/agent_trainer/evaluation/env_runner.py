@@ -35,6 +35,7 @@ from .. import envs, episode
 from ..config import InteractionSettings
 from ..interaction import Episode, TurnScore
 from ..reward import episode_summary
+from .budget import training_budget
 from .metrics import summarize, summarize_mix
 from .policies import (
     ContextLengthExceeded,
@@ -53,12 +54,15 @@ from .runner import (
     EvalError,
     EvalResult,
     PolicySpec,
+    ResponseBudget,
     _jsonable,
     _key,
     _prepare_out_dir,
     _Runner,
     build_policy,
     evaluate_async,
+    response_cap,
+    use_budget,
 )
 
 #: ``--split`` (WebShop's names) -> the split of ``env_data`` (train, val, test).
@@ -193,6 +197,7 @@ async def evaluate_env_async(config: EvalConfig, spec: PolicySpec, env_id: str, 
             policy = build_env_policy(spec, env, client, out, info.get("fingerprint"))
         elif isinstance(policy, OpenAIPolicy):
             policy.env_spec = env
+        use_budget(policy, spec, env_id)
         identity = {"env": env_id, "policy": _identity_of(policy), "split": config.split,
                     "max_turns": config.max_turns, "env_fingerprint": info.get("fingerprint")}  # fmt: skip
         done = {
@@ -275,6 +280,7 @@ class EnvRunner(_Runner):
         scores: list[TurnScore] = []
         ended_by, note, unparsed = "max_turns", "", 0
         usage: dict[str, int] = {}
+        spent = ResponseBudget(response_cap(self.config, env.env_id))
         # one reply, one turn: the very code the agent loop and the 0.7.1 interaction play it with (episode.py);
         # eval pays no invalid-reply penalty and ends an episode the server refuses, as training's defaults do
         played = Episode(state=first["state"], goal=goal, goal_set=None, split=self.config.split)
@@ -294,6 +300,9 @@ class EnvRunner(_Runner):
                     usage[name] = usage.get(name, 0) + value
                 if decision.stop:
                     ended_by = "policy_stopped"
+                    break
+                if spent.exceeded(decision.usage):
+                    ended_by, note = "response_budget", spent.note()
                     break
                 played_turn = await episode.play_turn(env, settings, client, played, decision.output)
                 scores.append(played_turn.score)
@@ -332,7 +341,7 @@ class EnvRunner(_Runner):
             "steps": len(steps),
             "invalid_actions": int(summary["invalid_actions"]),
             "unparsed_outputs": unparsed,
-            "truncated": ended_by == "max_turns",
+            "truncated": ended_by in ("max_turns", "response_budget"),
             "ended_by": ended_by,
             "reward_info": None,
             "elapsed_s": round(time.monotonic() - started, 4),
@@ -391,11 +400,8 @@ def _rounds(config: EvalConfig, env_id: str) -> int:
 
 
 def default_rounds(env_id: str) -> int:
-    """Rounds per episode training allows ``env_id`` by default (the spec's; WebShop: ``turns.TRAINING_ENV_STEPS``)."""
-    from ..turns import TRAINING_ENV_STEPS
-
-    rounds = envs.get(env_id).max_rounds
-    return TRAINING_ENV_STEPS if rounds is None else rounds
+    """Rounds per episode training allows ``env_id`` (its test config's; WebShop: verl's turn limit less one)."""
+    return training_budget(env_id).rounds
 
 
 def write_mix(out: Path, results: Mapping[str, EvalResult], write_report: bool = True) -> EvalResult:

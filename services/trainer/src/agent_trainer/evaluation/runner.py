@@ -30,9 +30,10 @@ from webshop_env.catalog.fidelity import fidelity_limits
 from webshop_env.client import WebShopClient, WebShopError, WebShopRequestError, WebShopUnavailable
 
 from ..actions import step_was_valid
-from ..config import TURN_TOKENS, default_env_url
+from ..config import default_env_url, turn_tokens
 from ..reward import is_success
 from ..turns import TRAINING_ENV_STEPS
+from .budget import training_budget
 from .metrics import UNKNOWN_CATEGORY, solved, summarize
 from .policies import (
     CheckpointPolicy,
@@ -68,7 +69,9 @@ class PolicySpec:
     api_key: str | None = None
     temperature: float = 0.1  # the guides' evaluation temperature
     top_p: float = 1.0
-    max_tokens: int = TURN_TOKENS  # new tokens per reply: training's per-turn budget
+    max_tokens: int | None = (
+        None  # new tokens per reply; None: each environment's training budget (budget.py)
+    )
     request_timeout: float = 120.0
     retries: int = 5
     backoff: float = 0.5
@@ -104,6 +107,9 @@ class EvalConfig:
     progress: bool = True
     write_report: bool = True
     explicit_turns: bool = False  # max_turns was given (a mix then uses it for every environment)
+    # every turn after the first together (replies and pages), in tokens, as verl's data.max_response_length: the
+    # episode ends when a reply would pass it. None: each environment's training budget (budget.py); 0: no cap
+    max_response_tokens: int | None = None
 
 
 @dataclass
@@ -123,6 +129,42 @@ class EvalResult:
 
 
 # ---- policy construction --------------------------------------------------------------------------------
+def use_budget(policy: Policy, spec: PolicySpec, env_id: str) -> None:
+    """Give a chat policy ``env_id``'s per-reply budget from training (``--max-tokens`` where it was given): one
+    model server plays a mix's environments one after the other, each with its own."""
+    if isinstance(policy, OpenAIPolicy):
+        policy.max_tokens = spec.max_tokens or training_budget(env_id).turn_tokens
+
+
+def response_cap(config: EvalConfig, env_id: str) -> int:
+    """Tokens of every turn after the first together that an episode of ``env_id`` may spend (0: no cap)."""
+    if config.max_response_tokens is not None:
+        return config.max_response_tokens
+    return training_budget(env_id).response_tokens
+
+
+class ResponseBudget:
+    """verl's response budget in eval: the model's replies and the env's pages after the first turn, counted from the
+    model server's own token counts (a request's prompt tokens less the first request's, plus its new tokens).
+    ``exceeded(usage)`` is true once a reply would go past it: training would have cut that reply and ended."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.first_prompt: int | None = None
+        self.spent = 0
+
+    def exceeded(self, usage: dict[str, int]) -> bool:
+        if self.cap <= 0 or "prompt_tokens" not in usage:  # no cap, or a policy without token counts
+            return False
+        if self.first_prompt is None:
+            self.first_prompt = usage["prompt_tokens"]
+        self.spent = usage["prompt_tokens"] - self.first_prompt + usage.get("completion_tokens", 0)
+        return self.spent > self.cap
+
+    def note(self) -> str:
+        return f"the response budget of {self.cap} tokens is spent ({self.spent}: training would have ended here)"
+
+
 def build_policy(spec: PolicySpec, client: WebShopClient, catalog: Any | None, out: Path) -> Policy:
     """The ``Policy`` of ``spec``; the expert takes its plans from ``catalog`` when given, else the server."""
     if spec.name == "expert":
@@ -139,7 +181,7 @@ def build_policy(spec: PolicySpec, client: WebShopClient, catalog: Any | None, o
         "api_key": spec.api_key,
         "temperature": spec.temperature,
         "top_p": spec.top_p,
-        "max_tokens": spec.max_tokens,
+        "max_tokens": spec.max_tokens or turn_tokens(),
         "timeout": spec.request_timeout,
         "retries": spec.retries,
         "backoff": spec.backoff,
@@ -209,6 +251,7 @@ async def evaluate_async(config: EvalConfig, spec: PolicySpec, policy: Policy | 
         owned = policy is None
         if policy is None:
             policy = build_policy(spec, client, catalog, out)
+        use_budget(policy, spec, "webshop")
         identity = {
             "policy": _identity(policy.describe()),
             "split": config.split,
@@ -358,6 +401,7 @@ class _Runner:
         usage: dict[str, int] = {}
         reward, ended_by, final_info, note = 0.0, "max_turns", {}, ""
         invalid = unparsed = 0
+        spent = ResponseBudget(response_cap(self.config, "webshop"))
         for index in range(self.config.max_turns):
             turn = Turn(goal, self.goal_set, instruction, turn.observation, turn.available_actions, index)
             try:
@@ -369,6 +413,9 @@ class _Runner:
                 usage[name] = usage.get(name, 0) + value
             if decision.stop:
                 ended_by = "policy_stopped"
+                break
+            if spent.exceeded(decision.usage):
+                ended_by, note = "response_budget", spent.note()
                 break
             unparsed += decision.action is None
             result = await self.client.step(state, decision.env_action)
@@ -411,7 +458,7 @@ class _Runner:
             "steps": len(steps),
             "invalid_actions": invalid,
             "unparsed_outputs": unparsed,
-            "truncated": ended_by in ("max_turns", "server_truncated"),
+            "truncated": ended_by in ("max_turns", "server_truncated", "response_budget"),
             "ended_by": ended_by,
             "reward_info": final_info.get("reward_info"),
             "elapsed_s": round(time.monotonic() - started, 4),

@@ -47,6 +47,8 @@ from verl.protocol import DataProto
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.rollout.replica import TokenOutput
 
+from .device import LOCAL_STORAGE_UNITS
+
 _INSTRUCTION = re.compile(r"<\|im_start\|>user\nInstruction: (.*?)\n")
 _ASSISTANT_TURN = "<|im_start|>assistant\n"
 
@@ -273,9 +275,6 @@ def summarize_output(output: DataProto) -> dict[str, Any]:
 
 
 # ---- verl 0.9.1: the v1 (TransferQueue) path ---------------------------------------------------------------
-#: TransferQueue storage units on CPU: verl's config asks for 8 (a Ray actor process of ~400 MB each, sized
-#: for a GPU node's throughput); the data path is the same with 2.
-LOCAL_STORAGE_UNITS = 2
 
 
 @contextlib.contextmanager

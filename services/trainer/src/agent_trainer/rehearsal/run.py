@@ -49,56 +49,38 @@ from ..config import (
 )
 from . import SUBSTITUTED
 from .checks import direction_ok
+from .device import CPU_SCALE, WRAP_07, override_key, seams
 from .direction import CATALOG_ENV, FAIL_FAST_ENV, SEQUENCE_FILE, STEPS_FILE, SYNC_FILE, TRAIN_AGENT_ENV
 from .direction import ENV as CHECKS_ENV
 from .inject import ENV as INJECT_ENV
 from .inject import injected
-from .local_rollout import LOCAL_STORAGE_UNITS
 
-#: The test config (configs/webshop_grpo_test.yaml) scaled down to two cores: each Hydra override and why. The
+#: The test config (configs/webshop_grpo_test.yaml) scaled down to two cores: each Hydra override and why, the
+#: device's (:data:`.device.CPU_SCALE`, what every CPU run needs) and the rehearsal's own (what its checks need). The
 #: summary's ``substituted`` lists every one of them with the config's own value.
-SCALE = (
-    ("data.train_batch_size=4", "4 prompts per step on 2 cores"),
-    ("data.val_max_samples=2", "2 validation prompts"),
+REHEARSAL_SCALE = (
     ("data.max_prompt_length=1024", "the longest first turn is ~780 tokens with the tiny tokenizer"),
     ("data.max_response_length=1024",
      "with pages cut at max_observation_chars, an episode of 4 env steps fits (~700 tokens), so it can end in a purchase"),
-    ("data.dataloader_num_workers=0", "no dataloader worker processes on 2 cores"),
-    ("actor_rollout_ref.model.enable_gradient_checkpointing=false", "a 2-layer model: no memory to save"),
-    ("actor_rollout_ref.actor.ppo_mini_batch_size=4", "one optimizer step per training step (the batch)"),
-    ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "CPU memory and time per micro-batch"),
-    ("actor_rollout_ref.actor.use_torch_compile=false", "no compiler toolchain needed on CPU; compile time dominates"),
     ("actor_rollout_ref.actor.optim.lr=1e-4",
      "a step large enough to show in the tiny model's log-probs (direction and weight-sync checks)"),
     ("+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
      "the actor computes in fp32, not bf16, so its log-probs equal the fp32 rollout's to ~1e-6 (weight-sync check)"),
-    ("actor_rollout_ref.actor.fsdp_config.dtype=fp32", "verl 0.7.1's actor autocasts to this dtype: fp32 as well"),
     ("+actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=fp32", "the reference model as the actor"),
-    ("actor_rollout_ref.ref.fsdp_config.dtype=fp32", "the reference model as the actor"),
-    ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1", "CPU memory and time per micro-batch"),
-    ("actor_rollout_ref.rollout.name=cpu", "the CPU rollout engine (rehearsal.cpu_rollout) instead of sglang"),
-    ("actor_rollout_ref.rollout.n=4", "4 rollouts per prompt: GRPO groups with different rewards"),
     ("actor_rollout_ref.rollout.temperature=1.3",
      "the warm-started model replays its goals' plans at 1.0 (13 of 14 bought the right product): at 1.3 about half "
      "of the rollouts buy, so a group's env rewards differ"),
-    ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1", "CPU memory and time per micro-batch"),
-    ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5", "episodes of at most 4 env steps (the goals' plans)"),
-    ("actor_rollout_ref.rollout.multi_turn.max_user_turns=5", "as max_assistant_turns"),
-    ("actor_rollout_ref.rollout.agent.num_workers=2", "2 agent-loop worker processes on 2 cores"),
-    ("reward.num_workers=1", "1 reward worker process"),
-    ("trainer.n_gpus_per_node=2", "2 FSDP ranks (fake GPUs), so data parallelism and the collectives run"),
     ("trainer.save_freq=2", "a checkpoint at step 2, inside the epoch, to resume from"),
     ("trainer.test_freq=2", "validation at step 2 and at the end"),
     ("trainer.logger=[console,file]", "no TensorBoard"),
-    ("ray_kwargs.ray_init.num_cpus=16", "logical CPUs for the run's Ray actors"),
-    ("+ray_kwargs.ray_init.num_gpus=2", "the fake GPUs the FSDP workers are scheduled on"),
-    ("+ray_kwargs.ray_init.include_dashboard=false", "no dashboard"),
 )  # fmt: skip
-#: verl 0.7.1 derives FSDP's wrap policy from the model's _no_split_modules, which transformers 5 no longer
-#: exposes where 0.7.1 looks: name the decoder layer (the GPU image's transformers 4.57 does not need it).
-WRAP_07 = tuple(
-    f"+actor_rollout_ref.{role}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap=[Qwen2DecoderLayer]"
-    for role in ("actor", "ref")
+SCALE = (
+    tuple(
+        item
+        for item in CPU_SCALE
+        if override_key(item[0]) not in {override_key(o) for o, _ in REHEARSAL_SCALE}
+    )
+    + REHEARSAL_SCALE
 )
 #: Pages cut at this many characters in the rollouts and the warm start (0 in configs/webshop_*.yaml): a WebShop
 #: results page is ~600 tokens of the tiny tokenizer, and 4 of them would not fit the response budget.
@@ -141,29 +123,14 @@ class RehearsalOptions:
 
 def _line_env(line: str, work: Path, url: str, turn_tokens: int, catalog: Path, fail_fast: bool = False
               ) -> tuple[dict[str, str], list[str]]:  # fmt: skip
-    """Environment and Ray overrides that put the CPU seams and the trainer-side checks into every process of the
-    run (and a bug a test injects, ``$WEBSHOP_REHEARSAL_INJECT``)."""
-    shared = {"WEBSHOP_URL": url, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-              "WEBSHOP_TURN_TOKENS": str(turn_tokens), "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
-              CHECKS_ENV: str(work), CATALOG_ENV: str(catalog),
+    """Environment and Ray overrides that put the CPU seams (:func:`.device.seams`) and the trainer-side checks into
+    every process of the run (and a bug a test injects, ``$WEBSHOP_REHEARSAL_INJECT``)."""
+    shared = {"WEBSHOP_URL": url, "WEBSHOP_TURN_TOKENS": str(turn_tokens),
+              "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), CHECKS_ENV: str(work), CATALOG_ENV: str(catalog),
               TRAIN_AGENT_ENV: AGENT_NAME if line == "0.7" else AGENT_LOOP_NAME,
               "WEBSHOP_INVALID_ACTION_PENALTY": str(INVALID_ACTION_PENALTY), FAIL_FAST_ENV: "1" if fail_fast else "0",
               **({INJECT_ENV: os.environ[INJECT_ENV]} if os.environ.get(INJECT_ENV) else {})}  # fmt: skip
-    if line == "0.7":
-        hook = "agent_trainer.rehearsal.cpu_verl07.setup"
-        env = dict(shared)
-    else:
-        hook = "agent_trainer.rehearsal.cpu_platform.setup"
-        env = {
-            **shared,
-            "VERL_PLATFORM": "cpu",
-            "VERL_USE_EXTERNAL_MODULES": "agent_trainer.rehearsal.cpu_platform",
-        }
-    ray = [f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={hook}"]
-    if line == "0.9":  # TransferQueue's storage units are a Ray actor process each (~400 MB): 2, not verl's 8
-        ray.append(f"transfer_queue.backend.SimpleStorage.num_data_storage_units={LOCAL_STORAGE_UNITS}")
-    ray += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in env.items()]
-    return env, ray
+    return seams(line, shared)
 
 
 def loop_configs(work: Path, max_observation_chars: int) -> dict[str, str]:

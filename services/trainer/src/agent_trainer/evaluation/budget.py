@@ -1,0 +1,54 @@
+"""What training allowed an episode of each environment, so that eval's episodes get the same by default.
+
+A model is judged on what it was trained to do: the rounds (env steps) per episode, the new tokens per reply, and
+the budget of all later turns together (verl's ``data.max_response_length``: the model's replies and the env's
+pages after the first turn; verl stops the episode when it is spent). They come from the environment's own test
+config of the installed verl line (``<env>_grpo_test.yaml``; WebShop's ``webshop_grpo_test.yaml``), resolved as
+the trainer resolves it (``WEBSHOP_TURN_TOKENS`` and the other knobs from the environment), so eval and training
+read one value. ``agent-train eval --max-steps / --max-tokens / --max-response-tokens`` override them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from ..config import training_config_dir, turn_tokens
+from ..turns import TRAINING_ENV_STEPS, env_steps_for_turns
+
+
+@dataclass(frozen=True)
+class TrainingBudget:
+    """One environment's episode budget in training."""
+
+    rounds: int  # env steps per episode
+    turn_tokens: int  # new tokens per reply
+    response_tokens: int  # every turn after the first together (replies and pages), in tokens
+
+
+def training_budget(env_id: str, config_dir: Path | None = None) -> TrainingBudget:
+    """The budget of ``env_id``'s test config in ``config_dir`` (default: the installed line's configs)."""
+    directory = (config_dir or training_config_dir()).resolve()
+    return _budget(env_id, str(directory), turn_tokens())
+
+
+@cache
+def _budget(env_id: str, directory: str, default_turn_tokens: int) -> TrainingBudget:
+    from omegaconf import OmegaConf
+
+    name = "webshop_grpo_test" if env_id == "webshop" else f"{env_id}_grpo_test"
+    path = Path(directory) / f"{name}.yaml"
+    if not path.is_file():  # an environment without a config of its own (a plugin): its spec's rounds
+        from .. import envs
+
+        rounds = envs.get(env_id).max_rounds or TRAINING_ENV_STEPS
+        return TrainingBudget(rounds, default_turn_tokens, 4096)
+    config = OmegaConf.load(path)
+    response = int(OmegaConf.select(config, "data.max_response_length"))
+    entry = OmegaConf.select(config, f"environments.{env_id}")
+    if entry is None:  # WebShop's configs: verl's turn limit, the agent loop's per-turn budget
+        turns = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns")
+        rounds = env_steps_for_turns(int(turns)) if turns is not None else TRAINING_ENV_STEPS
+        return TrainingBudget(rounds, default_turn_tokens, response)
+    return TrainingBudget(int(entry.max_rounds), int(entry.get("turn_tokens", default_turn_tokens)), response)

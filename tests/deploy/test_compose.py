@@ -87,12 +87,13 @@ def test_webshop_replicas(rendered: dict, compose: Compose) -> None:
 
 
 def test_sessions_are_durable_and_locked_down(rendered: dict) -> None:
-    """The AgentGym session store writes an append-only file, fsynced before it answers, to a host directory
-    (a restart or crash loses no acknowledged step), as a non-root user with a read-only root, internal only."""
+    """The AgentGym session store writes an append-only file before it answers, fsynced every second by default
+    (SESSIONS_APPENDFSYNC), to a host directory (a restart or crash of the store loses no acknowledged step), as
+    a non-root user with a read-only root, internal only."""
     sessions = rendered["services"]["sessions"]
     command = sessions["command"]
     flags = {command[i]: command[i + 1] for i in range(1, len(command) - 1) if command[i].startswith("--")}
-    assert (flags["--appendonly"], flags["--appendfsync"], flags["--save"]) == ("yes", "always", "")
+    assert (flags["--appendonly"], flags["--appendfsync"], flags["--save"]) == ("yes", "everysec", "")
     (data,) = sessions["volumes"]
     assert (data["type"], data["target"], flags["--dir"]) == ("bind", "/data", "/data")
     assert not data.get("read_only") and data["source"].endswith("outputs/sessions")

@@ -194,3 +194,22 @@ def test_a_replica_with_a_stale_copy_of_the_session_answers_from_the_store(redis
         a + "/step", json={"action": episode["steps"][0]["action"], "id": env_idx}, timeout=30
     )
     assert first.json() == remap_id(episode["steps"][0]["response"], rid, env_idx)
+
+
+def test_webshop_steps_alternating_replicas_follow_the_store(
+    redis_cluster: list[str], expert_plans: dict[int, list[str]]
+) -> None:
+    """WebShop's /step, its replicas taking turns: each one's copy of the session is a step behind every time."""
+    goal, actions = next(iter(expert_plans.items()))
+    env_idx = requests.post(f"{redis_cluster[0]}/create", timeout=30).json()
+    requests.post(f"{redis_cluster[1]}/reset", json={"env_idx": env_idx, "session_id": goal}, timeout=30)
+    native = requests.post(f"{redis_cluster[0]}/v1/reset", json={"goal": goal}, timeout=30).json()
+    for number, action in enumerate(actions):
+        url = redis_cluster[number % 2]
+        answer = requests.post(f"{url}/step", json={"env_idx": env_idx, "action": action}, timeout=30).json()
+        native = requests.post(
+            f"{url}/v1/step", json={"state": native["state"], "action": action}, timeout=30
+        ).json()
+        assert (answer["state"], answer["reward"], answer["done"]) == (
+            native["observation"], native["reward"], native["done"]
+        )  # fmt: skip

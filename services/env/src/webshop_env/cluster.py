@@ -58,7 +58,9 @@ DEFAULT_RUN_DIR = REPO / "run" / "local"
 PIDS = "pids.json"
 NGINX_MISSING = "nginx not found: run `make nginx` (apt-get install nginx)"
 REDIS_MISSING = "redis-server not found: run `make redis` (apt-get install redis-server)"
-REDIS_MAXMEMORY = "256mb"
+REDIS_MAXMEMORY = (
+    "512mb"  # as compose's: the session caps (WEBSHOP_COMPAT_MAX_SESSIONS) of every environment fit
+)
 # Durability of the AgentGym sessions (docs/reliability.md): an append-only file, no RDB snapshots. Redis writes
 # each change to the file before it answers, so a client that got a 200 finds that state again after a restart
 # or a SIGKILL of the store. How often the file is flushed to the disk is SESSIONS_APPENDFSYNC: "everysec" (the

@@ -37,8 +37,17 @@ from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from starlette.responses import Response
 
+from ..core.env import EnvError
 from ..envs.agentgym import json_integer
-from .compat_sessions import MAX_ID, MAX_REQUEST_KEY, Answer, IdTaken, request_key
+from .compat_sessions import (
+    MAX_ID,
+    MAX_REQUEST_KEY,
+    Answer,
+    IdTaken,
+    SessionConflict,
+    UnknownSession,
+    request_key,
+)
 from .errors import ApiError, json_bytes
 from .routes_native import (
     ERRORS,
@@ -195,13 +204,21 @@ async def step(
     sends one: a retry with it gets the first answer again)."""
     runtime = runtime_of(request)
     key = request_key(header_key(request), request.url.path, body.model_dump())
-    state, version = await runtime.sessions.get(body.env_idx, key, touch=False)
-    result, truncated = runtime.step(state, body.action, "compat")
-    answer = _answer(
-        {"state": result.observation, "reward": result.reward, "done": result.done or truncated, "info": None}
-    )
-    await runtime.sessions.put(body.env_idx, result.state, version, key, answer)
-    return _sent(answer)
+    cached = True  # from this process's copy of the session, checked by the write (compat_sessions)
+    while True:
+        state, version = await runtime.sessions.get(body.env_idx, key, touch=False, cached=cached)
+        try:
+            result, truncated = runtime.step(state, body.action, "compat")
+            answer = _answer(
+                {"state": result.observation, "reward": result.reward, "done": result.done or truncated,
+                 "info": None}
+            )  # fmt: skip
+            await runtime.sessions.put(body.env_idx, result.state, version, key, answer)
+            return _sent(answer)
+        except (SessionConflict, UnknownSession, EnvError):
+            if not version.cached:
+                raise
+            cached = False  # the copy was stale: the store's state, again
 
 
 @router.get("/observation", response_model=str, responses=ERRORS)

@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-import orjson
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.concurrency import run_in_threadpool
@@ -56,11 +55,12 @@ from .routes_compat import client_address, forwarded_client, header_key, key_hea
 from .routes_native import (
     ERRORS,
     MAX_ACTION_CHARS,
-    MAX_FAST_BRACKETS,
     JsonInt,
     content_length,
-    is_json,
+    json_object,
     json_response,
+    read_body,
+    send_json,
     utf8_text,
 )
 from .settings import Settings
@@ -394,12 +394,10 @@ class CompatFastPath:
         if not runtimes or env_id not in runtimes or length is None or length > self.max_body_bytes:
             await stack(scope, receive, send)
             return
-        messages = [await receive()]
-        while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
-            messages.append(await receive())
-        fields = None
-        if messages[-1]["type"] == "http.request":  # else the client went away: the stack answers that
-            fields = self._fields(scope, model, b"".join([m.get("body", b"") for m in messages]))
+        messages, request_body = await read_body(receive)
+        fields = (
+            None if request_body is None else self._fields(scope, model, request_body)
+        )  # None: the stack's
         if fields is None:
             await stack(scope, replay(messages, receive), send)
             return
@@ -417,10 +415,7 @@ class CompatFastPath:
             status, body = response.status_code, bytes(response.body)
             extra = [(name, value) for name, value in response.raw_headers if name == b"retry-after"]
         try:
-            await send({"type": "http.response.start", "status": status, "headers": [
-                (b"content-length", b"%d" % len(body)), (b"content-type", b"application/json"), *extra,
-            ]})  # fmt: skip
-            await send({"type": "http.response.body", "body": body})
+            await send_json(send, status, body, extra)
         finally:
             self.recorder.record("POST", path, status, time.perf_counter() - started, path)
 
@@ -429,13 +424,8 @@ class CompatFastPath:
         """The request's fields as the route's model gives them, or None (the route then answers)."""
         if not model.model_fields:
             return {}  # the route ignores any body
-        if not is_json(scope) or body.count(b"[") + body.count(b"{") > MAX_FAST_BRACKETS:
-            return None
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
-        if type(data) is not dict:
+        data = json_object(scope, body)
+        if data is None:
             return None
         try:
             return model.model_validate(data).model_dump()

@@ -14,7 +14,7 @@ import orjson
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field, field_validator
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.env import EnvError
 from ..envs.agentgym import JsonInt
@@ -223,21 +223,16 @@ class StepFastPath:
         if length is None or length > self.max_body_bytes:
             await stack(scope, receive, send)
             return
-        messages = [await receive()]
-        while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
-            messages.append(await receive())
+        messages, body = await read_body(receive)
         answer = None
-        if messages[-1]["type"] == "http.request":  # else the client went away: the stack answers that
+        if body is not None:  # else the client went away: the stack answers that
             scope["app"] = app  # as the framework sets it: the runtime lives on the app's state
-            answer = self._answer(scope, b"".join([m.get("body", b"") for m in messages]))
+            answer = self._answer(scope, body)
         if answer is None:
             await stack(scope, replay(messages, receive), send)
             return
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-length", b"%d" % len(answer)), (b"content-type", b"application/json"),
-            ]})  # fmt: skip
-            await send({"type": "http.response.body", "body": answer})
+            await send_json(send, 200, answer)
         finally:
             self.recorder.record("POST", "/v1/step", 200, time.perf_counter() - started, "/v1/step")
 
@@ -245,15 +240,8 @@ class StepFastPath:
     def _answer(scope: Scope, body: bytes) -> bytes | None:
         """The response body of a step that succeeds, else None (the route then answers, errors included)."""
         runtime = getattr(scope["app"].state, "runtime", None)
-        if runtime is None or not is_json(scope):
-            return None
-        if body.count(b"[") + body.count(b"{") > MAX_FAST_BRACKETS:
-            return None  # possibly nested deeper than the route's JSON parser goes (it answers 400 there)
-        try:
-            request = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
-        if type(request) is not dict:
+        request = None if runtime is None else json_object(scope, body)
+        if request is None:
             return None
         state, action = request.get("state"), request.get("action")
         if type(state) is not str or type(action) is not str or len(action) > MAX_ACTION_CHARS:
@@ -268,6 +256,40 @@ class StepFastPath:
             return json_bytes(runtime.step_payload(result, truncated))
         except Exception:  # the route runs the step again and answers the error as every route does
             return None
+
+
+def json_object(scope: Scope, body: bytes) -> dict[str, Any] | None:
+    """A fast path's reading of a request body: the JSON object a route would parse it to, or None when the route
+    should answer (not JSON by its content type, not an object, not JSON at all, or possibly nested deeper than
+    the route's JSON parser goes: it answers 400 there)."""
+    if not is_json(scope) or body.count(b"[") + body.count(b"{") > MAX_FAST_BRACKETS:
+        return None
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return value if type(value) is dict else None
+
+
+async def read_body(receive: Receive) -> tuple[list[Message], bytes | None]:
+    """Every message of a request's body (to replay them to the framework if need be), and the body; None when
+    the client went away before it was complete."""
+    messages = [await receive()]
+    while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
+        messages.append(await receive())
+    if messages[-1]["type"] != "http.request":
+        return messages, None
+    return messages, b"".join([m.get("body", b"") for m in messages])
+
+
+async def send_json(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """A complete JSON response, with the headers a framework route's ``Response`` sends."""
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-length", b"%d" % len(body)), (b"content-type", b"application/json"), *(headers or ()),
+    ]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
 
 
 def _header(scope: Scope, wanted: bytes) -> bytes | None:

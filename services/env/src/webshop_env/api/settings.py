@@ -80,9 +80,10 @@ class Settings(BaseSettings):
     compat_goal_set: str = Field(default="synthetic", description="goal set of the AgentGym endpoints")
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, description="request bodies above this get 413")
     compat_max_sessions: int = Field(
-        default=100_000, ge=1,
+        default=20_000, ge=1,
         description="live AgentGym sessions per environment in the store (per process with no Redis); when "
-        "full, /create evicts the session idle the longest",
+        "full, /create evicts the session idle the longest. About 2 kB each in Redis (more for a long SciWorld "
+        "episode): 20,000 of each environment fit the store's 512 MB",
     )  # fmt: skip
     compat_client_max_sessions: int = Field(
         default=4096, ge=1, description="live AgentGym sessions per client address (Redis store)"

@@ -857,7 +857,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="from every node of the running Ray cluster, play expert episodes of every served environment through "
         "the trainer's own clients (WEBSHOP_ENV=ray: each node's Serve proxy); exit 1 if a node cannot",
     )  # fmt: skip
-    p.add_argument("--episodes", type=int, default=8, help="expert episodes per node and environment (default: 8)")
+    p.add_argument("--episodes", type=int, default=8, help="expert episodes per node and environment (8)")
     p.add_argument("--envs", default=None, help="the environments to play, comma-separated (default: $WEBSHOP_ENVS, "
                    "what serve-ray serves, else webshop)")  # fmt: skip
     p.add_argument("--goal-set", default="synthetic", help="WebShop's goal list (default: synthetic)")

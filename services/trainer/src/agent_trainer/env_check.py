@@ -40,7 +40,9 @@ def served_envs(env: Mapping[str, str], envs: str | Sequence[str] | None = None)
     names = [n.strip() for n in (given.split(",") if isinstance(given, str) else given) if n.strip()]
     unknown = [n for n in names if n not in specs.ids()]
     if unknown:
-        raise ValueError(f"unknown environment(s) {', '.join(unknown)}: the trainer knows {', '.join(specs.ids())}")
+        raise ValueError(
+            f"unknown environment(s) {', '.join(unknown)}: the trainer knows {', '.join(specs.ids())}"
+        )
     return list(dict.fromkeys(names)) or [WEBSHOP]
 
 
@@ -96,7 +98,9 @@ async def _play_env(env_id: str, episodes: int, first: int) -> dict[str, Any]:
     return result
 
 
-async def _episode(client: Any, actions: Sequence[str], task: int, goal_set: str | None = None) -> dict[str, Any]:
+async def _episode(
+    client: Any, actions: Sequence[str], task: int, goal_set: str | None = None
+) -> dict[str, Any]:
     """One expert episode: reset, then the expert's actions until the episode ends (a gold path may run past it)."""
     step = await (client.reset(task, goal_set=goal_set) if goal_set is not None else client.reset(task))
     served_by = client.url
@@ -107,8 +111,9 @@ async def _episode(client: Any, actions: Sequence[str], task: int, goal_set: str
         step = await client.step(state, action)
         state, reward, done, steps = step["state"], float(step["reward"]), bool(step.get("done")), steps + 1
     episode = {"task": task, "reward": reward, "done": done, "steps": steps, "url": served_by}
-    if "score" in (step.get("info") or {}):  # SciWorld: the episode's score (its step rewards are the changes)
-        episode["score"] = step["info"]["score"]
+    info = step.get("info") or {}
+    if "score" in info:  # SciWorld: the episode's score (its step rewards are the changes)
+        episode["score"] = info["score"]
     return episode
 
 
@@ -136,7 +141,11 @@ def _node_episodes(envs: Sequence[str], episodes: int, goal_set: str, first: int
     import ray
 
     played = asyncio.run(_play(envs, episodes, goal_set, first))
-    return {"node_ip": ray.util.get_node_ip_address(), "env": os.environ.get("WEBSHOP_ENV", "http"), "envs": played}
+    return {
+        "node_ip": ray.util.get_node_ip_address(),
+        "env": os.environ.get("WEBSHOP_ENV", "http"),
+        "envs": played,
+    }
 
 
 def node_ok(node: Mapping[str, Any], envs: Sequence[str], episodes: int) -> bool:

@@ -11,7 +11,12 @@ The same steps and pins as the trainer image of the line (docker/trainer-verl09.
    this environment's ``pip list``: what stays frozen (``image-lock.txt``), what the install set must move or add
    (``trainer-extra.txt``, from docker/trainer*-constraints.txt);
 3. verl without its dependency list, then our two packages (editable: the checkout on the shared filesystem),
-   verl and the rest of the Dockerfile's install set under those two constraint files.
+   verl and the rest of the Dockerfile's install set under those two constraint files. One difference from the
+   image: the env package with the environments' extras (``./services/env[textcraft,babyai,sciworld]``, at the
+   versions of the checkout's constraints.txt, AgentGym's), because a Slurm job serves the environments from this
+   environment (``webshop-env serve-ray``: the replicas run on the training nodes), where the compose stack serves
+   them from the env image. SciWorld also needs a Java 17 runtime on every node, which no pip package brings
+   (docs/multi-node.md: a module or a JDK tarball and JAVA_HOME; the job checks it on every node).
 
 ``--dry-run``: no environment is made; pip's resolver runs steps 1 and 3 (``pip install --dry-run --report``)
 against the package index with this interpreter, and step 2 in between: the install resolves with these pins.
@@ -109,6 +114,41 @@ def editable(install: list[str]) -> list[str]:
     return [arg for w in install for arg in (("-e", w) if w.startswith("./services/") else (w,))]
 
 
+#: The environments a Slurm job can serve besides WebShop (services/env's extras): their packages go into this
+#: environment, where the job's Serve replicas run.
+ENV_EXTRAS = ("textcraft", "babyai", "sciworld")
+#: The block of the checkout's constraints.txt that pins them (the versions AgentGym's recordings were made with).
+ENV_PINS_HEADER = "# The AgentGym environments"
+
+
+def with_env_extras(install: list[str]) -> list[str]:
+    """The install set with ``./services/env`` carrying :data:`ENV_EXTRAS` (the image installs it without)."""
+    if "./services/env" not in install:
+        raise SystemExit(
+            f"the Dockerfile's install set no longer names ./services/env: update {Path(__file__).name}"
+        )
+    return [f"./services/env[{','.join(ENV_EXTRAS)}]" if w == "./services/env" else w for w in install]
+
+
+def env_pins(out: Path) -> Path:
+    """The extras' pins (constraints.txt's AgentGym block) as a constraint file in ``out``."""
+    lines = (REPO / "constraints.txt").read_text().splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith(ENV_PINS_HEADER))
+    except StopIteration:
+        raise SystemExit(
+            f"constraints.txt has no '{ENV_PINS_HEADER}' block: update {Path(__file__).name}"
+        ) from None
+    block = []
+    for line in lines[start + 1 :]:
+        if not line.strip() or line.startswith("#"):
+            break
+        block.append(line.strip())
+    path = out / "env-extras.txt"
+    path.write_text("\n".join(block) + "\n")
+    return path
+
+
 def build(venv: Path, line: str, python: str) -> None:
     steps = image_steps(line)
     if not (venv / "bin" / "python").exists():
@@ -127,13 +167,17 @@ def build(venv: Path, line: str, python: str) -> None:
     lock(str(venv / "bin" / "python"), steps, freeze, venv)  # 2. the lock
     run([*pip, "install", "--no-deps", str(steps["verl"])])  # 3. verl, then the rest, under the lock
     run([*pip, "install", "--constraint", str(venv / "image-lock.txt"), "--constraint",
-         str(venv / "trainer-extra.txt"), *editable(steps["install"])])  # type: ignore[arg-type]  # fmt: skip
+         str(venv / "trainer-extra.txt"), "--constraint", str(env_pins(venv)),
+         *editable(with_env_extras(steps["install"]))])  # type: ignore[arg-type]  # fmt: skip
     run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m, torch, verl, sglang, agent_trainer; "
          "print('torch', torch.__version__, '| CUDA', torch.version.cuda, '| sglang', m.version('sglang'), "
-         "'| verl', verl.__version__, '| transformers', m.version('transformers'))"])  # fmt: skip
+         "'| verl', verl.__version__, '| transformers', m.version('transformers'), '| textcraft', "
+         "m.version('textcraft'), '| minigrid', m.version('minigrid'), '| scienceworld', m.version('scienceworld'))"])  # fmt: skip
     print(
-        f"{venv}: the verl {line} GPU environment. Slurm: WEBSHOP_VENV={venv.resolve()} sbatch ... "
-        "deploy/slurm/webshop-grpo.sbatch (each node checks torch.cuda and sglang before Ray starts)"
+        f"{venv}: the verl {line} GPU environment, with the environments' packages (SciWorld also needs Java 17 on "
+        f"every node). Slurm: WEBSHOP_VENV={venv.resolve()} sbatch --nodes=N --gpus-per-node=G ... "
+        "deploy/slurm/webshop-grpo.sbatch (each node checks torch.cuda, sglang and the run's environments before "
+        "Ray starts)"
     )
 
 
@@ -163,7 +207,8 @@ def dry_run(line: str, out: Path) -> dict[str, str]:
     )
     lock(sys.executable, steps, out / "base-freeze.txt", out)
     run([*pip, "--report", str(out / "install.json"), "--constraint", str(out / "image-lock.txt"), "--constraint",
-         str(out / "trainer-extra.txt"), *steps["install"]])  # type: ignore[misc]  # fmt: skip
+         str(out / "trainer-extra.txt"), "--constraint", str(env_pins(out)),
+         *with_env_extras(steps["install"])])  # type: ignore[misc,arg-type]  # fmt: skip
     installed = {i["metadata"]["name"]: i["metadata"]["version"]
                  for i in json.loads((out / "install.json").read_text())["install"]}  # fmt: skip
     return {**base, **installed}
@@ -181,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         out = args.report_dir or Path(tempfile.mkdtemp(prefix=f"venv-gpu-{args.line}-"))
         resolved = dry_run(args.line, out)
         print(json.dumps({k: resolved[k] for k in sorted(resolved) if k.lower() in
-                          ("sglang", "torch", "verl", "transformers", "ray", "transferqueue", "numpy")}))  # fmt: skip
+                          ("sglang", "torch", "verl", "transformers", "ray", "transferqueue", "numpy", "textcraft",
+                                        "minigrid", "scienceworld")}))  # fmt: skip
         return 0
     build(args.venv or REPO / f".venv-gpu-{args.line}", args.line, args.python)
     return 0

@@ -8,11 +8,14 @@ temp dir of its own (socket and session files must not collide on one filesystem
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,16 +137,63 @@ def figure(line: str) -> None:
     print(line)
 
 
-def rehearsal_run_settings(line: str, work: Path, turn_tokens: int, catalog: Path) -> tuple[dict, list, list]:
+#: The rehearsal's trainer-side checks (its weight-sync probe needs the rehearsal's own prepared files).
+REHEARSAL_CHECKS = "WEBSHOP_REHEARSAL_"
+
+
+def rehearsal_run_settings(line: str, work: Path, turn_tokens: int, catalog: Path, checks: bool = True
+                           ) -> tuple[dict, list, list]:  # fmt: skip
     """What the rehearsal's training run needs on a namespace cluster of several nodes: its environment (the CPU
     seams, the agent-loop configs), its Ray overrides (gloo on each namespace's own interface) and its scale-down
-    (the joined-cluster variant, the GPU count per node left to the caller)."""
+    (the joined-cluster variant, the GPU count per node left to the caller). ``checks=False``: the CPU seams
+    without the rehearsal's trainer-side checks (a run on data the rehearsal did not prepare)."""
     from agent_trainer.rehearsal import run as rehearsal
 
     env, ray = rehearsal._line_env(line, work, rehearsal.DEAD_URL, turn_tokens, catalog)
+    if not checks:
+        env = {k: v for k, v in env.items() if not k.startswith(REHEARSAL_CHECKS)}
+        ray = [o for o in ray if f"env_vars.{REHEARSAL_CHECKS}" not in o]
     env.update(rehearsal.loop_configs(work, rehearsal.MAX_OBSERVATION_CHARS))
     # gloo binds to the address the hostname resolves to, which no namespace has: its own interface instead
     ray.append("+ray_kwargs.ray_init.runtime_env.env_vars.GLOO_SOCKET_IFNAME='eth0'")
     scale = [rehearsal.JOINED_CLUSTER.get(o, o) for o, _ in rehearsal.SCALE]
     scale = [o for o in scale if o is not None and not o.startswith("trainer.n_gpus_per_node=")]
     return env, ray, scale
+
+
+def _sessions(temp: Path) -> list[Path]:
+    """The Ray session folders under one run's temp dir (``session_latest`` is a link to one of them)."""
+    return sorted({p.resolve() for p in temp.glob("session_*")})
+
+
+def fsdp_worker_nodes(temp: Path) -> Counter[str]:
+    """Per node address, the processes of verl's FSDP workers (Ray actors of a ``WorkerDict`` class) in one run.
+    Both nodes' Ray files share the temp dir here (one /tmp): each worker's core log names its node's address."""
+    nodes: Counter[str] = Counter()
+    for logs in (s / "logs" for s in _sessions(temp)):
+        for out in logs.glob("worker-*.out"):
+            if "WorkerDict" not in out.read_text(errors="replace")[:4000]:
+                continue
+            worker_id = out.name.split("-")[1]
+            for core in logs.glob(f"python-core-worker-{worker_id}_*.log"):
+                found = re.search(
+                    r"Initializing worker at address: ([\d.]+):", core.read_text(errors="replace")
+                )
+                if found:
+                    nodes[found.group(1)] += 1
+    return nodes
+
+
+def env_steps_served(temp: Path, since: datetime.datetime, route: str = "/v1/step") -> Counter[str]:
+    """Per node address, the env steps (``route``: WebShop's; ``/textcraft/v1/step``, ...) its own Serve proxy
+    (``proxy_<address>.log``) passed on at or after ``since`` (local time, as Ray's logs; env-check's episodes
+    come before it)."""
+    served: Counter[str] = Counter()
+    for logs in (s / "logs" / "serve" for s in _sessions(temp)):
+        for proxy in logs.glob("proxy_*.log"):
+            address = proxy.stem.removeprefix("proxy_")
+            for line in proxy.read_text(errors="replace").splitlines():
+                stamp = re.match(r"\w+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),", line)
+                if route in line and stamp and datetime.datetime.fromisoformat(stamp.group(1)) >= since:
+                    served[address] += 1
+    return served

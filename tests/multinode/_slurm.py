@@ -508,3 +508,50 @@ def wait_for(predicate, timeout: float, what: str, slurm: SlurmCluster, job: str
             raise TimeoutError(f"{what} not within {timeout:.0f} s\n{slurm.output(job)[-4000:]}\n"
                                f"{slurm.diagnostics(job)}")  # fmt: skip
         time.sleep(1.0)
+
+
+class JobEnded(AssertionError):
+    """The job ended before what a test waited for (its state and output tail in the message)."""
+
+
+def submit_until_started(
+    slurm: SlurmCluster, script: Path, env: dict[str, str], started, timeout: float, tries: int = 4,
+    extra_args: Sequence[str] = (),
+) -> tuple[str, list[Path]]:  # fmt: skip
+    """Submit ``script`` until a job gets as far as ``started(job, output)`` says, each with a fresh short
+    ``RAY_TEMP_DIR`` (Ray's unix sockets); returns the job and the temp dirs used (the last is the job's).
+
+    Why more than once: a raylet gets 30 s to register (Ray's own bound), which the saturated 2-core machine can
+    miss; such a job fails before its training (serve-ray would wait for the missing node for 10 minutes, so it
+    is cancelled at once) and a new one starts clean. A job that ends otherwise raises ``JobEnded``."""
+    from _raynodes import figure
+
+    from agent_trainer.rehearsal.run import RAY_START_TIMEOUT
+
+    missed = (RAY_START_TIMEOUT, "did not attach within")
+    temps: list[Path] = []
+    for attempt in range(tries):
+        temps.append(Path(tempfile.mkdtemp(prefix="wsslv-", dir="/tmp")))
+        job = slurm.submit(script, env={**env, "RAY_TEMP_DIR": str(temps[-1])}, extra_args=extra_args)
+
+        def check(job: str = job) -> bool:
+            output = slurm.output(job)
+            if started(job, output):
+                return True
+            if any(m in output for m in missed):
+                slurm.run(["scancel", job])
+            state = slurm.job(job).get("JobState")
+            if state in TERMINAL - {"PREEMPTED"}:
+                raise JobEnded(f"job {job} ended {state}\n{output[-6000:]}")
+            return False
+
+        try:
+            wait_for(check, timeout, "the job's start", slurm, job)
+            return job, temps
+        except JobEnded:
+            if attempt == tries - 1 or not any(m in slurm.output(job) for m in missed):
+                raise
+            figure(
+                f"Slurm job {job}: a Ray node missed Ray's start-up bound on the loaded machine; submitted again"
+            )
+    raise AssertionError("unreachable")

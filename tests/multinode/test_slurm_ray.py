@@ -1,10 +1,10 @@
 """``deploy/slurm/webshop-grpo.sbatch`` on a real Slurm cluster (slurmctld, and two slurmd nodes, each in a
 network namespace of its own): Ray head and worker started by the script with ``srun``, the env deployed
-as a Ray Serve app, ``agent-train env-check`` from both nodes, and the training command replaced by a CPU
-stand-in: the preflight (configs, data, verl's agent-loop worker on CPU) against the first node's Serve proxy.
-No Docker, no nginx, no root needed by the script. The job ends COMPLETED (``scontrol show job``), the env
-served expert episodes on both nodes, each through its own node's proxy, with the rewards the expert's
-actions earn in-process.
+as a Ray Serve app serving WebShop and TextCraft (``WEBSHOP_ENVS``), ``agent-train env-check`` from both nodes
+playing both, and the training command replaced by a CPU stand-in: the preflight (configs, data, verl's
+agent-loop worker on CPU) against the first node's Serve proxy. No Docker, no nginx, no root needed by the script.
+The job ends COMPLETED (``scontrol show job``), the env served expert episodes of both environments on both
+nodes, each through its own node's proxy, with the rewards the experts' actions earn in-process.
 
 Needs root, ``ip`` and ``make slurm``; skips with the reason otherwise.
 """
@@ -34,9 +34,7 @@ slurm_cluster = slurm_fixture(nodes=2)
 def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
     slurm_cluster: SlurmCluster, generated_catalog_dir: Path, tmp_path: Path
 ) -> None:
-    from webshop_env.catalog.store import open_catalog
-    from webshop_env.core.env import WebShopEnv
-    from webshop_env.core.oracle import expert_actions, run_actions
+    from agent_trainer.rehearsal.warm_start import expert_episode, expert_plan, make_core
 
     ray_temp = tempfile.mkdtemp(prefix="wsslr-", dir="/tmp")  # short: Ray's unix sockets live under it
     preflight_out = tmp_path / "preflight"
@@ -46,6 +44,7 @@ def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
         "WEBSHOP_CATALOG": str(generated_catalog_dir),
         "WEBSHOP_RAY_PORT": str(SERVE_PORT),
         "WEBSHOP_ENV_CHECK_EPISODES": str(EPISODES),
+        "WEBSHOP_ENVS": "webshop,textcraft",  # served beside WebShop, and played by env-check
         "WEBSHOP_GPU_CHECK": "0",  # the CPU stand-in (test_slurm_preemption.py: a job without GPUs fails at once)
         "RAY_TEMP_DIR": ray_temp,
         "RAY_AUTH_MODE": "disabled",
@@ -62,23 +61,31 @@ def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
     assert info["ExitCode"] == "0:0", output[-4000:]
 
     check = next(json.loads(line) for line in output.splitlines() if line.startswith('{"ok"'))
-    assert check["ok"], check
+    assert check["ok"] and check["envs"] == ["webshop", "textcraft"], check
     served = {node["node_ip"]: node for node in check["nodes"]}
     assert sorted(served) == sorted(slurm_cluster.hosts.ips), check
-    env_core = WebShopEnv(open_catalog(generated_catalog_dir))
+    cores = {e: make_core(e, generated_catalog_dir) for e in check["envs"]}
     for node in served.values():
         assert node["env"] == "ray"  # the run's WEBSHOP_ENV reached the node's workers
-        assert node["urls"][0] == f"http://127.0.0.1:{SERVE_PORT}"
-        assert len(node["episodes"]) == EPISODES
-        for goal, reward, url in node["episodes"]:
-            assert url == f"http://127.0.0.1:{SERVE_PORT}"  # its own node's proxy served it
-            actions = expert_actions(env_core, goal, "synthetic")
-            assert reward == pytest.approx(run_actions(env_core, goal, actions, "synthetic")[-1].reward)
+        for env_id, played in node["envs"].items():
+            assert played["urls"][0] == f"http://127.0.0.1:{SERVE_PORT}"
+            assert len(played["episodes"]) == EPISODES
+            for episode in played["episodes"]:
+                assert episode["url"] == f"http://127.0.0.1:{SERVE_PORT}"  # its own node's proxy served it
+                core, task = cores[env_id], episode["task"]
+                plan = expert_plan(env_id, task, core=core)
+                assert episode["done"] and episode["reward"] == pytest.approx(
+                    expert_episode(env_id, task, plan, core=core)[1]["env_reward"]
+                ), (env_id, episode)
 
     summary = json.loads((preflight_out / "verl0.7" / "summary.json").read_text())
     assert summary["errors"] == [], summary["errors"]
     assert "webshop-grpo: training command exited with 0" in output
     figure(
         f"Slurm job {job}: {info['JobState']} on {info['NodeList']} in {info['RunTime']}; env-check: "
-        + ", ".join(f"{ip} {len(node['episodes'])} episodes via its own proxy" for ip, node in served.items())
+        + ", ".join(
+            f"{ip} {sum(len(p['episodes']) for p in node['envs'].values())} episodes of "
+            f"{'+'.join(node['envs'])} via its own proxy"
+            for ip, node in served.items()
+        )
     )

@@ -31,14 +31,21 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from _raynodes import figure, rehearsal_run_settings
-from _slurm import REPO, SCRIPT, TERMINAL, SlurmCluster, job_env, slurm_fixture, wait_for
+from _raynodes import env_steps_served, figure, fsdp_worker_nodes, rehearsal_run_settings
+from _slurm import (
+    REPO,
+    SCRIPT,
+    TERMINAL,
+    SlurmCluster,
+    job_env,
+    slurm_fixture,
+    submit_until_started,
+    wait_for,
+)
 
 pytestmark = [
     pytest.mark.timeout(5400),
@@ -51,7 +58,7 @@ pytestmark = [
 STEPS = 3  # 12 goals, 4 prompts a step: one epoch
 #: The warm-started tiny model, kept between runs (outside the test's temporary directory).
 MODEL_CACHE = Path("/tmp/webshop-test-cache/tiny_model")
-TRAIN_STARTS = "webshop-grpo: + "
+TRAIN_STARTS = "webshop-grpo: training: + "
 #: Jobs submitted until one starts its training: a raylet gets 30 s to register (Ray's own bound), which a
 #: saturated machine can miss (then the job fails before training, and a new one starts clean)
 START_TRIES = 4
@@ -73,43 +80,6 @@ def _warm_model_dir() -> Path:
         os.replace(partial, MODEL_CACHE)
     MODEL_CACHE.parent.mkdir(parents=True, exist_ok=True)
     return MODEL_CACHE
-
-
-def _sessions(temp: Path) -> list[Path]:
-    """The Ray session folders under one run's temp dir (``session_latest`` is a link to one of them)."""
-    return sorted({p.resolve() for p in temp.glob("session_*")})
-
-
-def fsdp_worker_nodes(temp: Path) -> Counter[str]:
-    """Per node address, the processes of verl's FSDP workers (Ray actors of a ``WorkerDict`` class) in one run.
-    Both nodes' Ray files share the temp dir here (one /tmp): each worker's core log names its node's address."""
-    nodes: Counter[str] = Counter()
-    for logs in (s / "logs" for s in _sessions(temp)):
-        for out in logs.glob("worker-*.out"):
-            if "WorkerDict" not in out.read_text(errors="replace")[:4000]:
-                continue
-            worker_id = out.name.split("-")[1]
-            for core in logs.glob(f"python-core-worker-{worker_id}_*.log"):
-                found = re.search(
-                    r"Initializing worker at address: ([\d.]+):", core.read_text(errors="replace")
-                )
-                if found:
-                    nodes[found.group(1)] += 1
-    return nodes
-
-
-def env_steps_served(temp: Path, since: datetime.datetime) -> Counter[str]:
-    """Per node address, the env steps its own Serve proxy (``proxy_<address>.log``) passed on at or after
-    ``since`` (local time, as Ray's logs; env-check's episodes come before it)."""
-    served: Counter[str] = Counter()
-    for logs in (s / "logs" / "serve" for s in _sessions(temp)):
-        for proxy in logs.glob("proxy_*.log"):
-            address = proxy.stem.removeprefix("proxy_")
-            for line in proxy.read_text(errors="replace").splitlines():
-                stamp = re.match(r"\w+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),", line)
-                if "/v1/step" in line and stamp and datetime.datetime.fromisoformat(stamp.group(1)) >= since:
-                    served[address] += 1
-    return served
 
 
 def test_sbatch_trains_verl_on_two_nodes_and_a_requeued_job_resumes(
@@ -147,7 +117,6 @@ def test_sbatch_trains_verl_on_two_nodes_and_a_requeued_job_resumes(
     )  # fmt: skip
     shutil.rmtree(environment.pop("RAY_TEMP_DIR"), ignore_errors=True)  # one per job, below
     job = ""
-    ray_temps: list[Path] = []
     tracker = checkpoints / "latest_checkpointed_iteration.txt"
     training_from: dict[int, datetime.datetime] = {}  # run -> when the test saw its training command start
 
@@ -157,13 +126,18 @@ def test_sbatch_trains_verl_on_two_nodes_and_a_requeued_job_resumes(
         except (OSError, ValueError):
             return 0
 
+    def note_training(output: str) -> bool:
+        """Note when the test saw each run's training command start; True once the first one has."""
+        for run_index in range(output.count(TRAIN_STARTS)):
+            training_from.setdefault(run_index, datetime.datetime.now())
+        return bool(training_from)
+
     def watch(predicate):
         """``predicate``, noting when each run's training command starts; a job that ended fails at once."""
 
         def check() -> bool:
             output = slurm_cluster.output(job)
-            for run_index in range(output.count(TRAIN_STARTS)):
-                training_from.setdefault(run_index, datetime.datetime.now())
+            note_training(output)
             if predicate():
                 return True
             state = slurm_cluster.job(job).get("JobState")
@@ -174,26 +148,8 @@ def test_sbatch_trains_verl_on_two_nodes_and_a_requeued_job_resumes(
 
     ray_missed = (rehearsal.RAY_START_TIMEOUT, "did not attach within")
 
-    def started_or_missed() -> bool:
-        """The training command started; a job a Ray node failed to join is cancelled at once (else serve-ray
-        would wait for that node for 10 minutes)."""
-        if not training_from and any(m in slurm_cluster.output(job) for m in ray_missed):
-            slurm_cluster.run(["scancel", job])
-        return bool(training_from)
-
-    for attempt in range(START_TRIES):
-        ray_temps.append(Path(tempfile.mkdtemp(prefix="wsslv-", dir="/tmp")))  # short: Ray's unix sockets
-        job = slurm_cluster.submit(SCRIPT, env={**environment, "RAY_TEMP_DIR": str(ray_temps[-1])},
-                                   extra_args=["--time=180"])  # fmt: skip
-        try:
-            wait_for(watch(started_or_missed), 1800, "the training command", slurm_cluster, job)
-            break
-        except AssertionError:  # the job ended before its training started
-            if attempt == START_TRIES - 1 or not any(m in slurm_cluster.output(job) for m in ray_missed):
-                raise
-            figure(
-                f"Slurm job {job}: a Ray node missed Ray's start-up bound on the loaded machine; submitted again"
-            )
+    job, ray_temps = submit_until_started(slurm_cluster, SCRIPT, environment, lambda _job, out: note_training(out),
+                                          1800, START_TRIES, extra_args=["--time=180"])  # fmt: skip
     ray_temp = ray_temps[-1]
     wait_for(watch(lambda: saved() >= 1), 3000, "verl's checkpoint of step 1", slurm_cluster, job)
     requeues = 0

@@ -1,0 +1,388 @@
+"""What a webshop-grpo.sbatch job trains on, serves and checks, decided before anything starts.
+
+The job's settings (environment variables; docs/multi-node.md) name the environments to train on and the run's
+size, as ``make train-test`` / ``make train-full`` do with ``ENV=``:
+
+- ``WEBSHOP_TRAIN_ENVS``: ``webshop`` (default), ``textcraft``, ``babyai``, ``sciworld``, ``mixed`` (TextCraft,
+  BabyAI and WebShop) or a comma list of them;
+- ``WEBSHOP_TRAIN_CONFIG``: ``test`` (default) or ``full``. The config is the one ``make train-test|train-full``
+  picks: WebShop alone ``test`` / ``full``; one other environment ``<env>_grpo_test`` / ``<env>_grpo_train``;
+  several ``mixed_grpo_test`` / ``mixed_grpo_train`` (of the installed verl line's configs).
+
+Three subcommands, each run by the sbatch with the job's Python (``$WEBSHOP_VENV/bin/python``):
+
+``plan``
+    On the first node, before anything: the settings checked (an unknown environment or config, a combination the
+    Ray Serve app cannot serve, exit 2 with the reason), then shell assignments for the script (``eval``): the
+    served environments (``WEBSHOP_ENVS``: WebShop and the run's), the config, the training command, whether and
+    where rows are built (``WEBSHOP_TRAIN_FILE`` / ``WEBSHOP_VAL_FILE``), whether the command's batch sizes can be
+    checked before Ray (``agent-train train ... --dry-run``). The plan in words goes to stderr.
+``node``
+    On every node (``srun``), before ``ray start``: this node's Python serves every environment of ``--envs``
+    (the environment's core is made, as a Serve replica will make it; SciWorld: the ``scienceworld`` package and a
+    Java 17 runtime on ``PATH``), and the catalog is where the replicas will look for it. Exit 3 with what to do.
+``data``
+    On the first node, before ``ray start``: the rows of the run's environments (``agent-train data``; WebShop
+    alone: its train and eval splits, as before; otherwise ``--env ... --out-dir``, which reuses rows built from the
+    same environments, data, splits and code). ``check`` runs ``plan`` and ``node`` here, for a login node
+    before ``sbatch``.
+
+Why SciWorld needs one replica per node on Ray Serve: its episode lives in a JVM of the replica that reset it.
+nginx keeps an episode's steps on that replica (a hash of the client's ``X-Episode``); Serve's proxy keeps a node's
+requests on the node's own replicas but has no episode affinity among them, so with several replicas per node most
+steps would land on a replica without the episode's JVM and replay the whole episode first (correct, seconds per
+step). With one replica per node every step of a node's episodes reaches the replica holding its JVM (a step
+replays only after a failover to another node's proxy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENVIRONMENTS = ("webshop", "textcraft", "babyai", "sciworld")
+#: ``mixed``: the environments of the mixed configs (configs/*mixed_grpo_*.yaml), as make's ENV=mixed.
+MIXED = ("textcraft", "babyai", "webshop")
+KINDS = {"test": "test", "full": "train"}
+#: Rows a test config reads (its train_max_samples: 64 at most; val_max_samples 16), as the compose trainer job
+#: builds them: a test run does not wait for every task's reset (SciWorld: a JVM's each).
+TEST_ROWS = {"train": 64, "val": 16}
+JAVA_MAJOR = 17
+JAVA_HOW = (
+    "ScienceWorld's simulator is a Java program (scienceworld's jar), and this project's SciWorld is checked on "
+    "Java 17 (the recorded episodes replay identically there). On a cluster without it: `module load` your site's "
+    "Java 17 module before sbatch (the job passes PATH and JAVA_HOME on), or unpack a JDK 17 (e.g. Eclipse "
+    "Temurin's OpenJDK 17 tarball) on the shared filesystem and set JAVA_HOME to it: the job puts $JAVA_HOME/bin "
+    "first on every node's PATH"
+)
+
+
+class Refused(Exception):
+    """A setting, or a combination of them, this job cannot run (exit 2, the message says what to change)."""
+
+
+@dataclass
+class Plan:
+    """What the job trains on, serves, builds and runs."""
+
+    train_envs: list[str]
+    serve_envs: list[str]
+    kind: str  # test | full
+    config: str  # the training config's name (test, full, textcraft_grpo_test, ...)
+    line: str  # the installed verl line (0.7 | 0.9)
+    train_cmd: str
+    default_cmd: bool
+    build: bool
+    data_dir: Path
+    train_file: Path | None = None
+    val_file: Path | None = None
+    check_batch: bool = False
+    exports: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_envs(text: str) -> list[str]:
+    """``WEBSHOP_TRAIN_ENVS`` as a list (``mixed`` expanded, each once, in order); raises ``Refused``."""
+    names: list[str] = []
+    for name in (n.strip().lower() for n in text.split(",")):
+        if not name:
+            continue
+        if name == "mixed":
+            names += MIXED
+        elif name in ENVIRONMENTS:
+            names.append(name)
+        else:
+            raise Refused(f"WEBSHOP_TRAIN_ENVS names {name!r}: it takes {', '.join(ENVIRONMENTS)}, mixed "
+                          f"({','.join(MIXED)}) or a comma list of them")  # fmt: skip
+    if not names:
+        raise Refused(
+            "WEBSHOP_TRAIN_ENVS is empty: name webshop, textcraft, babyai, sciworld, mixed or a list"
+        )
+    return list(dict.fromkeys(names))
+
+
+def config_name(envs: Sequence[str], kind: str) -> str:
+    """The config ``make train-test|train-full ENV=...`` runs: WebShop ``test``/``full``, one other environment
+    ``<env>_grpo_test``/``_train``, several ``mixed_grpo_test``/``_train``."""
+    if kind not in KINDS:
+        raise Refused(f"WEBSHOP_TRAIN_CONFIG must be test or full, not {kind!r}")
+    if list(envs) == ["webshop"]:
+        return kind
+    return f"{envs[0] if len(envs) == 1 else 'mixed'}_grpo_{KINDS[kind]}"
+
+
+def _positive(env: Mapping[str, str], name: str, default: int) -> int:
+    value = (env.get(name) or "").strip() or str(default)
+    if not re.fullmatch(r"[1-9][0-9]*", value):
+        raise Refused(f"{name} must be a whole number of at least 1, not {value!r}")
+    return int(value)
+
+
+def _agent_train_train(command: str) -> bool:
+    """Whether ``command`` is one plain ``agent-train train ...`` (no shell operators), so ``--dry-run`` can be
+    appended to check its batch sizes before Ray starts."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:
+        return False
+    operators = set(";&|<>()")
+    return (len(words) >= 2 and Path(words[0]).name == "agent-train" and words[1] == "train"
+            and not any(set(w) <= operators for w in words))  # fmt: skip
+
+
+def make_plan(env: Mapping[str, str], nodes: int = 1, line: str | None = None,
+              config_dir: Path | None = None) -> Plan:  # fmt: skip
+    """The job's plan from its settings (``env``) on ``nodes`` nodes; raises ``Refused``. ``line`` and
+    ``config_dir`` default to the installed verl's (agent_trainer's own lookup)."""
+    home = Path(env.get("WEBSHOP_HOME") or ".")
+    train_envs = parse_envs(env.get("WEBSHOP_TRAIN_ENVS") or "webshop")
+    kind = (env.get("WEBSHOP_TRAIN_CONFIG") or "test").strip()
+    name = config_name(train_envs, kind)
+    try:
+        from agent_trainer.config import installed_verl_line, training_config_dir, training_config_name
+    except ImportError as error:
+        raise Refused(f"the job's Python ({sys.prefix}) has no agent_trainer ({error}): set WEBSHOP_VENV to the "
+                      "environment `make venv-gpu` made") from None  # fmt: skip
+    try:
+        line = line or installed_verl_line()
+    except Exception as error:  # no verl in this Python
+        raise Refused(f"the job's Python ({sys.prefix}) has no verl ({type(error).__name__}: {error}): set "
+                      "WEBSHOP_VENV to the environment `make venv-gpu` made") from None  # fmt: skip
+    config_dir = config_dir or training_config_dir(line)
+    file_name = training_config_name(name)
+    if not (config_dir / f"{file_name}.yaml").is_file():
+        raise Refused(f"no training config {file_name}.yaml for verl {line} in {config_dir} "
+                      f"(WEBSHOP_TRAIN_ENVS={','.join(train_envs)}, WEBSHOP_TRAIN_CONFIG={kind})")  # fmt: skip
+    extra = [e.strip() for e in (env.get("WEBSHOP_ENVS") or "").split(",") if e.strip()]
+    unknown = [e for e in extra if e not in ENVIRONMENTS]
+    if unknown:
+        raise Refused(f"WEBSHOP_ENVS names {', '.join(unknown)}: the env serves {', '.join(ENVIRONMENTS)}")
+    serve_envs = [e for e in ENVIRONMENTS if e in {"webshop", *train_envs, *extra}]
+    replicas = _positive(env, "WEBSHOP_RAY_REPLICAS_PER_NODE", 1)
+    if "sciworld" in serve_envs and replicas > 1:
+        raise Refused(
+            f"SciWorld on the Ray Serve app needs one replica per node, not {replicas} "
+            "(WEBSHOP_RAY_REPLICAS_PER_NODE): a SciWorld episode lives in the JVM of the replica that reset it, and "
+            "Serve's proxy, unlike nginx's sciworld upstream, has no episode affinity among a node's replicas: most "
+            "steps would replay the whole episode on another replica first (seconds each). Leave "
+            "WEBSHOP_RAY_REPLICAS_PER_NODE at 1 (each node's proxy then keeps its episodes on its one replica), or "
+            "serve SciWorld behind nginx (WEBSHOP_ENV=http, docs/deployment.md)"
+        )
+    given_cmd = (env.get("WEBSHOP_TRAIN_CMD") or "").strip()
+    train_cmd = given_cmd or f"agent-train train --config {name}"
+    build_setting = (env.get("WEBSHOP_BUILD_DATA") or "").strip()
+    if build_setting not in ("", "0", "1"):
+        raise Refused(f"WEBSHOP_BUILD_DATA must be 0 or 1, not {build_setting!r}")
+    build = build_setting == "1" or (
+        not build_setting and not given_cmd and not env.get("WEBSHOP_TRAIN_FILE")
+    )
+    label = "+".join(train_envs)
+    data_root = Path(env.get("WEBSHOP_DATA_DIR") or home / "data" / "verl")
+    data_dir = data_root / (f"slurm-{line}" if train_envs == ["webshop"] else f"slurm-{line}-{label}-{kind}")
+    plan = Plan(train_envs=train_envs, serve_envs=serve_envs, kind=kind, config=name, line=line,
+                train_cmd=train_cmd, default_cmd=not given_cmd, build=build, data_dir=data_dir,
+                check_batch=_agent_train_train(train_cmd))  # fmt: skip
+    plan.exports["WEBSHOP_ENVS"] = ",".join(serve_envs)
+    if build:
+        webshop_only = train_envs == ["webshop"]
+        plan.train_file = data_dir / "train.parquet"
+        plan.val_file = data_dir / ("eval.parquet" if webshop_only else "val.parquet")
+        plan.exports["WEBSHOP_TRAIN_FILE"] = str(plan.train_file)
+        plan.exports["WEBSHOP_VAL_FILE"] = str(plan.val_file)
+    if "sciworld" in train_envs and not env.get("WEBSHOP_EPISODE_SLOTS"):
+        # every node's one replica holds SCIWORLD_MAX_LIVE_JVMS live episodes: the trainer keeps at most that many
+        # per node live at once (the others wait for one) instead of evicting each other's JVMs
+        jvms = _positive(env, "SCIWORLD_MAX_LIVE_JVMS", 8)
+        plan.exports["WEBSHOP_EPISODE_SLOTS"] = str(nodes * jvms)
+        plan.notes.append(f"SciWorld: {nodes} replica(s) x {jvms} live JVMs (SCIWORLD_MAX_LIVE_JVMS): at most "
+                          f"{nodes * jvms} SciWorld episodes live at once (WEBSHOP_EPISODE_SLOTS)")  # fmt: skip
+    if given_cmd and not build and not env.get("WEBSHOP_TRAIN_FILE"):
+        plan.notes.append("WEBSHOP_TRAIN_CMD is given and WEBSHOP_BUILD_DATA is not 1: no rows are built; the "
+                          "command's config names its own data")  # fmt: skip
+    return plan
+
+
+def data_commands(plan: Plan, catalog: str, env: Mapping[str, str]) -> list[list[str]]:
+    """The ``agent-train data`` commands that build the plan's rows (WebShop alone: a split file each, skipped
+    where it exists; otherwise one ``--env`` build, which reuses rows built from the same key)."""
+    if not plan.build:
+        return []
+    if plan.train_envs == ["webshop"]:
+        rows = ["--agent-loop"] if plan.line == "0.9" else []
+        return [["agent-train", "data", "--catalog", catalog, "--split", split, "--out",
+                 str(plan.data_dir / f"{split}.parquet"), "--quiet", *rows]
+                for split in ("train", "eval") if not _nonempty(plan.data_dir / f"{split}.parquet")]  # fmt: skip
+    limits: list[str] = []
+    if plan.kind == "test":  # what a test config reads (WEBSHOP_*_MAX_SAMPLES where set; -1: every task)
+        train = (env.get("WEBSHOP_TRAIN_MAX_SAMPLES") or "").strip() or str(TEST_ROWS["train"])
+        val = (env.get("WEBSHOP_VAL_MAX_SAMPLES") or "").strip() or str(TEST_ROWS["val"])
+        if re.fullmatch(r"[1-9][0-9]*", train) and re.fullmatch(r"[1-9][0-9]*", val):
+            limits = ["--train-rows", train, "--val-rows", val, "--test-rows", val]
+    return [["agent-train", "data", "--env", ",".join(plan.train_envs), "--catalog", catalog, "--out-dir",
+             str(plan.data_dir), *limits]]  # fmt: skip
+
+
+def _nonempty(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def shell(plan: Plan) -> str:
+    """The plan as bash assignments for ``eval`` (every value quoted)."""
+    q = shlex.quote
+    lines = [f"export {k}={q(v)}" for k, v in plan.exports.items()]
+    lines += [f"TRAIN_CMD={q(plan.train_cmd)}", f"TRAIN_CONFIG_NAME={q(plan.config)}",
+              f"BUILD_DATA={int(plan.build)}", f"CHECK_BATCH={int(plan.check_batch)}",
+              f"TRAIN_ENVS={q(','.join(plan.train_envs))}", f"SERVE_ENVS={q(','.join(plan.serve_envs))}"]  # fmt: skip
+    return "\n".join(lines)
+
+
+def describe(plan: Plan) -> list[str]:
+    """The plan in words (the job's log)."""
+    lines = [
+        f"train on {','.join(plan.train_envs)} with the {plan.config} config (verl {plan.line}; "
+        f"WEBSHOP_TRAIN_CONFIG={plan.kind})"
+        + ("" if plan.default_cmd else ": the given WEBSHOP_TRAIN_CMD runs it"),
+        f"serve {','.join(plan.serve_envs)} on every node (the Ray Serve app; env-check plays each)",
+    ]
+    if plan.build:
+        lines.append(f"rows: {plan.data_dir} (WEBSHOP_TRAIN_FILE, WEBSHOP_VAL_FILE)")
+    return lines + plan.notes
+
+
+# ---- one node --------------------------------------------------------------------------------------------------
+def java_version(java: str) -> tuple[int, str]:
+    """``(major, the version line)`` of ``java -version`` (``1.8.0_x``: 8)."""
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    text = (out.stderr or out.stdout).strip()
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', text)
+    if out.returncode != 0 or not match:
+        raise RuntimeError(f"`{java} -version` did not say its version: {text[:200]!r}")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):
+        major = int(match.group(2))
+    return major, text.splitlines()[0]
+
+
+def check_env(env_id: str) -> str:
+    """That this Python serves ``env_id`` as a replica will; returns what was found, raises ``RuntimeError``."""
+    if env_id == "webshop":
+        return "webshop"
+    fix = (f"the job's Python environment ({sys.prefix}) cannot serve {env_id}: build it with `make venv-gpu` (it "
+           f"installs the environments' extras), or `pip install -e 'services/env[{env_id}]'` into it")  # fmt: skip
+    if env_id == "sciworld":
+        if importlib.util.find_spec("scienceworld") is None:
+            raise RuntimeError(f"no scienceworld package: {fix}")
+        java = shutil.which("java")
+        if java is None:
+            raise RuntimeError(f"SciWorld: no `java` on this node's PATH. {JAVA_HOW}")
+        major, line = java_version(java)
+        if major != JAVA_MAJOR:
+            raise RuntimeError(f"SciWorld: {java} is Java {major} ({line}), not {JAVA_MAJOR}. {JAVA_HOW}")
+        return f"sciworld(java {major} at {java})"
+    try:
+        from webshop_env.envs import registry
+
+        registry.make(env_id)
+    except Exception as error:  # its package (ImportError), its data (TextCraft's recipes), ...
+        raise RuntimeError(f"{type(error).__name__}: {error}; {fix}") from None
+    return env_id
+
+
+def check_node(envs: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """This node's ``(problems, what was found)`` serving ``envs`` (no problems: it serves them)."""
+    problems, found = [], []
+    staged = (env.get("WEBSHOP_RAY_STAGE_CATALOG") or "0").lower() in ("1", "true", "yes")
+    catalog = Path(env.get("WEBSHOP_CATALOG") or "data/catalog")
+    if not staged and not (catalog / "manifest.json").is_file():
+        problems.append(f"no prepared catalog at {catalog} on this node (WEBSHOP_CATALOG): put it on the shared "
+                        "filesystem (`make data` prepares one), or WEBSHOP_RAY_STAGE_CATALOG=1 to copy it from the "
+                        "first node")  # fmt: skip
+    for env_id in envs:
+        try:
+            found.append(check_env(env_id))
+        except RuntimeError as error:
+            problems.append(str(error))
+    return problems, found
+
+
+def _node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def cmd_plan(plan: Plan, args: argparse.Namespace) -> int:
+    for line in describe(plan):
+        print(f"webshop-grpo: {line}", file=sys.stderr)
+    print(shell(plan))
+    return 0
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    # minigrid imports pygame, which greets on stdout
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    problems, found = check_node([e for e in args.envs.split(",") if e], os.environ)
+    if problems:
+        print("\n".join(f"envs-check {_node_name()}: FAILED: {p}" for p in problems), file=sys.stderr)
+        return 3
+    print(f"envs-check {_node_name()} ok {' '.join(found)}", flush=True)
+    return 0
+
+
+def cmd_data(plan: Plan, args: argparse.Namespace) -> int:
+    catalog = os.environ.get("WEBSHOP_CATALOG") or "data/catalog"
+    for command in data_commands(plan, catalog, os.environ):
+        print("webshop-grpo: rows: + " + shlex.join(command), file=sys.stderr, flush=True)
+        code = subprocess.run(command).returncode
+        if code != 0:
+            print(
+                f"webshop-grpo: building the rows failed (exit {code}): nothing was started", file=sys.stderr
+            )
+            return code
+    return 0
+
+
+def cmd_check(plan: Plan, args: argparse.Namespace) -> int:
+    """``plan`` and ``node`` on this machine: what the job would refuse, before ``sbatch``."""
+    for line in describe(plan):
+        print(f"webshop-grpo: {line}")
+    return cmd_node(argparse.Namespace(envs=",".join(plan.serve_envs)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, func, what in (("plan", cmd_plan, "the job's plan as shell assignments (exit 2: refused)"),
+                             ("data", cmd_data, "build the plan's rows (agent-train data)"),
+                             ("check", cmd_check, "the plan and this machine's node check, before sbatch")):  # fmt: skip
+        p = commands.add_parser(name, help=what)
+        p.add_argument("--nodes", type=int, default=int(os.environ.get("SLURM_JOB_NUM_NODES") or 1))
+        p.set_defaults(func=func)
+    p = commands.add_parser("node", help="this node serves the environments (exit 3 with what to do)")
+    p.add_argument("--envs", required=True, help="comma-separated")
+    args = parser.parse_args(argv)
+    if args.command == "node":
+        return cmd_node(args)
+    try:
+        plan = make_plan(os.environ, nodes=args.nodes)
+    except Refused as error:
+        print(f"webshop-grpo: refused: {error}", file=sys.stderr)
+        return 2
+    return args.func(plan, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

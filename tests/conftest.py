@@ -36,6 +36,8 @@ SLOW: dict[str, str] = {
     "tests/integration/test_envs_cluster.py::test_replica_killed_mid_run": "a replica SIGKILLed under 32 episodes of "
     "each environment (up to 7 minutes)",
     "tests/deploy/test_trainer_image.py": "imports every module of a GPU run (45 s)",
+    "tests/envs/test_babyai.py::test_every_new_oracle_episode_replays": "all 4,000 episodes recorded from "
+    "AgentGym's BabyAI server for issue 36, 156,275 steps (make test replays 77 of them)",
     "tests/trainer/test_train_launch.py::test_training_starts_as": "launches verl's main_ppo (40 s)",
     "tests/trainer/test_train_launch.py::test_a_finished_run_says_so": "launches agent-train train (20-160 s each)",
 }

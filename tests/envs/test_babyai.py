@@ -3,6 +3,7 @@ recordings cannot show (a cold replica replaying a state token, threads, the exp
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -37,6 +38,7 @@ from webshop_env.envs.contract import (
 )
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "conformance" / "agentgym-babyai"
+ORACLE = TRACES.with_name("agentgym-babyai-oracle")
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,40 @@ def test_every_trace_replays_without_difference(env: BabyAI, episodes: list[dict
         for difference in replay_trace(episode, gym.call)
     ]
     assert differences == []
+
+
+def oracle_episodes(selected: bool) -> list[dict[str, Any]]:
+    """The episodes recorded from AgentGym's server for this project (``agentgym-babyai-oracle``): those its
+    meta.json lists for ``make test`` (every one the implementation before issue 36 replayed differently, and a
+    sample of the others), or all of them."""
+    meta = json.loads((ORACLE / "meta.json").read_text())
+    keep = set(meta["make_test_episodes"]) if selected else None
+    with gzip.open(ORACLE / "traces.jsonl.gz", "rt") as lines:
+        episodes = [json.loads(line) for number, line in enumerate(lines) if keep is None or number in keep]
+    assert len(episodes) == (len(keep) if keep is not None else meta["counts"]["episodes"])
+    return episodes
+
+
+def replay_differences(env: BabyAI, episodes: list[dict[str, Any]]) -> list[str]:
+    gym = InProcessAgentGym(env, AGENTGYM_ROUTES)
+    return [
+        f"data_idx {episode['data_idx']} ({episode['policy']}): {difference[:600]}"
+        for episode in episodes
+        for difference in replay_trace(episode, gym.call)
+    ]
+
+
+def test_new_oracle_episodes_replay_without_difference(env: BabyAI) -> None:
+    """Episodes recorded from AgentGym's server with random, go-to-heavy and edge policies (unrecognised actions,
+    go-to of objects out of view or never seen, the same go-to again), never used to write the code: the ones
+    that pin the planner's choice among shortest paths, the numbering of reachable objects and the locked
+    door's missing "go through" message, and a sample of the rest. Every answer equal."""
+    assert replay_differences(env, oracle_episodes(selected=True)) == []
+
+
+def test_every_new_oracle_episode_replays_without_difference(env: BabyAI) -> None:
+    """All of that recording (make test-all: conftest.py's SLOW says why)."""
+    assert replay_differences(env, oracle_episodes(selected=False)) == []
 
 
 def test_the_routes_where_the_recordings_are_silent(env: BabyAI) -> None:

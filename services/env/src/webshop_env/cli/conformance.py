@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib
 import json
 import sys
@@ -82,11 +83,15 @@ def cmd_agentgym(args: argparse.Namespace) -> int:
     from ..envs.agentgym import InProcessAgentGym, replay_trace
 
     traces_dir = args.traces or Path("tests/fixtures/conformance") / f"agentgym-{args.env}"
-    path = traces_dir / "traces.jsonl" if traces_dir.is_dir() else traces_dir
+    path = traces_dir
+    if traces_dir.is_dir():  # traces.jsonl, or gzipped (the larger oracle recordings)
+        path = next((traces_dir / name for name in ("traces.jsonl", "traces.jsonl.gz")
+                     if (traces_dir / name).exists()), traces_dir / "traces.jsonl")  # fmt: skip
     if not path.exists():
         print(f"webshop-env: error: no traces at {path} (give --traces DIR)", file=sys.stderr)
         return 2
-    episodes = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    episodes = [json.loads(line) for line in text.splitlines() if line.strip()]
     agentgym_module = importlib.import_module(f"{registry.REGISTRY[args.env]}.agentgym")
     documented = getattr(agentgym_module, "documented_difference", lambda difference: False)
     if args.limit:
@@ -188,7 +193,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--env", required=True, choices=["textcraft", "babyai", "sciworld"], help="the environment"
     )
     p.add_argument("--traces", type=Path, default=None,
-                   help="traces.jsonl or its folder (default: tests/fixtures/conformance/agentgym-ENV)")  # fmt: skip
+                   help="traces.jsonl[.gz] or its folder (default: tests/fixtures/conformance/agentgym-ENV)")  # fmt: skip
     p.add_argument(
         "--url", default=None, help="a running service, e.g. http://127.0.0.1:36003 (default: in process)"
     )

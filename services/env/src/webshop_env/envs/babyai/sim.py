@@ -54,15 +54,22 @@ def _no_obs() -> None:
 
 
 def new_level(task: int) -> tuple[Any, Any]:
-    """The level of task ``task`` reset with its seed, and the image that reset returned.
+    """The level of task ``task`` reset with its seed, twice, and the image the second reset returned.
 
-    gymnasium's registry supplies each level's arguments; AgentGym resets twice with the same seed, which
-    is the same as once. The first frame is built from the image ``reset`` returned, as the original does:
-    for the *Carrying levels that image predates the level handing the agent its object, so the object is
-    still drawn on the floor (and the text says the agent carries it).
+    gymnasium's registry supplies each level's arguments. AgentGym resets a new level twice with the same
+    seed (its wrapper's constructor, then the server's reset), and twice is not always once: minigrid's
+    LevelGen levels remember the locked room a generation drew (``locked_room``, never cleared), and the
+    next generation avoids that stale room when it places objects, so its random draws go another way.
+    With the same seed the second reset can then build another level (another mission even: data_idx 66314,
+    SynthS5R2 seed 1657, is "put a ball next to the red door" after one reset and "go to a door" after two,
+    as AgentGym's server answers; 1 of 4,000 sampled tasks). The first frame is built from the image
+    ``reset`` returned, as the original does: for the *Carrying levels that image predates the level
+    handing the agent its object, so the object is still drawn on the floor (and the text says the agent
+    carries it).
     """
     name, seed = level_of(task)
     env = gymnasium.make(name, disable_env_checker=True).unwrapped
+    env.reset(seed=seed)
     obs, _ = env.reset(seed=seed)
     return env, obs["image"]
 

@@ -10,7 +10,6 @@ state)``); with a carried object minigrid shows it on the agent's own cell.
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -146,40 +145,29 @@ def where(obj: Seen) -> str:
 PLAN_LIMITS: dict[int, tuple[int, int]] = {0: (6, 7), 1: (7, 7), 2: (7, 6), 3: (6, 6)}
 
 
-# The order the search tries moves in: forward first (fixes which of several shortest paths is taken; the
-# traces pin it).
-EXPAND_ORDER = (FORWARD, LEFT, RIGHT)
-
-
 class Planner:
     """Breadth-first search over (x, y, direction) from the agent's own pose, through the view plus the extra
     row or column ``PLAN_LIMITS`` allows. Obstacles: walls, keys, balls, boxes, lava; free: empty, floor,
-    doors (even closed or locked) and cells the agent cannot see. One search per frame serves every target:
-    a target's path is the one to the first state, in the search's order, that meets it (what a search per
-    target stopping at its first goal returns)."""
+    doors (even closed or locked) and cells the agent cannot see. One search per frame serves every target: a
+    target's path ends in the first state, in discovery order, that meets it (what a search per target
+    stopping at its first goal meets first).
+
+    Which path leads there is the original's rule, found by replaying recordings of it: it marks a state
+    visited only when the state leaves its queue, so a state can be queued once per shortest path to it, and
+    the predecessor it keeps is the one that queued it last (each queuing overwrites the one before). That is
+    not the first shortest path a textbook search keeps: with two shortest ways into a state, the original
+    walks the one through the predecessor dequeued last. Queuing a state once per path costs a number of
+    entries that grows with the number of shortest paths; the same answer comes from one pass per layer in
+    the order its states were queued last (a state's last queuing comes from its predecessor queued last,
+    by induction): ``_layers`` does that, each state once."""
 
     def __init__(self, grid: list[list[tuple[int, int, int]]], absdir: int) -> None:
-        max_x, max_y = PLAN_LIMITS[absdir]
+        self.grid = grid
+        self.limits = PLAN_LIMITS[absdir]
         start = (AGENT_X, AGENT_Y, AGENT_DIR)
+        # insertion order = discovery order (first queued); the value: (predecessor queued last, action)
         self.parent: dict[tuple[int, int, int], tuple[tuple[int, int, int], int] | None] = {start: None}
-        queue = deque([start])
-        while queue:
-            state = queue.popleft()
-            x, y, d = state
-            dx, dy = DIR_VEC[d]
-            moves = {LEFT: (x, y, (d - 1) % 4), RIGHT: (x, y, (d + 1) % 4), FORWARD: (x + dx, y + dy, d)}
-            for action in EXPAND_ORDER:
-                nxt = moves[action]
-                if nxt in self.parent:
-                    continue
-                if action == FORWARD:
-                    nx, ny = nxt[0], nxt[1]
-                    if not (0 <= nx <= max_x and 0 <= ny <= max_y):
-                        continue
-                    if nx < VIEW and ny < VIEW and grid[nx][ny][0] not in PLANNER_FREE:
-                        continue
-                self.parent[nxt] = (state, action)
-                queue.append(nxt)
+        self._layers(start)
         # the first state, in discovery order, standing on / facing each cell
         self.first_on: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.first_facing: dict[tuple[int, int], tuple[int, int, int]] = {}
@@ -187,6 +175,51 @@ class Planner:
             dx, dy = DIR_VEC[d]
             self.first_on.setdefault((x, y), (x, y, d))
             self.first_facing.setdefault((x + dx, y + dy), (x, y, d))
+
+    def _moves(self, state: tuple[int, int, int]) -> list[tuple[int, tuple[int, int, int]]]:
+        """(action, next state) for the moves allowed from ``state``, in the order the search tries them:
+        forward, left, right (it decides which states each layer meets first, and so which state facing a
+        target ends its path; the recordings pin it)."""
+        x, y, d = state
+        dx, dy = DIR_VEC[d]
+        nx, ny = x + dx, y + dy
+        max_x, max_y = self.limits
+        out = []
+        if (
+            0 <= nx <= max_x
+            and 0 <= ny <= max_y
+            and (nx >= VIEW or ny >= VIEW or self.grid[nx][ny][0] in PLANNER_FREE)
+        ):
+            out.append((FORWARD, (nx, ny, d)))
+        out.append((LEFT, (x, y, (d - 1) % 4)))
+        out.append((RIGHT, (x, y, (d + 1) % 4)))
+        return out
+
+    def _layers(self, start: tuple[int, int, int]) -> None:
+        """Layer by layer (every move changes the parity of x + y + direction, so a state's predecessors all
+        lie in the layer before it): discover the next layer in first-queued order, then give each of its
+        states the predecessor that queues it last, walking the layer in last-queued order."""
+        parent = self.parent
+        first: list[tuple[int, int, int]] = [start]  # this layer, in the order its states were first queued
+        last: list[tuple[int, int, int]] = [start]  # the same states, in the order they were last queued
+        moves: dict[tuple[int, int, int], list[tuple[int, tuple[int, int, int]]]] = {}
+        while first:
+            new: list[tuple[int, int, int]] = []
+            for state in first:
+                moves[state] = allowed = self._moves(state)
+                for _action, nxt in allowed:
+                    if nxt not in parent:
+                        parent[nxt] = None
+                        new.append(nxt)
+            layer = set(new)
+            queued_last: dict[tuple[int, int, int], None] = {}
+            for state in last:
+                for action, nxt in moves[state]:
+                    if nxt in layer:
+                        parent[nxt] = (state, action)
+                        queued_last.pop(nxt, None)
+                        queued_last[nxt] = None
+            first, last = new, list(queued_last)
 
     def path(self, state: tuple[int, int, int]) -> tuple[int, ...]:
         actions: list[int] = []
@@ -206,6 +239,17 @@ class Planner:
         """The path that ends standing on cell (x, y), or None."""
         state = self.first_on.get((x, y))
         return None if state is None else self.path(state)
+
+
+def reachable_label(name: str, counts: dict[str, int], reachable: bool) -> str:
+    """``<name> <k>`` for a pickup or go-to: ``k`` counts only the objects of that name with a path, so the
+    first reachable one is 1 even when a nearer one of the same name is not (the description numbers them
+    all). An unreachable object takes the number the next reachable one would get: its message can be
+    overwritten by a later unreachable one's, and shadowed by a reachable one's action of the same label."""
+    if reachable:
+        counts[name] = counts.get(name, 0) + 1
+        return f"{name} {counts[name]}"
+    return f"{name} {counts.get(name, 0) + 1}"
 
 
 def action_table(
@@ -228,9 +272,8 @@ def action_table(
         for obj in seen:
             if obj.kind not in PICKABLE:
                 continue
-            counts[obj.name] = counts.get(obj.name, 0) + 1
-            label = f"{obj.name} {counts[obj.name]}"
             path = planner.to_face(obj.x, obj.y)
+            label = reachable_label(obj.name, counts, path is not None)
             if path is None:
                 messages[f"pickup {label}"] = f"You cannot pickup {label}, as there is no path leading to it."
             else:
@@ -249,24 +292,28 @@ def action_table(
         state = DOOR_STATES[obj.state]
         if state == "open":
             path = planner.onto(obj.x, obj.y)
-            if path is not None:
+            if path is None:
+                messages[f"go through {label}"] = (
+                    f"You cannot go through {label}, as there is no path leading to it."
+                )
+            else:
                 actions[f"go through {label}"] = path
             continue
-        messages[f"go through {label}"] = (
-            f"You cannot go through {label}, as it is closed. You should toggle it first."
-        )
-        if state == "locked":
-            if carrying is None or carrying[0] != KEY:
-                messages[f"toggle and go through {label}"] = (
-                    f"You cannot toggle and go through {label}, as you are not carrying a key."
-                )
-                continue
-            if carrying[1] != obj.color:
-                messages[f"toggle and go through {label}"] = (
-                    f"You cannot toggle and go through {label}, as the color of the key you are carrying does not"
-                    " match the color of door."
-                )
-                continue
+        if state == "closed":  # a locked door has no "go through" message: the action is not recognised
+            messages[f"go through {label}"] = (
+                f"You cannot go through {label}, as it is closed. You should toggle it first."
+            )
+        elif carrying is None or carrying[0] != KEY:
+            messages[f"toggle and go through {label}"] = (
+                f"You cannot toggle and go through {label}, as you are not carrying a key."
+            )
+            continue
+        elif carrying[1] != obj.color:
+            messages[f"toggle and go through {label}"] = (
+                f"You cannot toggle and go through {label}, as the color of the key you are carrying does not"
+                " match the color of door."
+            )
+            continue
         path = planner.to_face(obj.x, obj.y)
         if path is None:
             messages[f"toggle and go through {label}"] = (
@@ -290,9 +337,8 @@ def action_table(
     for obj in seen:
         if obj.kind in (WALL, GOAL):
             continue
-        counts[obj.name] = counts.get(obj.name, 0) + 1
-        label = f"{obj.name} {counts[obj.name]}"
         path = planner.to_face(obj.x, obj.y)
+        label = reachable_label(obj.name, counts, path is not None)
         if path is None:
             messages[f"go to {label}"] = f"You cannot go to {label}, as there is no path leading to it."
         else:

@@ -213,3 +213,68 @@ def test_webshop_steps_alternating_replicas_follow_the_store(
         assert (answer["state"], answer["reward"], answer["done"]) == (
             native["observation"], native["reward"], native["done"]
         )  # fmt: skip
+
+
+@pytest.fixture
+def bare_redis(tmp_path: Path) -> Any:
+    """A redis-server of its own, unpersisted (the store's own behaviour is what is tested)."""
+    import subprocess
+    import time
+
+    from webshop_env import cluster
+
+    (port,) = cluster.free_ports(1)
+    command = [
+        cluster.redis_binary(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while not cluster.redis_ping("127.0.0.1", port):
+        assert time.monotonic() < deadline and process.poll() is None, "redis-server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_copies_of_sessions_are_left_alone_where_they_do_not_pay(bare_redis: str) -> None:
+    """Two worker processes behind one replica address (two stores here): a session's steps alternate between
+    them, so each one's copy is a step behind every time. After a few such stale copies a store reads the
+    store first (a stale copy costs more than it saves); one process alone keeps using its copies."""
+    import asyncio
+
+    from webshop_env.api.compat_sessions import RedisSessionStore, SessionConflict
+
+    async def steps(stores: list[RedisSessionStore], count: int) -> list[bool]:
+        env_idx = stores[0].new_id()
+        await stores[0].create(env_idx, 0, "test")
+        used = []
+        for number in range(count):
+            store = stores[number % len(stores)]
+            state, version = await store.get(env_idx, touch=False, cached=True)
+            used.append(version.cached)
+            try:
+                await store.put(env_idx, state + 1, version)
+            except SessionConflict:
+                state, version = await store.get(env_idx, touch=False)
+                await store.put(env_idx, state + 1, version)
+        assert (await stores[0].get(env_idx))[0] == count  # every step applied once
+        return used
+
+    def store() -> RedisSessionStore:
+        return RedisSessionStore(bare_redis, str, int, max_sessions=100, client_quota=100)
+
+    alternating = asyncio.run(steps([store(), store()], 200))
+    alone = asyncio.run(steps([store()], 200))
+    assert sum(alternating[100:]) <= 100 / 32 + 2, sum(alternating[100:])  # only the probes
+    assert all(alone[1:])

@@ -32,6 +32,12 @@ the recorded answer (``AlreadyAnswered``) instead of applying the request again:
 Only the last answer per session is kept: a client sends a session's requests one after another, so the
 balancer's retries of a request always come before the client's next one.
 
+One store call per step: the balancer sends a session's requests to one replica, so ``RedisSessionStore`` keeps
+a copy of each session it wrote and a change can start from it (``get(..., cached=True)``); the change's
+compare-and-set tells when another process changed the session meanwhile, and the caller then reads the store
+and computes again. Copies that keep turning out stale (a session's requests spread over several processes) are
+left alone.
+
 Policy (both stores):
 
 - ids are random positive 31-bit integers (the original's are random too), never reused while live;
@@ -73,6 +79,11 @@ MAX_REQUEST_KEY = 128  # characters of an Idempotency-Key or X-Request-Id header
 # How long the answer of a create or a close is kept for a retry: longer than the balancer's retry window
 # (proxy_next_upstream_timeout: 8 s, SciWorld 90 s, each attempt within its read timeout).
 RETRY_WINDOW_S = 300
+# A replica's copies of sessions (RedisSessionStore.get): used while at most this share of them turn out stale,
+# else tried once in COPY_PROBE_EVERY requests. A stale copy costs a computation and a store call more than no
+# copy and a current one saves one store call, so copies pay below one stale in two; a margin for the computation.
+STALE_COPIES_AT_MOST = 0.3
+COPY_PROBE_EVERY = 32
 
 
 class UnknownSession(KeyError):
@@ -578,6 +589,8 @@ class RedisSessionStore:
         # env_idx -> (token, state) as this process last read or wrote it, least recently used first
         self._cache: OrderedDict[int, tuple[str, Any]] = OrderedDict()
         self._cache_size = cache_size
+        self._stale = 0.0  # the recent share of copies that were stale when a write checked them (see get)
+        self._copies_offered = 0
         self._redis = aioredis.Redis.from_url(
             url,
             socket_timeout=timeout_s,
@@ -661,8 +674,14 @@ class RedisSessionStore:
         the store (a request that changes the session, and whose ``put`` checks the version): the balancer sends a
         session's requests to one replica, so that copy is nearly always current, and a step then costs one store
         call instead of two. When another process changed the session meanwhile, the ``put`` fails and the
-        caller asks again with ``cached=False`` (``routes_envs.compat_answer``)."""
-        if cached and self._cache_size:
+        caller asks again with ``cached=False`` (``routes_envs.compat_answer``).
+
+        A copy pays only where a session's requests reach this same process: with several uvicorn workers behind
+        one replica address they may not (the balancer picks the replica, not the worker), and a stale copy costs
+        a computation and a store call more than no copy. So the copies are used while most of them turn out
+        current (the running share of stale ones under ``STALE_COPIES_AT_MOST``), and otherwise only one request
+        in ``COPY_PROBE_EVERY``, to notice when that changes."""
+        if cached and self._cache_size and self._copies_pay():
             hit = self._cache.get(env_idx)
             if hit is not None:
                 self._cache.move_to_end(env_idx)
@@ -689,6 +708,8 @@ class RedisSessionStore:
             answer.pack() if answer else "",
         )  # fmt: skip
         status = int(result[0])
+        if version.cached:  # a running share over about the last 32 copies used
+            self._stale += ((status != 1) - self._stale) / 32
         if status != 1:
             self._cache.pop(env_idx, None)
         if status == 2:
@@ -698,6 +719,10 @@ class RedisSessionStore:
         if status == -1:
             raise SessionConflict(_conflict(env_idx))
         self._remember(env_idx, token, state)
+
+    def _copies_pay(self) -> bool:
+        self._copies_offered += 1
+        return self._stale <= STALE_COPIES_AT_MOST or self._copies_offered % COPY_PROBE_EVERY == 0
 
     def _remember(self, env_idx: int, token: str, state: Any) -> None:
         if self._cache_size:

@@ -185,8 +185,8 @@ include mk/stack.mk
 include mk/gpu.mk
 
 .PHONY: test-two-node
-test-two-node: setup nginx redis slurm data ## the long two-node runs, not in test-all: verl's own trainer (tiny model, CPU) on a 2-node Ray cluster in network namespaces, the Slurm job requeued and resumed, and the sbatch running verl's trainer on both nodes, requeued and resumed (root; ~60 min on 2 cores)
-	WEBSHOP_TEST_TWO_NODE_TRAIN=1 $(VENV)/bin/pytest -v tests/multinode/test_verl_two_nodes.py tests/multinode/test_slurm_preemption.py tests/multinode/test_slurm_verl.py
+test-two-node: setup nginx redis slurm data ## the long two-node runs, not in test-all: verl's own trainer (tiny model, CPU) on a 2-node Ray cluster in network namespaces, the Slurm job requeued and resumed, the sbatch running verl's trainer on both nodes (WebShop, requeued and resumed; TextCraft), and serving TextCraft, BabyAI and SciWorld (root; ~75 min on 2 cores)
+	WEBSHOP_TEST_TWO_NODE_TRAIN=1 $(VENV)/bin/pytest -v tests/multinode/test_verl_two_nodes.py tests/multinode/test_slurm_preemption.py tests/multinode/test_slurm_verl.py tests/multinode/test_slurm_envs.py
 
 .PHONY: rehearse-bugs
 rehearse-bugs: setup nginx redis data ## the rehearsal on both verl lines with each bug it exists for put in (must fail) and without (must pass) -> outputs/rehearsal-bugs/matrix.json (REHEARSE_BUGS_ARGS=--bugs reward_sign --full ...)

@@ -114,10 +114,11 @@ test-all: setup nginx redis chromium lucene slurm debootstrap ## everything CI r
 	$(MAKE) --no-print-directory lint docs
 	$(VENV)/bin/pytest --durations=25 $(PYTEST_ARGS)
 	$(VENV09)/bin/pytest --durations=25 tests/trainer/test_agent_loop.py tests/trainer/test_env_agent_loop.py tests/trainer/verl09  # the verl 0.9.1 line (its own environment)
-	@# The mixed run (TextCraft + WebShop in one run, per-environment checks and metrics) on both lines: 0.7.1's
-	@# interaction route, 0.9.1's agent loops; the second reuses the first's warm-started model. The Ray-mode run
-	@# (REHEARSE_ARGS="--env ray") left CI for its 60 minutes: run it by hand (docs/rehearsal.md, with the costs).
-	@for run in 0.7:textcraft,webshop 0.9:textcraft,webshop; do started=$$SECONDS; line=$${run%%:*}; envs=$${run#*:}; \
+	@# The README's own `make rehearse` (WebShop, verl 0.7.1: ToolAgentLoop + the interaction), and the mixed run on
+	@# verl 0.9.1 (TextCraft + WebShop in one run: the agent loops per row, per-environment checks and metrics). verl
+	@# 0.7.1's mixed run is make test-docker's `make train-test ENV=textcraft,babyai DEVICE=cpu` (the compose job).
+	@# The Ray-mode run (REHEARSE_ARGS="--env ray") is by hand for CI's 60 minutes (docs/rehearsal.md, the costs).
+	@for run in 0.7:webshop 0.9:textcraft,webshop; do started=$$SECONDS; line=$${run%%:*}; envs=$${run#*:}; \
 	  $(MAKE) --no-print-directory rehearse VERL_LINE=$$line ENV=$$envs || exit 1; \
 	  echo "make rehearse VERL_LINE=$$line ENV=$$envs: $$((SECONDS - started)) s"; done
 	@started=$$SECONDS; $(MAKE) --no-print-directory test-docker && echo "make test-docker: $$((SECONDS - started)) s"

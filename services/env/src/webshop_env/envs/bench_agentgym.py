@@ -29,7 +29,8 @@ texts (docs/deviations.md), and an episode ends where a server says ``done``, so
 
 ``steps/s`` is steps answered over the rounds' wall time (each round's resets included: a reset stalls its
 client); p50/p99 are over every measured step (and reset) of every round; ``× AgentGym`` divides a server's
-steps/s by AgentGym's in the same run.
+steps/s by AgentGym's in the same run, over all rounds, and (in brackets) round by round: the median, least
+and greatest of the rounds' ratios, each from runs minutes apart at most.
 """
 
 from __future__ import annotations
@@ -301,18 +302,30 @@ def rows_of(env_id: str, clients: int, tallies: dict[str, Tally]) -> list[dict[s
     def rate(tally: Tally) -> float:
         return sum(tally.round_steps) / sum(tally.walls) if tally.walls and sum(tally.walls) else 0.0
 
+    def per_round(tally: Tally) -> list[float]:
+        return [n / w if w else 0.0 for n, w in zip(tally.round_steps, tally.walls, strict=True)]
+
     theirs = rate(tallies[AGENTGYM]) if AGENTGYM in tallies else 0.0
+    their_rounds = per_round(tallies[AGENTGYM]) if AGENTGYM in tallies else []
     rows = []
     for name, tally in tallies.items():
-        per_round = [n / w for n, w in zip(tally.round_steps, tally.walls, strict=True) if w]
+        rounds = per_round(tally)
+        # each round's ratio pairs measurements taken minutes apart at most: less of the machine's drift
+        paired = sorted(
+            ours / agentgym for ours, agentgym in zip(rounds, their_rounds, strict=False) if agentgym
+        )
         rows.append({
             "env": env_id, "clients": clients, "server": name, "rounds": len(tally.walls),
             "steps": sum(tally.round_steps), "errors": sum(tally.errors.values()), "error_kinds": tally.errors,
             "steps_per_s": round(rate(tally), 1),
-            "round_steps_per_s": [round(min(per_round), 1), round(max(per_round), 1)] if per_round else [],
+            "round_steps_per_s": [round(min(rounds), 1), round(max(rounds), 1)] if rounds else [],
             "step": {"p50_ms": _ms(tally.steps, 0.5), "p99_ms": _ms(tally.steps, 0.99)},
             "reset": {"p50_ms": _ms(tally.resets, 0.5), "p99_ms": _ms(tally.resets, 0.99)},
             "vs_agentgym": round(rate(tally) / theirs, 2) if theirs else None,
+            "vs_agentgym_rounds": (
+                {"median": round(paired[len(paired) // 2], 2), "min": round(paired[0], 2),
+                 "max": round(paired[-1], 2)} if paired else None
+            ),
             "load": round(os.getloadavg()[0], 2),
         })  # fmt: skip
     return rows
@@ -366,17 +379,21 @@ def compare(
 
 def markdown(rows: Sequence[dict[str, Any]], header: bool = True) -> str:
     lines = (
-        ["| env | clients | server | steps | errors | steps/s (rounds: min-max) | × AgentGym | step p50 / p99 ms "
-         "| reset p50 / p99 ms | load |",
+        ["| env | clients | server | steps | errors | steps/s (rounds: min-max) | × AgentGym (rounds: median, "
+         "min-max) | step p50 / p99 ms | reset p50 / p99 ms | load |",
          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         if header else []
     )  # fmt: skip
     for row in rows:
         spread = "-".join(str(v) for v in row["round_steps_per_s"])
         errors = str(row["errors"]) + (f" {row['error_kinds']}" if row["errors"] else "")
+        paired = row.get("vs_agentgym_rounds")
+        versus = f"{row['vs_agentgym']}" + (
+            f" ({paired['median']}, {paired['min']}-{paired['max']})" if paired else ""
+        )
         lines.append(
             f"| {row['env']} | {row['clients']} | {row['server']} | {row['steps']} | {errors} | "
-            f"{row['steps_per_s']} ({spread}) | {row['vs_agentgym']} | {row['step']['p50_ms']} / "
+            f"{row['steps_per_s']} ({spread}) | {versus} | {row['step']['p50_ms']} / "
             f"{row['step']['p99_ms']} | {row['reset']['p50_ms']} / {row['reset']['p99_ms']} | {row['load']} |"
         )
     return "\n".join(lines)

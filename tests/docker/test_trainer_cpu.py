@@ -15,6 +15,7 @@ import time
 
 import httpx
 import pyarrow.parquet as pq
+import pytest
 from dockerstack import Stack
 
 ENVS = "textcraft,babyai"
@@ -27,6 +28,7 @@ def _started(stack: Stack, service: str) -> dict[str, str]:
     return {c: stack.inspect(c)["State"]["StartedAt"] for c in stack.containers(service)}
 
 
+@pytest.mark.timeout(3600)  # images built cold, verl's trainer and the eval on 2 cores: 10-20 minutes
 def test_train_test_then_eval_on_cpu_through_the_compose_jobs(stack: Stack) -> None:
     stack.make("up", f"ENVS={SERVED}")
     before = {service: _started(stack, service) for service in ("webshop", "balancer", "sessions")}

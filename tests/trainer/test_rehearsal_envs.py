@@ -4,6 +4,8 @@ expert through the trainer's spec. The whole run: ``make rehearse VERL_LINE=0.9 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 

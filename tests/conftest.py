@@ -1,7 +1,8 @@
 """Shared fixtures (catalogs prepared once per test session), and which command runs which test.
 
 `make test` (a contributor's check before a change, at most 10 minutes on 2 cores) runs every test that is not
-marked ``slow``; `make test-all` (CI) runs them all. A test is ``slow`` where its file says so, or where SLOW
+marked ``slow``; `make test-all` (CI) runs them all but those marked ``extended`` (EXTENDED below), which `make
+test-extended` runs by hand. A test is ``slow`` where its file says so, or where SLOW
 below lists it (a folder, a file or one test, by the start of its node id); ALSO_IN_MAKE_TEST puts a test marked
 ``slow`` in its own file back into `make test` (marker ``make_test``). The markers are registered in
 pyproject.toml; `--durations=25` in both commands keeps the budget visible.
@@ -44,6 +45,14 @@ SLOW: dict[str, str] = {
     "tests/trainer/test_train_launch.py::test_training_starts_as": "launches verl's main_ppo (40 s)",
     "tests/trainer/test_train_launch.py::test_a_finished_run_says_so": "launches agent-train train (20-160 s each)",
 }
+# Too long for CI's 60 minutes beside what it runs (make test-all), and covered there another way: `make
+# test-extended` runs them by hand (marker ``extended``; docs/development.md says what each costs).
+EXTENDED: dict[str, str] = {
+    "tests/deploy/test_trainer_verl09_resolution.py": "pip's resolver over both CUDA trainer images' install sets "
+    "against PyPI (8 minutes loaded); make test-docker's CPU build runs docker/trainer-lock.py and the install for real",
+    "tests/integration/test_bench_envs.py::test_every_row_is_measured": "bench-envs over every row and environment "
+    "(4 minutes loaded): a benchmark; its comparison beside AgentGym's servers stays in make test-all",
+}
 # Marked slow in their own files, yet what every change to the API must pass (tests/faults/test_fuzz_envs.py, the
 # other environments' routes, stays in make test-all: 2 more minutes).
 ALSO_IN_MAKE_TEST: dict[str, str] = {
@@ -57,9 +66,12 @@ def _listed(nodeid: str, table: dict[str, str]) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Apply SLOW and ALSO_IN_MAKE_TEST (before `-m` selects)."""
+    """Apply SLOW, EXTENDED and ALSO_IN_MAKE_TEST (before `-m` selects)."""
     for item in items:  # node ids are relative to the repository (pyproject.toml's directory)
-        if _listed(item.nodeid, ALSO_IN_MAKE_TEST):
+        if _listed(item.nodeid, EXTENDED):
+            item.add_marker(pytest.mark.extended)
+            item.add_marker(pytest.mark.slow)
+        elif _listed(item.nodeid, ALSO_IN_MAKE_TEST):
             item.add_marker(pytest.mark.make_test)
         elif _listed(item.nodeid, SLOW):
             item.add_marker(pytest.mark.slow)

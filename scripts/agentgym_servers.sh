@@ -78,9 +78,14 @@ start() {  # one uvicorn process in a session of its own (pid = process group: s
   exit 1
 }
 
-stop() {  # the server's whole process group (SciWorld's JVMs are its children)
-  local env=$1
-  if alive "$env"; then kill -TERM -- "-$(cat "$RUN/$env.pid")" 2>/dev/null || true; fi
+stop() {  # the server's whole process group (SciWorld's JVMs are its children); uvicorn takes a few seconds
+  local env=$1 pid
+  if alive "$env"; then
+    pid=$(cat "$RUN/$env.pid")
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL -- "-$pid" 2>/dev/null || true  # what is left of the group (a JVM), or the server after 30 s
+  fi
   rm -f "$RUN/$env.pid"
 }
 

@@ -95,9 +95,9 @@ def test_the_warm_start_renders_each_experts_episode_through_the_trainers_spec(e
 def test_the_warm_start_trains_on_until_its_rollouts_would_earn_a_reward(
     tmp_path: Path, generated_catalog_dir: Path
 ) -> None:
-    """The gate: a random model's rollouts would replay no expert episode (it fails, no marker is left, so a rerun
-    trains afresh); supervised on the episodes, its rollouts replay them often enough that an environment earning
-    nothing in the run is a one-in-a-million event, and the marker says so."""
+    """The gate: a random model's sampled episodes earn nothing (it fails, no marker is left, so a rerun trains
+    afresh); supervised on the experts' episodes, its sampled episodes earn a reward often enough that an environment
+    earning nothing in the run is a one-in-a-million event, and the marker says so."""
     import json
 
     from agent_trainer.env_data import split_tasks
@@ -105,22 +105,25 @@ def test_the_warm_start_trains_on_until_its_rollouts_would_earn_a_reward(
         MARKER,
         Gate,
         WarmStartTooWeak,
-        expert_examples,
         gate_report,
         solvable_tasks,
         warm_start_tasks,
+        wilson_lower,
     )
     from agent_trainer.tiny_model import build_tiny_model
 
-    tasks = {"textcraft": solvable_tasks("textcraft", split_tasks("textcraft", "train"), 2, 4)}
-    gate = Gate(temperature=1.3, rollouts=4)
+    assert wilson_lower(0, 16) == 0.0 and 0.5 < wilson_lower(16, 16) < 1.0 and wilson_lower(8, 16) < 0.5
+    tasks = {"textcraft": solvable_tasks("textcraft", split_tasks("textcraft", "train"), 3, 4)}
+    gate = Gate(temperature=1.3, rollouts=4, turn_tokens=48, max_steps=4)
     model = build_tiny_model(tmp_path / "random", generated_catalog_dir)
-    verdict = gate_report(model, expert_examples(tasks), gate)
-    assert not verdict["ok"] and verdict["per_env"]["textcraft"]["p_no_reward"] > 0.99
-    with pytest.raises(WarmStartTooWeak, match="would earn no env reward"):
-        warm_start_tasks(model, tasks, 2, gate=Gate(temperature=1.3, rollouts=4, extra_steps=1, rounds=1))
+    verdict = gate_report(model, tasks, gate)
+    assert not verdict["ok"] and verdict["per_env"]["textcraft"]["earned"] == 0
+    assert verdict["per_env"]["textcraft"]["p_no_reward"] == 1.0
+    weak = Gate(temperature=1.3, rollouts=4, turn_tokens=48, max_steps=4, extra_steps=1, rounds=1)
+    with pytest.raises(WarmStartTooWeak, match="sampled episodes earned a reward"):
+        warm_start_tasks(model, tasks, 2, gate=weak)
     assert not (model / MARKER).exists()
     trained = build_tiny_model(tmp_path / "trained", generated_catalog_dir)
-    report = warm_start_tasks(trained, tasks, 300, gate=gate)
+    report = warm_start_tasks(trained, tasks, 600, gate=gate)
     assert report["gate"]["ok"] and report["gate"]["per_env"]["textcraft"]["p_no_reward"] <= 1e-6
     assert json.loads((trained / MARKER).read_text())["gate"]["ok"]

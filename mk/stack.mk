@@ -25,11 +25,13 @@ endif
 # every profile, so that down/ps/logs also see trainer, eval, tensorboard and the SciWorld replicas
 STACK_PROFILES := --profile train --profile eval --profile monitor --profile sciworld
 # The environments `make up` serves: ENVS=... (or WEBSHOP_ENVS in the shell) when given, else .env's
-# WEBSHOP_ENVS, else webshop. SciWorld's replicas are the compose profile sciworld: on when it is named.
+# WEBSHOP_ENVS, else webshop. The sticky environments' replicas (their registrations' placement, listed in
+# configs/nginx/environments/placements.txt: SciWorld) are the compose profile sciworld: on when one is named.
 STACK_DOTENV_ENVS = $(shell sed -n 's/^WEBSHOP_ENVS=//p' .env 2>/dev/null | tail -n 1)
 STACK_ENVS = $(if $(filter undefined,$(origin ENVS))$(and $(filter file,$(origin ENVS)),$(filter webshop,$(ENVS))),$(or $(STACK_DOTENV_ENVS),webshop),$(ENVS))
 STACK_COMMA := ,
-STACK_UP_PROFILES = $(if $(filter sciworld,$(subst $(STACK_COMMA), ,$(STACK_ENVS))),--profile sciworld)
+STACK_STICKY_ENVS := $(shell awk '$$2 == "sticky" { print $$1 }' configs/nginx/environments/placements.txt 2>/dev/null)
+STACK_UP_PROFILES = $(if $(filter $(STACK_STICKY_ENVS),$(subst $(STACK_COMMA), ,$(STACK_ENVS))),--profile sciworld)
 # scale: replicas; eval: goals to play; logs: one service (empty: all); demo: e.g. DEMO_ARGS="--max-samples 50"
 N ?=
 MAX_SAMPLES ?= 500

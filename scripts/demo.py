@@ -39,8 +39,8 @@ def ensure_catalog(catalog: Path, raw: Path, products: int, seed: int) -> None:
     if (catalog / "manifest.json").exists():
         print(f"catalog: {catalog} (already prepared)")
         return
-    from webshop_env.catalog.generate import generate_catalog
-    from webshop_env.catalog.prepare import prepare_catalog
+    from webshop_env.envs.webshop.catalog.generate import generate_catalog
+    from webshop_env.envs.webshop.catalog.prepare import prepare_catalog
 
     print(f"catalog: generating {products} products (seed {seed}) into {raw}, preparing {catalog}")
     generate_catalog(raw, products=products, seed=seed, progress=True)
@@ -49,7 +49,7 @@ def ensure_catalog(catalog: Path, raw: Path, products: int, seed: int) -> None:
 
 def reward_definition(results: dict[str, Any]) -> str:
     """The catalog's reward definition (title nouns, prices, ceilings), the same for every policy here."""
-    from webshop_env.catalog.fidelity import describe_fidelity
+    from webshop_env.envs.webshop.catalog.fidelity import describe_fidelity
 
     catalog = next(iter(results.values())).metrics["catalog"]
     return f"catalog {catalog['fingerprint']}: {describe_fidelity(catalog['fidelity'])}"

@@ -16,9 +16,12 @@
 #   WEBSHOP_BACKEND            replicas as host:port           (default webshop:8000)
 #   WEBSHOP_RESOLVER           DNS server for WEBSHOP_BACKEND  (default 127.0.0.11, Docker's embedded DNS)
 #   WEBSHOP_UPSTREAMS          complete upstream lines; when set, replaces the two above
-#   WEBSHOP_ENVS               the environments served (default webshop); with sciworld in it, /sciworld goes to
-#   WEBSHOP_SCIWORLD_BACKEND   the SciWorld replicas as host:port (compose: sciworld:8000), resolved like the above
-#   WEBSHOP_AFFINITY_UPSTREAMS complete lines of the SciWorld upstream; when set, replaces the two above
+#   WEBSHOP_ENVS               the environments served (default webshop): each must be one the balancer routes
+#                              (listed in the environments directory's placements.txt), else the start stops; with
+#                              a sticky one among them (SciWorld), the sticky upstream goes to
+#   WEBSHOP_SCIWORLD_BACKEND   the sticky environments' replicas as host:port (compose: its sciworld service,
+#                              sciworld:8000), resolved like the above
+#   WEBSHOP_AFFINITY_UPSTREAMS complete lines of the sticky upstream; when set, replaces the two above
 #   WEBSHOP_SESSION_UPSTREAMS  complete lines of the AgentGym routes' upstream (default: WEBSHOP_UPSTREAMS)
 #   WEBSHOP_LISTEN_PORT        listen port inside the container (default 8080)
 #   WEBSHOP_NGINX_RUNTIME_DIR  pid, temp files and the rendered nginx.conf (default /tmp/nginx; writable by
@@ -26,6 +29,10 @@
 #   WEBSHOP_NGINX_ACCESS_LOG   default /dev/stdout (JSON lines)
 #   WEBSHOP_NGINX_ERROR_LOG    default stderr
 #   WEBSHOP_NGINX_TEMPLATE     template path (default /etc/webshop/webshop.conf.template)
+#   WEBSHOP_NGINX_ENVIRONMENTS the environments' generated routes: maps.conf, locations.conf and placements.txt
+#                              (default: the directory environments/ next to the template; configs/nginx/environments/
+#                              in the repository, written by `webshop-env envs --write-deploy` from the registrations)
+#   WEBSHOP_ENV_MAPS, WEBSHOP_ENV_LOCATIONS  when set, replace maps.conf and locations.conf
 #   NGINX_BIN                  nginx binary (default nginx)
 # Every ${WEBSHOP_*} placeholder the template contains must have a value: one it does not know stops the
 # start with its name, instead of an nginx.conf with a hole in it.
@@ -48,16 +55,40 @@ if [ -z "${WEBSHOP_UPSTREAMS:-}" ]; then
         resolver_timeout 5s;
         server ${WEBSHOP_BACKEND} max_fails=1 fail_timeout=10s resolve;"
 fi
-# The SciWorld upstream (sticky by episode, a zone of its own): the sciworld service's replicas when
-# WEBSHOP_ENVS names sciworld (compose runs them as a service of their own, with Java), else the same servers as
-# above (which answer 404 for an environment they do not serve).
-case ",$(printf '%s' "${WEBSHOP_ENVS:-}" | tr -d ' ')," in
-    *,sciworld,*) sciworld=yes ;;
-    *) sciworld=no ;;
-esac
+# The environments the balancer routes (generated from their registrations): WEBSHOP_ENVS must name only those. An
+# environment without routes of its own would fall through to the catch-all location, whose short timeouts and
+# retries are for the service's own stateless routes: refuse to start instead.
+environments="${WEBSHOP_NGINX_ENVIRONMENTS:-$(dirname "$template")/environments}"
+if [ ! -r "$environments/placements.txt" ]; then
+    echo "webshop-balancer: $environments/placements.txt not found (the environments' routes)" >&2
+    exit 66
+fi
+sticky=no
+for env in $(printf '%s' "${WEBSHOP_ENVS:-webshop}" | tr ',' ' '); do
+    placement=$(awk -v env="$env" '$1 == env { print $2 }' "$environments/placements.txt")
+    case "$placement" in
+        sticky) sticky=yes ;;
+        any) ;;
+        *)
+            echo "webshop-balancer: WEBSHOP_ENVS names $env, which the balancer does not route (not in" \
+                "$environments/placements.txt): register it and regenerate the routes (webshop-env envs" \
+                "--write-deploy), or leave it out of WEBSHOP_ENVS" >&2
+            exit 65
+            ;;
+    esac
+done
+if [ -z "${WEBSHOP_ENV_MAPS:-}" ]; then
+    WEBSHOP_ENV_MAPS=$(cat "$environments/maps.conf")
+fi
+if [ -z "${WEBSHOP_ENV_LOCATIONS:-}" ]; then
+    WEBSHOP_ENV_LOCATIONS=$(cat "$environments/locations.conf")
+fi
+# The sticky upstream (by episode, a zone of its own): the sticky environments' own replicas when WEBSHOP_ENVS names
+# one (compose runs SciWorld's as a service of its own, with Java), else the same servers as above (which answer
+# 404 for an environment they do not serve).
 if [ -n "${WEBSHOP_AFFINITY_UPSTREAMS:-}" ]; then
     :
-elif [ "$sciworld" = yes ] && [ -n "${WEBSHOP_SCIWORLD_BACKEND:-}" ]; then
+elif [ "$sticky" = yes ] && [ -n "${WEBSHOP_SCIWORLD_BACKEND:-}" ]; then
     WEBSHOP_AFFINITY_UPSTREAMS="        zone affinity_upstreams 512k;
         resolver ${WEBSHOP_RESOLVER} valid=10s ipv6=off;
         resolver_timeout 5s;
@@ -69,8 +100,8 @@ fi
 if [ -z "${WEBSHOP_SESSION_UPSTREAMS:-}" ]; then
     WEBSHOP_SESSION_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed 's/zone webshop_upstreams/zone session_upstreams/')
 fi
-export WEBSHOP_UPSTREAMS WEBSHOP_SESSION_UPSTREAMS WEBSHOP_AFFINITY_UPSTREAMS WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR \
-    WEBSHOP_NGINX_ACCESS_LOG WEBSHOP_NGINX_ERROR_LOG
+export WEBSHOP_UPSTREAMS WEBSHOP_SESSION_UPSTREAMS WEBSHOP_AFFINITY_UPSTREAMS WEBSHOP_ENV_MAPS WEBSHOP_ENV_LOCATIONS \
+    WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR WEBSHOP_NGINX_ACCESS_LOG WEBSHOP_NGINX_ERROR_LOG
 
 if [ ! -r "$template" ]; then
     echo "webshop-balancer: template $template not found" >&2

@@ -23,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "configs" / "nginx" / "webshop.conf.template"
 ENTRYPOINT = REPO / "docker" / "balancer" / "entrypoint.sh"
+ENVIRONMENTS = REPO / "configs" / "nginx" / "environments"  # the image's /etc/webshop/environments
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -46,6 +47,7 @@ def _check(
     env = {k: str(v) for k, v in rendered["services"]["balancer"]["environment"].items()}
     env.update(
         WEBSHOP_NGINX_RUNTIME_DIR=str(runtime), WEBSHOP_NGINX_TEMPLATE=str(template), NGINX_BIN=nginx,
+        WEBSHOP_NGINX_ENVIRONMENTS=str(ENVIRONMENTS),
         PATH="/usr/local/bin:/usr/bin:/bin", **overrides,
     )  # fmt: skip
     return subprocess.run(
@@ -70,8 +72,9 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
 def test_sciworld_upstream_is_its_own_service_when_enabled(
     rendered: dict, nginx_new: str, tmp_path: Path
 ) -> None:
-    """With sciworld in WEBSHOP_ENVS the sticky upstream holds the sciworld service's replicas (its own image,
-    with Java); without it, the same replicas as every other route (which answer 404 for it)."""
+    """With sciworld (a sticky environment) in WEBSHOP_ENVS the sticky upstream holds the sciworld service's
+    replicas (its own image, with Java); without it, the same replicas as every other route (which answer 404 for
+    it)."""
 
     def upstream(conf: str, name: str) -> str:
         return conf.split(f"upstream {name} {{", 1)[1].split("}", 1)[0]
@@ -79,13 +82,13 @@ def test_sciworld_upstream_is_its_own_service_when_enabled(
     result = _check(rendered, nginx_new, tmp_path / "on", WEBSHOP_ENVS="webshop, textcraft,sciworld")
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "on" / "nginx.conf").read_text()
-    assert "server sciworld:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "sciworld_replicas")
+    assert "server sciworld:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "affinity_replicas")
     assert "sciworld" not in upstream(conf, "webshop_replicas")
-    assert "hash $sciworld_affinity" in upstream(conf, "sciworld_replicas") and "$http_x_episode" in conf
+    assert "hash $episode_affinity" in upstream(conf, "affinity_replicas") and "$http_x_episode" in conf
     result = _check(rendered, nginx_new, tmp_path / "off", WEBSHOP_ENVS="webshop,textcraft")
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "off" / "nginx.conf").read_text()
-    assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "sciworld_replicas")
+    assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "affinity_replicas")
 
 
 def test_nginx_t_is_a_real_check_a_broken_template_fails(

@@ -4,7 +4,6 @@ rendered with .env.example, and shaped as docs/architecture.md describes; .env.e
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -137,24 +136,23 @@ def test_sciworld_replicas(rendered: dict, compose: Compose) -> None:
     assert balancer["depends_on"]["sciworld"]["required"] is False, "only with the profile sciworld"
 
 
-def test_webshop_replicas_leave_sciworld_to_its_own(rendered: dict, tmp_path: Path) -> None:
-    """The `webshop` replicas' command, run by a real shell with a stand-in webshop-env: SciWorld is dropped from
-    WEBSHOP_ENVS, the rest kept in order, WebShop alone when nothing else is left."""
-    (tmp_path / "webshop-env").write_text('#!/bin/sh\necho "$@"\n')
-    (tmp_path / "webshop-env").chmod(0o755)
-    script = rendered["services"]["webshop"]["command"][0].replace("$$", "$")  # compose's escape for a `$`
-    assert rendered["services"]["webshop"]["entrypoint"] == ["/bin/sh", "-euc"]
+def test_webshop_replicas_leave_sciworld_to_its_own(rendered: dict) -> None:
+    """The `webshop` replicas serve the environments of WEBSHOP_ENVS that any replica serves (their registrations'
+    placement, through `serve --placement any`): SciWorld (sticky) is dropped, the rest kept in order, WebShop alone
+    when nothing else is left. The filter is the one `serve` applies (`webshop-env envs --placement`)."""
+    from webshop_env.cli.envs import placed
+
+    webshop = rendered["services"]["webshop"]
+    assert webshop["command"] == ["serve", "--placement", "any"] and webshop.get("entrypoint") is None
+    assert webshop["environment"]["WEBSHOP_WORKERS"] == "4"  # serve's --workers default
     for envs, want in (
         ("webshop,textcraft,babyai,sciworld", "webshop,textcraft,babyai"),
         ("sciworld, textcraft", "textcraft"),
         ("sciworld", "webshop"),
         ("webshop", "webshop"),
     ):
-        result = subprocess.run(
-            ["/bin/sh", "-euc", script], capture_output=True, text=True, check=True,
-            env={"PATH": f"{tmp_path}:/usr/bin:/bin", "WEBSHOP_ENVS": envs, "WEBSHOP_WORKERS": "3"},
-        )  # fmt: skip
-        assert result.stdout.split() == ["serve", "--workers", "3", "--envs", want], envs
+        assert ",".join(placed(envs, "any")) == want, envs
+    assert placed("webshop,textcraft,sciworld", "sticky") == ["sciworld"]
 
 
 def test_runs_on_debians_docker_engine(rendered: dict) -> None:
@@ -227,7 +225,7 @@ def test_settings_from_the_environment_are_applied(compose: Compose) -> None:
     services = rendered["services"]
     assert services["webshop"]["deploy"]["replicas"] == 3
     assert services["webshop"]["environment"]["WEBSHOP_WORKERS"] == "8"
-    assert 'serve --workers "$$WEBSHOP_WORKERS"' in services["webshop"]["command"][0]
+    assert services["webshop"]["command"] == ["serve", "--placement", "any"]  # --workers: $WEBSHOP_WORKERS
     assert services["trainer"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0,1"]
     (port,) = services["balancer"]["ports"]
     assert (port["published"], port["host_ip"]) == ("40000", "0.0.0.0")

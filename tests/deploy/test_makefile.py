@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config", "train-test", "train-full", "eval",
                  "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker", "host-checks"]  # fmt: skip
 FILES = ["Makefile", "mk/stack.mk", "mk/gpu.mk", ".env.example", "compose.yaml", "services/trainer/src/agent_trainer/gpu_plan.py",
-         "scripts/host_checks.py",
+         "scripts/host_checks.py", "configs/nginx/environments/placements.txt",
          "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml"]  # fmt: skip
 
 
@@ -293,7 +293,8 @@ def test_an_unknown_env_is_refused_before_anything_runs() -> None:
 
 def test_make_up_serves_the_environments_named(stack_copy: Path) -> None:
     """`make up` hands compose the environments (ENVS=..., else .env's WEBSHOP_ENVS, else webshop) and turns the
-    SciWorld replicas' profile on exactly when SciWorld is named; down/ps/logs always cover that profile."""
+    SciWorld replicas' profile on exactly when a sticky environment (placements.txt: SciWorld) is named;
+    down/ps/logs always cover that profile."""
 
     def up_line(*args: str) -> str:
         result = _make("-n", "up", "SKIP_HOST_CHECKS=1", "COMPOSE=compose", *args, cwd=stack_copy)

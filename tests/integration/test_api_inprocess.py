@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from webshop_env.api.app import create_app
 from webshop_env.api.settings import Settings, SettingsError
-from webshop_env.api.tokens import TokenCodec
 from webshop_env.core.env import EpisodeState
+from webshop_env.envs.webshop.http import token_codec
 
 
 def make_client(catalog: Path, **overrides) -> TestClient:
@@ -213,7 +213,7 @@ def test_bad_tokens_are_400(api: TestClient, mutate) -> None:
 
 
 def test_token_from_another_secret(api: TestClient, conformance_catalog) -> None:
-    foreign = TokenCodec(b"another-secret-of-some-length", conformance_catalog.fingerprint)
+    foreign = token_codec(b"another-secret-of-some-length", conformance_catalog.fingerprint)
     token = foreign.encode(EpisodeState(goal_set="synthetic", goal=1))
     body = assert_error(
         api.post("/v1/step", json={"state": token, "action": "search[a]"}), 400, "invalid_token"
@@ -222,7 +222,7 @@ def test_token_from_another_secret(api: TestClient, conformance_catalog) -> None
 
 
 def test_token_from_another_catalog(api: TestClient) -> None:
-    foreign = TokenCodec(SECRET.encode(), "0123456789abcdef")
+    foreign = token_codec(SECRET.encode(), "0123456789abcdef")
     token = foreign.encode(EpisodeState(goal_set="synthetic", goal=1))
     body = assert_error(
         api.post("/v1/step", json={"state": token, "action": "search[a]"}), 400, "invalid_token"
@@ -231,7 +231,7 @@ def test_token_from_another_catalog(api: TestClient) -> None:
 
 
 def test_signed_but_impossible_state(api: TestClient, conformance_catalog) -> None:
-    codec = TokenCodec(SECRET.encode(), conformance_catalog.fingerprint)
+    codec = token_codec(SECRET.encode(), conformance_catalog.fingerprint)
     token = codec.encode(EpisodeState(goal_set="synthetic", goal=99999))
     assert_error(api.post("/v1/step", json={"state": token, "action": "search[a]"}), 404, "unknown_goal")
 

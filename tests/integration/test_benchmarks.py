@@ -59,12 +59,12 @@ def test_calibrated_bench_http_prints_both_sides_and_ratios(generated_catalog_di
 
 
 def test_calibration_requests_are_valid_steps(generated_catalog_dir: Path) -> None:
-    from webshop_env.api.tokens import TokenCodec
     from webshop_env.catalog.store import open_catalog
     from webshop_env.core.env import WebShopEnv
+    from webshop_env.envs.webshop.http import token_codec
 
     catalog = open_catalog(generated_catalog_dir)
-    env, codec = WebShopEnv(catalog), TokenCodec(b"s" * 32, catalog.fingerprint)
+    env, codec = WebShopEnv(catalog), token_codec(b"s" * 32, catalog.fingerprint)
     for kind in ("click", "search", "search-varied"):
         request = step_requests(generated_catalog_dir, "s" * 32, kind)
         bodies = [json.loads(request(i)) for i in range(30)]

@@ -17,7 +17,7 @@ import _agentgym
 import pytest
 from _agentgym import AgentGymClient
 
-from webshop_env.client import WebShopClient, WebShopUnavailable, native
+from webshop_env.client import WebShopClient, WebShopUnavailable, base
 
 
 # ---- WebShopClient (and EnvClient, which is one) ----------------------------------------------------------------
@@ -61,7 +61,7 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         recorded.append(seconds)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(native, "asyncio", SimpleNamespace(sleep=sleep))  # this module's asyncio only
+    monkeypatch.setattr(base, "asyncio", SimpleNamespace(sleep=sleep))  # the retry loop's asyncio only
     return recorded
 
 
@@ -106,13 +106,13 @@ def test_without_retry_after_or_on_other_5xx_the_backoff_is_the_clients(waits: l
     [("1", 1.0), (" 2.5 ", 2.5), ("0", 0.0), ("soon", None), ("-1", None), ("", None), (None, None)],
 )
 def test_retry_after_seconds_reads_delta_seconds(header: str | None, seconds: float | None) -> None:
-    assert native.retry_after_seconds(header) == seconds
+    assert base.retry_after_seconds(header) == seconds
 
 
 def test_retry_after_seconds_reads_an_http_date() -> None:
     now = 1_700_000_000.0
-    assert native.retry_after_seconds(formatdate(now + 7, usegmt=True), now=now) == pytest.approx(7.0)
-    assert native.retry_after_seconds(formatdate(now - 60, usegmt=True), now=now) == 0.0
+    assert base.retry_after_seconds(formatdate(now + 7, usegmt=True), now=now) == pytest.approx(7.0)
+    assert base.retry_after_seconds(formatdate(now - 60, usegmt=True), now=now) == 0.0
 
 
 # ---- the AgentGym client of the tests (tests/_agentgym.py) ------------------------------------------------------

@@ -22,7 +22,7 @@ from webshop_env.envs.agentgym import remap_id
 def _app(fast: bool, **settings: Any) -> TestClient:
     app = create_app(Settings(envs="textcraft,babyai", state_secret=SECRET, access_log=False, **settings))
     if not fast:
-        app.compat_fast_path = None
+        app.fast_paths = {}  # every route answered by the framework
     return TestClient(app, raise_server_exceptions=False)
 
 

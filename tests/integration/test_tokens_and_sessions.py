@@ -9,15 +9,16 @@ import orjson
 import pytest
 
 from webshop_env.api.compat_sessions import CompatSessions, UnknownSession
-from webshop_env.api.tokens import TokenCodec, TokenError
+from webshop_env.api.tokens import TokenError
 from webshop_env.core.env import EpisodeState
 from webshop_env.core.pages import PageKind
+from webshop_env.envs.webshop.http import token_codec
 
 FINGERPRINT = "a54d05279e77cd0c"
 
 
 def test_token_round_trip_keeps_every_field() -> None:
-    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    codec = token_codec(b"k" * 32, FINGERPRINT)
     state = EpisodeState(
         goal_set="human", goal=12, page=PageKind.ITEM, query="red shoes [x] é", page_num=3, product=41,
         options={"size": "9", "color": "navy"}, sub_page=None, steps=7, reward=None,
@@ -29,12 +30,12 @@ def test_token_round_trip_keeps_every_field() -> None:
 
 
 def test_token_rejections_name_the_cause() -> None:
-    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    codec = token_codec(b"k" * 32, FINGERPRINT)
     token = codec.encode(EpisodeState(goal_set="synthetic", goal=1))
     with pytest.raises(TokenError, match="another WEBSHOP_STATE_SECRET"):
-        TokenCodec(b"j" * 32, FINGERPRINT).decode(token)
+        token_codec(b"j" * 32, FINGERPRINT).decode(token)
     with pytest.raises(TokenError, match="another catalog"):
-        TokenCodec(b"k" * 32, "ffffffffffffffff").decode(token)
+        token_codec(b"k" * 32, "ffffffffffffffff").decode(token)
     with pytest.raises(TokenError, match="version"):
         codec.decode("v0" + token[2:])
     for garbage in (None, 5, "", "a.b", "a.b.c.d"):
@@ -43,14 +44,14 @@ def test_token_rejections_name_the_cause() -> None:
 
 
 def test_decompression_bomb_is_rejected_without_inflating_it() -> None:
-    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    codec = token_codec(b"k" * 32, FINGERPRINT)
     bomb = base64.urlsafe_b64encode(zlib.compress(b"{" + b" " * (50 << 20), 9)).rstrip(b"=").decode()
     with pytest.raises(TokenError, match="signature"):
         codec.decode(f"v1.{bomb}.AAAA")
 
 
 def test_signed_payload_with_a_broken_state_is_a_token_error() -> None:
-    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    codec = token_codec(b"k" * 32, FINGERPRINT)
     body = base64.urlsafe_b64encode(zlib.compress(orjson.dumps({"f": FINGERPRINT[:12], "d": {"g": 1}})))
     signed = "v1." + body.rstrip(b"=").decode()
     mac = base64.urlsafe_b64encode(codec._mac(signed.encode())).rstrip(b"=").decode()
@@ -118,7 +119,7 @@ def test_sessions_close() -> None:
 def test_small_states_travel_uncompressed_and_long_ones_compressed() -> None:
     from webshop_env.api.tokens import COMPRESS_ABOVE, _b64decode
 
-    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    codec = token_codec(b"k" * 32, FINGERPRINT)
     small = EpisodeState(goal_set="synthetic", goal=1, query="red shoes", steps=3)
     long = EpisodeState(goal_set="synthetic", goal=1, query="red shoes " * 200, steps=3)
     for state, compressed in ((small, False), (long, True)):
@@ -134,7 +135,7 @@ def test_small_states_travel_uncompressed_and_long_ones_compressed() -> None:
 
 def test_version_1_tokens_from_before_an_upgrade_still_decode() -> None:
     """v1 payloads are always zlib: an episode started on a replica of the previous release goes on."""
-    codec = TokenCodec(b"k" * 32, FINGERPRINT)
+    codec = token_codec(b"k" * 32, FINGERPRINT)
     state = EpisodeState(goal_set="synthetic", goal=7, query="blue mug", options={"size": "large"}, steps=4)
     body = orjson.dumps({"f": FINGERPRINT[:12], "d": state.to_dict()})
     signed = "v1." + base64.urlsafe_b64encode(zlib.compress(body)).rstrip(b"=").decode()

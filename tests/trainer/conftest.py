@@ -17,35 +17,33 @@ NEEDS_VERL = "the trainer package needs verl: .venv/bin/pip install -c constrain
 @pytest.fixture
 def env_app(generated_catalog_dir: Path) -> Any:
     """The env service app with its runtime opened (ASGITransport does not run the lifespan)."""
-    from webshop_env.api.app import create_app
-    from webshop_env.api.service import Runtime
+    from webshop_env.api.app import create_app, open_runtimes
     from webshop_env.api.settings import Settings
-    from webshop_env.catalog.store import open_catalog
 
-    settings = Settings(catalog=generated_catalog_dir, state_secret=SECRET, access_log=False)
-    app = create_app(settings)
-    app.state.runtime = Runtime(settings, open_catalog(generated_catalog_dir), settings.secret_bytes(),
-                                app.state.metrics)  # fmt: skip
+    app = create_app(Settings(catalog=generated_catalog_dir, state_secret=SECRET, access_log=False))
+    open_runtimes(app)
     return app
 
 
 @pytest.fixture
 def in_process_env(monkeypatch: pytest.MonkeyPatch, env_app: Any) -> Iterator[Any]:
-    """Route every WebshopInteraction client to ``env_app`` in-process; a clean episode registry."""
+    """Route every WebShop client of the trainer (``envs.webshop.connect``) to ``env_app`` in-process; a clean
+    episode registry."""
     if not HAVE_VERL:
         pytest.skip(NEEDS_VERL)
     import httpx
 
-    from agent_trainer import interaction
+    from agent_trainer import episode
+    from agent_trainer.envs import webshop
 
-    class InProcessClient(interaction.WebShopClient):
+    class InProcessClient(webshop.WebShopClient):
         def __init__(self, base_url: str, **kwargs: Any) -> None:
             super().__init__(base_url, transport=httpx.ASGITransport(app=env_app), **kwargs)
 
-    monkeypatch.setattr(interaction, "WebShopClient", InProcessClient)
-    interaction.EPISODES.clear()
+    monkeypatch.setattr(webshop, "WebShopClient", InProcessClient)
+    episode.EPISODES.clear()
     yield env_app
-    interaction.EPISODES.clear()
+    episode.EPISODES.clear()
 
 
 def babyai_served() -> bool:
@@ -62,17 +60,11 @@ def babyai_served() -> bool:
 def served_app(catalog_dir: Path, envs: str) -> Any:
     """The env service app serving ``envs`` (comma-separated) with its runtimes opened (ASGITransport does not run
     the lifespan): the real app, routes and signed tokens."""
-    from webshop_env.api import routes_envs
-    from webshop_env.api.app import create_app
-    from webshop_env.api.service import Runtime
+    from webshop_env.api.app import create_app, open_runtimes
     from webshop_env.api.settings import Settings
-    from webshop_env.catalog.store import open_catalog
 
-    settings = Settings(catalog=catalog_dir, state_secret=SECRET, access_log=False, envs=envs)
-    app = create_app(settings)
-    secret = settings.secret_bytes()
-    app.state.runtime = Runtime(settings, open_catalog(catalog_dir), secret, app.state.metrics)
-    app.state.envs = routes_envs.build_runtimes(settings, secret, app.state.metrics)
+    app = create_app(Settings(catalog=catalog_dir, state_secret=SECRET, access_log=False, envs=envs))
+    open_runtimes(app)
     return app
 
 
@@ -106,25 +98,27 @@ def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) ->
         pytest.skip(NEEDS_VERL)
     import httpx
 
-    from agent_trainer import interaction
+    from agent_trainer import episode
+    from agent_trainer.envs import webshop
+    from webshop_env.client import envs as client_envs
 
     served = ["webshop", "textcraft", *(["babyai"] if babyai_served() else [])]
     app = served_app(generated_catalog_dir, ",".join(served))
     transport = httpx.ASGITransport(app=app)
 
-    class InProcessWebShop(interaction.WebShopClient):
+    class InProcessWebShop(webshop.WebShopClient):
         def __init__(self, base_url: str, **kwargs: Any) -> None:
             super().__init__(base_url, transport=transport, **kwargs)
 
-    class InProcessEnv(interaction.EnvClient):
+    class InProcessEnv(client_envs.EnvClient):
         def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
             super().__init__(base_url, env_id, transport=transport, **kwargs)
 
-    monkeypatch.setattr(interaction, "WebShopClient", InProcessWebShop)
-    monkeypatch.setattr(interaction, "EnvClient", InProcessEnv)
-    interaction.EPISODES.clear()
+    monkeypatch.setattr(webshop, "WebShopClient", InProcessWebShop)
+    monkeypatch.setattr(client_envs, "EnvClient", InProcessEnv)
+    episode.EPISODES.clear()
     yield app
-    interaction.EPISODES.clear()
+    episode.EPISODES.clear()
 
 
 @pytest.fixture(scope="session")

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .catalog.store import open_catalog
-from .core.env import Step, WebShopEnv
-from .core.oracle import expert_actions
+from .envs.webshop.catalog.store import open_catalog
+from .envs.webshop.core.env import Step, WebShopEnv
+from .envs.webshop.core.oracle import expert_actions
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -144,8 +144,8 @@ def ensure_generated_catalog(
     from the cache, as recorded when it was built). Both steps write atomically, so an interrupted run is
     redone rather than reused.
     """
-    from .catalog.generate import generate_catalog
-    from .catalog.store import MANIFEST
+    from .envs.webshop.catalog.generate import generate_catalog
+    from .envs.webshop.catalog.store import MANIFEST
 
     root = Path(cache_dir) / f"generated-{products}-seed{seed}"
     raw, catalog, record = root / "raw", root / "catalog", root / "build.json"

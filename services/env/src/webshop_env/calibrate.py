@@ -40,16 +40,16 @@ CALIBRATION_FACTORY = "webshop_env.api.calibration:create_app"
 # ---- requests --------------------------------------------------------------------------------------------
 def step_requests(catalog_dir: Path, secret: str, kind: str, seed: int = 0) -> Callable[[int], bytes]:
     """``request(i)``: the i-th request body of this kind (signed for ``secret`` and this catalog)."""
-    from .api.tokens import TokenCodec
-    from .catalog.store import open_catalog
-    from .core.env import WebShopEnv
-    from .core.oracle import expert_actions
+    from .envs.webshop.catalog.store import open_catalog
+    from .envs.webshop.core.env import WebShopEnv
+    from .envs.webshop.core.oracle import expert_actions
+    from .envs.webshop.http import token_codec
 
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
     catalog = open_catalog(catalog_dir)
     env = WebShopEnv(catalog)
-    codec = TokenCodec(secret.encode(), catalog.fingerprint)
+    codec = token_codec(secret.encode(), catalog.fingerprint)
     goal_set = "human" if "human" in catalog.goal_sets else catalog.goal_sets[0]
     goals = catalog.goal_count(goal_set)
     rng = random.Random(seed)

@@ -45,6 +45,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import deploy
+from .api.settings import Settings
+from .envs import registry
+
 
 def _repo_root() -> Path:
     """The checkout this package runs from (editable install), else the working directory."""
@@ -100,7 +104,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 
 
 def affinity_upstreams(upstreams: str) -> str:
-    """The SciWorld upstream's body: the same servers in a shared-memory zone of its own."""
+    """The sticky upstream's body: the same servers in a shared-memory zone of its own."""
     return upstreams.replace("zone webshop_upstreams", "zone affinity_upstreams")
 
 
@@ -109,34 +113,31 @@ def session_upstreams(upstreams: str) -> str:
     return upstreams.replace("zone webshop_upstreams", "zone session_upstreams")
 
 
-def sciworld_groups(envs: Sequence[str], replicas: int, workers: int) -> list[dict[str, Any]]:
-    """The replicas to start, as groups: their names, environments, workers and upstream (``webshop``: every
-    route; ``sciworld``: the sticky upstream). SciWorld beside others: ``replicas`` more processes of its own,
-    one worker each; SciWorld alone: the replicas, one worker each."""
-    others = [e for e in envs if e != "sciworld"]
-    if "sciworld" not in envs:
-        return [{"names": [f"replica-{i}" for i in range(1, replicas + 1)], "envs": ",".join(envs),
-                 "workers": workers, "upstream": "webshop"}]  # fmt: skip
-    if not others:
-        return [{"names": [f"replica-{i}" for i in range(1, replicas + 1)], "envs": "sciworld", "workers": 1,
-                 "upstream": "webshop"}]  # fmt: skip
-    return [
-        {"names": [f"replica-{i}" for i in range(1, replicas + 1)], "envs": ",".join(others), "workers": workers,
-         "upstream": "webshop"},
-        {"names": [f"sciworld-{i}" for i in range(1, replicas + 1)], "envs": "sciworld", "workers": 1,
-         "upstream": "sciworld"},
-    ]  # fmt: skip
+def replica_groups(envs: Sequence[str], replicas: int, workers: int) -> list[dict[str, Any]]:
+    """The replicas to start, as groups (``deploy.replica_groups``: from the environments' placements): their
+    names, environments, workers and upstream (``any``: every route; ``sticky``: the sticky upstream)."""
+    return [{"names": list(g.names), "envs": ",".join(g.envs), "workers": g.workers, "upstream": g.upstream}
+            for g in deploy.replica_groups(envs, replicas, workers)]  # fmt: skip
+
+
+def environment_routes() -> dict[str, str]:
+    """The balancer's maps and locations of every registered environment (plugins included), for the template."""
+    registrations = list(registry.registrations().values())
+    return {"WEBSHOP_ENV_MAPS": deploy.nginx_maps(registrations),
+            "WEBSHOP_ENV_LOCATIONS": deploy.nginx_locations(registrations)}  # fmt: skip
 
 
 def render_nginx_conf(values: Mapping[str, str], template: Path = TEMPLATE) -> str:
     """Substitute ``${WEBSHOP_*}`` placeholders; every one must have a value (nginx's own ``$vars`` stay).
     ``WEBSHOP_SESSION_UPSTREAMS`` and ``WEBSHOP_AFFINITY_UPSTREAMS`` default to ``WEBSHOP_UPSTREAMS``, each in a
-    zone of its own."""
+    zone of its own; the environments' maps and locations to every registered environment's."""
     text = template.read_text()
     if "WEBSHOP_UPSTREAMS" in values:
         upstreams = values["WEBSHOP_UPSTREAMS"]
         values = {"WEBSHOP_SESSION_UPSTREAMS": session_upstreams(upstreams),
                   "WEBSHOP_AFFINITY_UPSTREAMS": affinity_upstreams(upstreams), **values}  # fmt: skip
+    if "WEBSHOP_ENV_LOCATIONS" not in values:
+        values = {**environment_routes(), **values}
     missing = sorted({name for name in TEMPLATE_VARS.findall(text) if name not in values})
     if missing:
         raise ClusterError(f"no value for {', '.join(missing)} in {template}")
@@ -288,18 +289,19 @@ def up(
     redis_server = None if external_redis else redis_binary()
     run_dir = Path(run_dir).resolve()
     catalog = Path(catalog).resolve()
-    envs = [e for e in child_env.get("WEBSHOP_ENVS", "webshop").replace(" ", "").split(",") if e] or [
-        "webshop"
-    ]
-    serves_webshop = "webshop" in envs
-    # SciWorld keeps each episode's JVM in one process, and the balancer's affinity is per replica: its replicas
-    # run one worker each, and beside other environments they are replicas of their own (as in compose), so
-    # the others keep their workers and least_conn over every replica.
-    groups = sciworld_groups(envs, replicas, workers)
-    if serves_webshop and not (catalog / "manifest.json").exists():
-        raise ClusterError(
-            f"{catalog} is not a prepared catalog: run `make data` or `webshop-env catalog prepare`"
-        )
+    envs = deploy.parse_envs(child_env.get("WEBSHOP_ENVS"))
+    # The environments' placements make the replica groups: a sticky environment keeps each episode in one
+    # process, and the balancer's affinity is per replica, so its replicas run one worker each and, beside other
+    # environments, are replicas of their own (as in compose); the others keep their workers and least_conn over
+    # every replica. Every served environment must be registered here (the balancer routes what is registered).
+    try:
+        groups = replica_groups(envs, replicas, workers)
+        deploy.routed_check(envs, registry.ids())
+        problems = deploy.start_problems(Settings.model_construct(envs=",".join(envs), catalog=catalog))
+    except (registry.UnknownEnv, deploy.DeployError) as error:
+        raise ClusterError(str(error)) from None
+    if problems:
+        raise ClusterError("; ".join(problems))
     existing = _read_pids(run_dir)
     if existing and any(_alive(p["pid"]) for p in _processes(existing)):
         raise ClusterError(f"a cluster is already running from {run_dir} (see `status`); run `down` first")
@@ -370,8 +372,8 @@ def up(
                 for r in record["replicas"] if r["upstream"] == upstream
             )  # fmt: skip
 
-        upstreams = "        zone webshop_upstreams 256k;\n" + servers("webshop")
-        sticky = servers("sciworld")
+        upstreams = "        zone webshop_upstreams 256k;\n" + servers("any")
+        sticky = servers("sticky")
         conf = nginx_dir / "nginx.conf"
         conf.write_text(
             render_nginx_conf(
@@ -618,7 +620,7 @@ def describe(record: Mapping[str, Any]) -> str:
         state = "" if "alive" not in redis else ("  ready" if redis.get("ready") else "  DOWN")
         lines.append(f"  sessions  {redis['url']}   (redis-server pid {redis['pid']}){state}")
     lines.append(
-        f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, sciworld-N.log, nginx-access.log, nginx-error.log)"
+        f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, <sticky env>-N.log, nginx-access.log, nginx-error.log)"
     )
     lines.append(f"  try       curl -s {record['url']}/v1/info")
     return "\n".join(lines)

@@ -1,9 +1,12 @@
 """The FastAPI application: ``create_app(settings=None)``.
 
 uvicorn imports it as a factory (``webshop_env.api.app:create_app`` with ``factory=True``), so each worker
-process builds its own app from the ``WEBSHOP_*`` environment and opens the prepared catalog once, at
-startup (lifespan). The catalog is memory-mapped, so the workers and replicas on one host share its pages.
-A catalog that cannot be opened stops the worker with the reason in the log.
+process builds its own app from the ``WEBSHOP_*`` environment. The app serves the environments of
+``WEBSHOP_ENVS``, each through its HTTP side (``routes_envs.HttpSide``: the contract's routes, or a protocol of
+the environment's own, as its registration says), mounted at its prefixes; it builds their runtimes once, at
+startup (lifespan): cores, data (WebShop's prepared catalog, memory-mapped, so the workers and replicas on one host
+share its pages) and session stores. An environment that cannot be opened stops the worker with the reason in the
+log. Nothing here knows any environment by name.
 """
 
 from __future__ import annotations
@@ -17,34 +20,35 @@ from collections.abc import AsyncIterator, Iterator
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from ..catalog.store import open_catalog
-from . import routes_compat, routes_envs, routes_native, routes_ops
+from . import routes_envs, routes_openenv, routes_ops
 from .errors import BodyLimitMiddleware, install_error_handlers
+from .http import package_version
 from .logs import configure_logging
 from .metrics import Metrics, ObservabilityMiddleware, RequestRecorder
-from .service import Runtime, package_version
 from .settings import Settings
 
 log = logging.getLogger("webshop_env.api")
 
 DESCRIPTION = """\
-WebShop text environment. The **native** protocol (`/v1/...`) is stateless: `reset` returns an opaque, signed
-`state` token that the next `step` sends back, so any replica or worker can serve any step and retries are
-safe. The **AgentGym** endpoints (`/create`, `/reset`, `/step`, ...) are a drop-in for `WebshopEnvClient`;
-their sessions live in a shared store (Redis), so any replica serves them. Errors are JSON `{"error": kind, "detail": message}`.
+Text environments for agents (WebShop, TextCraft, BabyAI, SciWorld and any registered one), each under `/<env>`
+(WebShop's routes also at the root). The **native** protocol (`/<env>/v1/...`) is stateless: `reset` returns an
+opaque, signed `state` token that the next `step` sends back, so any replica or worker can serve any step and
+retries are safe. The **AgentGym** endpoints (`/<env>/create`, `/<env>/reset`, `/<env>/step`, ...) are a drop-in for
+AgentGym's clients; their sessions live in a shared store (Redis), so any replica serves them. Errors are JSON
+`{"error": kind, "detail": message}`.
 """
 
 
 class WebShopApp(FastAPI):
-    """FastAPI, with the fast paths (``routes_native.StepFastPath``, ``routes_envs.CompatFastPath``) in front of
-    its middleware stack."""
+    """FastAPI, with the environments' fast paths (``routes_envs.FastPath``: POST routes answered in front of the
+    middleware stack) looked up by path before anything else."""
 
-    step_fast_path: routes_native.StepFastPath | None = None
-    compat_fast_path: routes_envs.CompatFastPath | None = None
+    fast_paths: dict[str, routes_envs.FastPath] = {}  # noqa: RUF012  (set once per app by create_app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        for fast_path in (self.step_fast_path, self.compat_fast_path):
-            if fast_path is not None and fast_path.handles(scope):
+        if scope["type"] == "http" and scope["method"] == "POST":
+            fast_path = self.fast_paths.get(scope["path"])
+            if fast_path is not None:
                 await fast_path.serve(self, scope, receive, send, super().__call__)
                 return
         await super().__call__(scope, receive, send)
@@ -57,36 +61,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     secret = settings.secret_bytes()
     metrics = Metrics()
 
-    serves_webshop = "webshop" in settings.env_ids()
-
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.envs = routes_envs.build_runtimes(
-            settings, secret, metrics
-        )  # TextCraft, BabyAI, SciWorld...
-        if not serves_webshop:
-            log.info("environments ready", extra={"fields": {"envs": settings.env_ids()}})
-            sweeper = asyncio.create_task(_sweep_forever(app, sweep_interval_s(settings)))
-            try:
-                yield
-            finally:
-                await _shut_down(app, sweeper, metrics)
-            return
-        catalog = open_catalog(settings.catalog)
-        catalog.index.warm_up()  # compiled search before the first request (and before /readyz says ready)
-        app.state.runtime = Runtime(settings, catalog, secret, metrics)
-        for name, goal_set in (("DEFAULT_GOAL_SET", settings.default_goal_set),
-                               ("COMPAT_GOAL_SET", settings.compat_goal_set)):  # fmt: skip
-            if goal_set not in catalog.goal_sets:
-                log.warning(
-                    f"WEBSHOP_{name}={goal_set!r} but this catalog has only {catalog.goal_sets}: requests that "
-                    "rely on the default will get 404 unknown_goal; set the variable to one of those"
-                )
-        log.info(
-            "catalog open",
-            extra={"fields": {"catalog": str(settings.catalog), "fingerprint": catalog.fingerprint,
-                              "products": catalog.product_count, "goal_sets": catalog.goal_sets}},
-        )  # fmt: skip
+        open_runtimes(app, secret)
+        log.info("environments ready", extra={"fields": {"envs": settings.env_ids()}})
         sweeper = asyncio.create_task(_sweep_forever(app, sweep_interval_s(settings)))
         try:
             with startup_objects_frozen():
@@ -95,43 +73,40 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await _shut_down(app, sweeper, metrics)
 
     app = WebShopApp(
-        title="WebShop environment",
+        title="Text environments (WebShop, TextCraft, BabyAI, SciWorld, ...)",
         version=package_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.runtime = None
     app.state.envs = None
     install_error_handlers(app)
     app.include_router(routes_ops.router)
-    if serves_webshop:
-        app.include_router(routes_native.router)
-        app.include_router(routes_compat.router)
-        # the same routes under /webshop, so every environment has a prefix of its own (an AgentGym client's
-        # base URL is <balancer>/<env>); the root paths stay as they always were
-        app.include_router(routes_native.router, prefix="/webshop")
-        app.include_router(routes_compat.router, prefix="/webshop")
-    routes_envs.include_env_routes(app, settings)
     recorder = RequestRecorder(
         metrics,
         log_requests=settings.access_log,
         log_every=settings.access_log_every,
         log_slow_s=settings.access_log_slow_ms / 1000.0,
     )
+    app.fast_paths = routes_envs.include_env_routes(app, settings, recorder, metrics)
+    routes_openenv.include_openenv_routes(app, settings)  # OpenEnv's protocol of each: /<env>/openenv
     app.add_middleware(
         BodyLimitMiddleware,  # type: ignore[arg-type]
         max_bytes=settings.max_body_bytes,
         on_reject=lambda kind: metrics.errors.labels(kind).inc(),
     )
     app.add_middleware(ObservabilityMiddleware, recorder=recorder)  # type: ignore[arg-type]
-    app.step_fast_path = routes_native.StepFastPath(recorder, settings.max_body_bytes)
-    app.compat_fast_path = routes_envs.CompatFastPath(
-        recorder, settings.max_body_bytes, settings.env_ids(), metrics
-    )
-    _hot_routes_first(app, ("/v1/step", "/v1/step_batch", "/step"))
     return app
+
+
+def open_runtimes(app: FastAPI, secret: bytes | None = None) -> None:
+    """Build every served environment's runtime (cores, catalogs, session stores): what the app's lifespan does
+    at startup, for a caller that serves the app without running its lifespan (an in-process ASGI transport)."""
+    settings: Settings = app.state.settings
+    app.state.envs = routes_envs.build_runtimes(
+        settings, secret if secret is not None else settings.secret_bytes(), app.state.metrics
+    )
 
 
 GC_YOUNG_THRESHOLD = 10_000  # allocations (less deallocations) between young collections; CPython's is 700
@@ -160,37 +135,24 @@ def startup_objects_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _hot_routes_first(app: FastAPI, paths: tuple[str, ...]) -> None:
-    """Move the step routes to the front of the routing table.
-
-    Why: the router tries routes in order, one regex match each, until one matches; the step is nearly every
-    request, and the docs and ops routes that come first cost a few µs per request. Paths do not overlap, so
-    the order changes no routing decision (only the order of paths in the OpenAPI document).
-    """
-    routes = app.router.routes
-    hot = [route for route in routes if getattr(route, "path", None) in paths]
-    routes[:] = hot + [route for route in routes if route not in hot]
-
-
 async def _shut_down(app: FastAPI, sweeper: asyncio.Task[None], metrics: Metrics) -> None:
     runtimes = _runtimes(app)
-    app.state.runtime = None  # readyz answers 503 while the server drains
-    app.state.envs = None
+    app.state.envs = None  # readyz answers 503 while the server drains
     sweeper.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweeper
     for runtime in runtimes:
         await runtime.sessions.aclose()
-        closer = getattr(getattr(runtime, "env", None), "shutdown", None)  # e.g. SciWorld's JVM pool
+        await routes_openenv.aclose(runtime)
+        closer = getattr(runtime.env, "shutdown", None)  # e.g. SciWorld's JVM pool
         if callable(closer):
             closer()
     metrics.process_exit()
 
 
-def _runtimes(app: FastAPI) -> list:
-    """WebShop's runtime and the other environments', whichever are up."""
-    runtime = getattr(app.state, "runtime", None)
-    return [r for r in (runtime, *(getattr(app.state, "envs", None) or {}).values()) if r is not None]
+def _runtimes(app: FastAPI) -> list[routes_envs.EnvRuntime]:
+    """The served environments' runtimes, once they are up."""
+    return list((getattr(app.state, "envs", None) or {}).values())
 
 
 def sweep_interval_s(settings: Settings) -> float:

@@ -176,9 +176,10 @@ class CompatSessions:
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[int], None] | None = None,
         on_evict: Callable[[str, int], None] | None = None,
-        name: str = "webshop",
+        name: str = "sessions",
     ) -> None:
-        """``idle_ttl_s`` 0: sessions never expire by age (only the cap evicts)."""
+        """``idle_ttl_s`` 0: sessions never expire by age (only the cap evicts); ``name``: the environment's id in
+        the log."""
         if max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         self.max_sessions = max_sessions
@@ -554,12 +555,12 @@ class RedisSessionStore:
         max_sessions: int,
         client_quota: int,
         idle_ttl_s: float = 0.0,
-        prefix: str = "webshop:compat:",
+        prefix: str = "sessions:",
         timeout_s: float = 2.0,
         on_change: Callable[[int], None] | None = None,
         on_evict: Callable[[str, int], None] | None = None,
         deadline_s: float = 1.5,
-        name: str = "webshop",
+        name: str = "sessions",
         cache_size: int = 4096,
     ) -> None:
         """``deadline_s`` bounds one store call, its reconnections and retries included: a store that is down
@@ -756,11 +757,13 @@ def session_store(
     decode: Callable[[str], Any],
     on_change: Callable[[int], None] | None,
     on_evict: Callable[[str, int], None],
-    name: str = "webshop",
-    prefix: str = "webshop:compat:",
+    *,
+    name: str,
+    prefix: str,
 ) -> SessionStore:
     """Redis when ``WEBSHOP_REDIS_URL`` is set (any worker of any replica serves any session), else the
-    single-process memory store (one replica with one worker). ``settings``: the service's ``Settings``."""
+    single-process memory store (one replica with one worker). ``settings``: the service's ``Settings``; ``name``:
+    the environment's id (in the log); ``prefix``: its keys in the store."""
     if settings.redis_url:
         return RedisSessionStore(
             settings.redis_url, encode, decode, settings.compat_max_sessions, settings.compat_client_max_sessions,

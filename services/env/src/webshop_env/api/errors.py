@@ -38,8 +38,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from ..core.env import EnvError, EpisodeFinished, InvalidState, UnknownGoal
-from ..envs.contract import EnvError as ContractEnvError
+from ..envs.contract import EnvError
 from .compat_sessions import AlreadyAnswered, SessionConflict, SessionStoreUnavailable, UnknownSession
 from .tokens import TokenError
 
@@ -89,15 +88,7 @@ def classify(error: Exception) -> tuple[int, str]:
         return 409, "session_conflict"
     if isinstance(error, SessionStoreUnavailable):
         return 503, "session_store_down"
-    if isinstance(error, UnknownGoal):
-        return 404, "unknown_goal"
-    if isinstance(error, EpisodeFinished):
-        return 409, "episode_finished"
-    if isinstance(error, InvalidState):
-        return 400, "invalid_state"
-    if isinstance(error, EnvError):
-        return 400, "bad_request"
-    if isinstance(error, ContractEnvError):  # the other environments' errors say their own status and kind
+    if isinstance(error, EnvError):  # an environment's refusal says its own status and kind (envs.contract)
         return error.status, error.kind
     return 500, "internal_error"
 
@@ -171,7 +162,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(AlreadyAnswered, on_answered)  # type: ignore[arg-type]
     session_errors = (UnknownSession, SessionConflict, SessionStoreUnavailable)
-    for error_class in (ApiError, TokenError, EnvError, ContractEnvError, *session_errors, Exception):
+    for error_class in (ApiError, TokenError, EnvError, *session_errors, Exception):
         app.add_exception_handler(error_class, on_known)
     app.add_exception_handler(RequestValidationError, on_validation)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, on_http)  # type: ignore[arg-type]

@@ -1,6 +1,9 @@
-"""Every registered environment other than WebShop, served under ``/<env_id>`` by one piece of code.
+"""Every served environment's HTTP side, mounted by one piece of code; and the contract's own routes.
 
-Per environment (``WEBSHOP_ENVS``), two protocols over its pure core (``envs.contract.TextEnv``):
+Each environment of ``WEBSHOP_ENVS`` is served by an HTTP side (``HttpSide``: its runtime in a worker, its routes
+at each of its prefixes, its fast paths): the one its registration names (``Registration.http``: WebShop's own
+protocol), else ``GENERIC``, which serves two protocols over the environment's pure core
+(``envs.contract.TextEnv``):
 
 - **native** (stateless): ``POST /<env>/v1/reset {"task"}`` and ``POST /<env>/v1/step {"state", "action"}``
   answer ``{observation, reward, done, state, info}``; ``state`` is the episode's JSON state signed into a token
@@ -10,7 +13,7 @@ Per environment (``WEBSHOP_ENVS``), two protocols over its pure core (``envs.con
 - **AgentGym** (a drop-in for AgentGym's client of that environment): the routes the environment package lists
   (``AGENTGYM_ROUTES``), mounted as they are under the prefix: the base URL an AgentGym client is given is
   ``<balancer>/<env>``. Sessions (JSON, signed like native states) live in the shared session store under a
-  key prefix of their own, so any replica serves them and a store restart keeps them (as WebShop's).
+  key prefix of their own, so any replica serves them and a store restart keeps them.
 
 Request fields are validated by pydantic models built from each route's declared fields (as AgentGym's own
 server does with its models), so missing or mistyped fields get 422 with our JSON error shape; strings are held
@@ -28,7 +31,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -37,7 +40,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..envs import registry
-from ..envs.agentgym import out_of_range, request_model
+from ..envs.agentgym import JsonInt, out_of_range, request_model
 from ..envs.contract import DELETE, KEEP, CompatCall, CompatRoute, TextEnv, Transition
 from .compat_sessions import (
     MAX_ID,
@@ -50,45 +53,63 @@ from .compat_sessions import (
     session_store,
 )
 from .errors import ApiError, json_bytes, known_error_response, replay
-from .metrics import Metrics
-from .routes_compat import client_address, forwarded_client, header_key, key_header
-from .routes_native import (
+from .http import (
     ERRORS,
     MAX_ACTION_CHARS,
-    JsonInt,
+    client_address,
     content_length,
+    forwarded_client,
+    header_key,
     json_object,
     json_response,
+    key_header,
     read_body,
     send_json,
     utf8_text,
 )
+from .metrics import Metrics
 from .settings import Settings
 from .tokens import TokenCodec
 
 log = logging.getLogger("webshop_env.api")
-_identity = lambda value: value  # noqa: E731  (JSON states travel as they are)
 T = TypeVar("T")
 CREATE_ATTEMPTS = 8  # ids are drawn at random: a live one comes up again with odds of one in millions
 
 
 class EnvRuntime:
-    """One environment's service state in one worker: its core, its token codec, its AgentGym sessions."""
+    """One environment's service state in one worker: its core, its token codec, its AgentGym sessions.
+
+    The token is bound to the core's ``token_binding()`` where it has one, else to ``<env_id>:<fingerprint()>``;
+    its state travels as the core's ``state_to_json(state)`` (``state_from_json`` back), else as it is (JSON).
+    ``session_prefix`` and ``on_sessions_change`` are the store's key prefix and a gauge of the live sessions,
+    for an environment whose HTTP side keeps its own (WebShop's, as they always were).
+    """
 
     def __init__(
-        self, env_id: str, env: TextEnv, settings: Settings, secret: bytes, metrics: Metrics
+        self,
+        env_id: str,
+        env: TextEnv,
+        settings: Settings,
+        secret: bytes,
+        metrics: Metrics,
+        *,
+        session_prefix: str | None = None,
+        on_sessions_change: Callable[[int], None] | None = None,
     ) -> None:
         self.env_id = env_id
         self.env = env
-        self.fingerprint = f"{env_id}:{env.fingerprint()}"
+        self.settings = settings
+        binding = getattr(env, "token_binding", None)
+        self.fingerprint = binding() if callable(binding) else f"{env_id}:{env.fingerprint()}"
         self.codec = TokenCodec(
-            secret, self.fingerprint, _identity, _identity, data_name=f"{env_id} data set"
-        )
+            secret, self.fingerprint, getattr(env, "state_to_json", _as_it_is),
+            getattr(env, "state_from_json", _as_it_is), data_name=getattr(env, "data_name", f"{env_id} data set"),
+        )  # fmt: skip
         self.metrics = metrics
         self.sessions = session_store(
-            settings, self.codec.encode, self.codec.decode, None,
+            settings, self.codec.encode, self.codec.decode, on_sessions_change,
             lambda reason, count: metrics.compat_evictions.labels(reason).inc(count),
-            name=env_id, prefix=f"agentgym:{env_id}:",
+            name=env_id, prefix=session_prefix or f"agentgym:{env_id}:",
         )  # fmt: skip
         # A core whose calls wait on something outside this process (SciWorld's JVMs) runs in the thread pool,
         # so the event loop serves other requests meanwhile; the others run inline: their calls are Python work
@@ -119,16 +140,22 @@ class EnvRuntime:
         }
 
 
+def _as_it_is(value: Any) -> Any:
+    """A JSON state travels as it is."""
+    return value
+
+
 def build_runtimes(settings: Settings, secret: bytes, metrics: Metrics) -> dict[str, EnvRuntime]:
-    """The enabled environments' runtimes (each core built once per worker; WebShop has its own ``Runtime``)."""
+    """Every served environment's runtime (each core built once per worker, by its HTTP side)."""
     return {
-        env_id: EnvRuntime(env_id, registry.make(env_id), settings, secret, metrics)
-        for env_id in settings.env_ids()
-        if env_id != "webshop"
+        env_id: http_side(env_id).runtime(env_id, settings, secret, metrics) for env_id in settings.env_ids()
     }
 
 
 def fingerprint_of(runtimes: dict[str, EnvRuntime]) -> str:
+    """The data this worker serves: one environment's token binding, or a hash of several environments'."""
+    if len(runtimes) == 1:
+        return next(iter(runtimes.values())).fingerprint
     return hashlib.sha256("\n".join(sorted(r.fingerprint for r in runtimes.values())).encode()).hexdigest()
 
 
@@ -165,8 +192,9 @@ class EnvStepResponse(BaseModel):
     info: dict[str, Any]
 
 
-def native_router(env_id: str) -> APIRouter:
-    router = APIRouter(prefix=f"/{env_id}/v1", tags=[env_id])
+def native_router(env_id: str, prefix: str) -> APIRouter:
+    """The native protocol's routes of ``env_id`` under ``<prefix>/v1``."""
+    router = APIRouter(prefix=f"{prefix}/v1", tags=[env_id])
     env = registry.package(env_id)
 
     @router.post(
@@ -216,10 +244,11 @@ def native_router(env_id: str) -> APIRouter:
 
 
 # ---- AgentGym-compatible routes --------------------------------------------------------------------------
-def compat_router(env_id: str) -> APIRouter:
-    router = APIRouter(prefix=f"/{env_id}", tags=[f"{env_id} (AgentGym)"])
+def compat_router(env_id: str, prefix: str) -> APIRouter:
+    """The routes of AgentGym's server for ``env_id`` (the package's ``AGENTGYM_ROUTES``) under ``prefix``."""
+    router = APIRouter(prefix=prefix, tags=[f"{env_id} (AgentGym)"])
     for route in registry.agentgym_routes(env_id):
-        _add_compat_route(router, env_id, route)
+        _add_compat_route(router, env_id, prefix, route)
     return router
 
 
@@ -303,9 +332,9 @@ async def _create(
     raise ApiError(503, "not_ready", "could not draw a free session id; retry")
 
 
-def _add_compat_route(router: APIRouter, env_id: str, route: CompatRoute) -> None:
+def _add_compat_route(router: APIRouter, env_id: str, prefix: str, route: CompatRoute) -> None:
     model = request_model(env_id, route, max_chars=MAX_ACTION_CHARS)
-    path = f"/{env_id}{route.path}"
+    path = f"{prefix}{route.path}"
 
     async def serve(request: Request, fields: BaseModel) -> Response:
         runtime = runtime_for(request, env_id)
@@ -365,24 +394,22 @@ class CompatFastPath:
     ``tests/integration/test_compat_fast_path.py`` sends requests both ways and compares the answers.
     """
 
-    def __init__(self, recorder: Any, max_body_bytes: int, env_ids: list[str], metrics: Metrics) -> None:
+    def __init__(
+        self, recorder: Any, max_body_bytes: int, env_id: str, prefix: str, metrics: Metrics
+    ) -> None:
         self.recorder = recorder
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.routes: dict[str, tuple[str, CompatRoute, type[BaseModel]]] = {
-            f"/{env_id}{route.path}": (
-                env_id,
-                route,
-                request_model(env_id, route, max_chars=MAX_ACTION_CHARS),
-            )
-            for env_id in env_ids
-            if env_id != "webshop"
+            f"{prefix}{route.path}": (env_id, route, request_model(env_id, route, max_chars=MAX_ACTION_CHARS))
             for route in registry.agentgym_routes(env_id)
             if route.method == "POST"
         }
 
-    def handles(self, scope: Scope) -> bool:
-        return scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self.routes
+    @property
+    def paths(self) -> list[str]:
+        """The POST paths it answers."""
+        return list(self.routes)
 
     async def serve(self, app: Any, scope: Scope, receive: Receive, send: Send, stack: Any) -> None:
         """Answer the request, or hand it to ``stack`` (the app's middleware stack) untouched."""
@@ -436,10 +463,88 @@ class CompatFastPath:
 _HEADERS = (b"x-forwarded-for", b"idempotency-key", b"x-request-id")
 
 
-def include_env_routes(app: FastAPI, settings: Settings) -> None:
-    """Mount every enabled environment's native and AgentGym routes (WebShop's are mounted by the app)."""
+# ---- an environment's HTTP side ------------------------------------------------------------------------------
+class FastPath(Protocol):
+    """A POST route answered in front of the framework (``WebShopApp``): ``paths``, and ``serve``, which answers or
+    hands the request to ``stack`` (the app's middleware stack) untouched."""
+
+    @property
+    def paths(self) -> list[str]: ...
+
+    async def serve(self, app: Any, scope: Scope, receive: Receive, send: Send, stack: Any) -> None: ...
+
+
+class HttpSide(Protocol):
+    """What the serving layer asks of an environment's HTTP side: its runtime in a worker, its routes at each of
+    its prefixes (``Registration.prefixes``: ``/<id>``, and the root for a root alias), the POST routes it answers
+    in front of the framework, and the paths of its hot routes (moved to the front of the routing table).
+
+    ``GENERIC`` serves an environment through the contract (native ``/v1`` routes, ``AGENTGYM_ROUTES``); an
+    environment with a protocol of its own names its HTTP side in its registration (``Registration.http``).
+    """
+
+    hot_paths: tuple[str, ...]  # relative to a prefix
+
+    def runtime(self, env_id: str, settings: Settings, secret: bytes, metrics: Metrics) -> EnvRuntime: ...
+
+    def routers(self, env_id: str, prefix: str) -> list[APIRouter]: ...
+
+    def fast_paths(
+        self, env_id: str, prefix: str, recorder: Any, settings: Settings, metrics: Metrics
+    ) -> list[FastPath]: ...
+
+
+class GenericHttp:
+    """The contract over HTTP: ``/<env>/v1/...`` and the package's AgentGym routes (module docstring)."""
+
+    hot_paths = ("/v1/step", "/step")
+
+    def runtime(self, env_id: str, settings: Settings, secret: bytes, metrics: Metrics) -> EnvRuntime:
+        return EnvRuntime(env_id, registry.make(env_id, settings), settings, secret, metrics)
+
+    def routers(self, env_id: str, prefix: str) -> list[APIRouter]:
+        return [native_router(env_id, prefix), compat_router(env_id, prefix)]
+
+    def fast_paths(
+        self, env_id: str, prefix: str, recorder: Any, settings: Settings, metrics: Metrics
+    ) -> list[FastPath]:
+        return [CompatFastPath(recorder, settings.max_body_bytes, env_id, prefix, metrics)]
+
+
+GENERIC = GenericHttp()
+
+
+def http_side(env_id: str) -> HttpSide:
+    """The HTTP side the registration of ``env_id`` names, else the generic one."""
+    reference = registry.registration(env_id).http
+    return GENERIC if reference is None else registry.resolve(reference)
+
+
+def include_env_routes(
+    app: FastAPI, settings: Settings, recorder: Any, metrics: Metrics
+) -> dict[str, FastPath]:
+    """Mount every served environment's routes at each of its prefixes; returns their fast paths by path."""
+    fast: dict[str, FastPath] = {}
+    hot: list[str] = []
     for env_id in settings.env_ids():
-        if env_id == "webshop":
-            continue
-        app.include_router(native_router(env_id))
-        app.include_router(compat_router(env_id))
+        side = http_side(env_id)
+        for prefix in registry.registration(env_id).prefixes:
+            for router in side.routers(env_id, prefix):
+                app.include_router(router)
+            for path in side.fast_paths(env_id, prefix, recorder, settings, metrics):
+                fast.update(dict.fromkeys(path.paths, path))
+            hot.extend(prefix + path for path in side.hot_paths)
+    _hot_routes_first(app, hot)
+    return fast
+
+
+def _hot_routes_first(app: FastAPI, paths: list[str]) -> None:
+    """Move the step routes to the front of the routing table.
+
+    Why: the router tries routes in order, one regex match each, until one matches; the step is nearly every
+    request, and the docs and ops routes that come first cost a few µs per request. Paths do not overlap, so
+    the order changes no routing decision (only the order of paths in the OpenAPI document).
+    """
+    routes = app.router.routes
+    hot = [route for route in routes if getattr(route, "path", None) in paths]
+    routes[:] = hot + [route for route in routes if route not in hot]

@@ -70,9 +70,10 @@ class Settings(BaseSettings):
 
     envs: str = Field(
         default="webshop",
-        description="comma-separated environments this replica serves (webshop, textcraft, babyai, sciworld); "
-        "WebShop keeps its paths at the root (and /webshop), the others are served under /<env>",
+        description="comma-separated environments this replica serves (any registered one: webshop, textcraft, "
+        "babyai, sciworld, and installed plugins); each is served under /<env> (WebShop's also at the root)",
     )
+    # WebShop's settings (its package reads them: envs.webshop.make)
     catalog: Path = Field(default_factory=default_catalog_dir, description="prepared catalog directory")
     state_secret: SecretStr | None = Field(default=None, description="HMAC key for state tokens (shared)")
     allow_ephemeral_secret: bool = Field(default=False, description="accept a random per-process secret")
@@ -119,7 +120,7 @@ class Settings(BaseSettings):
         from ..envs.registry import ids
 
         names = [name.strip().lower() for name in value.split(",") if name.strip()]
-        known = ["webshop", *ids()]
+        known = ids()
         unknown = [name for name in names if name not in known]
         if not names or unknown:
             raise ValueError(f"unknown environment(s) {unknown or value!r}: choose from {', '.join(known)}")

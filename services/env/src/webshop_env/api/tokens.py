@@ -3,18 +3,18 @@
 Format (version 2)::
 
     v2.<payload>.<mac>
-    body    = orjson({"f": catalog fingerprint prefix, "d": EpisodeState.to_dict()})
+    body    = orjson({"f": data fingerprint prefix, "d": the state as JSON})
     payload = base64url(body)            if len(body) <= COMPRESS_ABOVE (1 KB: every usual state)
               base64url(zlib(body))      otherwise (a query of several hundred characters)
-    mac     = base64url(HMAC-SHA256(secret, "v2." + payload + "." + full catalog fingerprint))
+    mac     = base64url(HMAC-SHA256(secret, "v2." + payload + "." + full data fingerprint))
 
 The decoder tells the two payloads apart by their first byte: a JSON object starts with ``{``, a zlib stream
 never does (its first byte's low four bits are 8). Version 1 tokens (``v1.``, always zlib) are still read,
 so episodes in flight survive an upgrade of the replicas.
 
-The full catalog fingerprint is bound into the MAC without travelling in the token, so a token made for
-another catalog never verifies; its short prefix does travel, so the error can say "another catalog" rather
-than just "bad signature". The payload is only decoded after the MAC checks out (apart from that diagnosis,
+The full fingerprint of the data behind the state (WebShop's catalog, another environment's tasks) is bound
+into the MAC without travelling in the token, so a token made for other data never verifies; its short prefix
+does travel, so the error can say "another catalog" (or data set) rather than just "bad signature". The payload is only decoded after the MAC checks out (apart from that diagnosis,
 which decompresses at most a bounded number of bytes), so a forged token cannot feed the decoder.
 Base64url is unpadded, so a token is safe in JSON, URLs and headers.
 
@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from ..core.env import EpisodeState, InvalidState
+from ..envs.contract import BadState
 
 VERSION = "v2"
 READABLE_VERSIONS = ("v1", "v2")  # v1: the payload is always zlib
@@ -68,26 +68,32 @@ def _b64decode(text: str) -> bytes:
     return binascii.a2b_base64(raw.translate(_FROM_URLSAFE) + b"=" * (-len(raw) % 4))
 
 
+def _as_it_is(value: Any) -> Any:
+    """A JSON state travels as it is."""
+    return value
+
+
 def _compress(data: bytes) -> bytes:
     compressor = zlib.compressobj(ZLIB_LEVEL, zlib.DEFLATED, ZLIB_WBITS, ZLIB_MEM_LEVEL)
     return compressor.compress(data) + compressor.flush()
 
 
 class TokenCodec:
-    """Signs and verifies state tokens for one (secret, catalog) pair.
+    """Signs and verifies state tokens for one (secret, data) pair.
 
-    WebShop's ``EpisodeState`` by default; another environment passes its own ``to_data``/``from_data`` (for a
-    JSON state: the identity) and the fingerprint of its own data (``envs.contract.TextEnv.fingerprint``, with
-    its id), so a token of one environment never verifies as another's.
+    ``fingerprint`` names the data behind the states (an environment's ``token_binding()``, else its id and
+    ``fingerprint()``; WebShop: the catalog's), so a token of one environment or data set never verifies as
+    another's. A state travels as ``to_data(state)`` (JSON) and comes back as ``from_data(json)``: the identity for
+    an environment whose state is JSON already. ``data_name`` says in a refusal what the token was made for.
     """
 
     def __init__(
         self,
         secret: bytes,
         fingerprint: str,
-        to_data: Callable[[Any], Any] = EpisodeState.to_dict,
-        from_data: Callable[[Any], Any] = EpisodeState.from_dict,
-        data_name: str = "catalog",
+        to_data: Callable[[Any], Any] = _as_it_is,
+        from_data: Callable[[Any], Any] = _as_it_is,
+        data_name: str = "data set",
     ) -> None:
         if not secret:
             raise ValueError("the state secret must not be empty")
@@ -110,7 +116,7 @@ class TokenCodec:
         return (signed + b"." + _b64(self._mac(signed))).decode("ascii")
 
     def decode(self, token: object) -> Any:
-        """The state in ``token``; raises ``TokenError`` for anything not signed by us for this catalog."""
+        """The state in ``token``; raises ``TokenError`` for anything not signed by us for this data."""
         if not isinstance(token, str) or not token:
             raise TokenError(
                 "the state token must be a non-empty string (the `state` of the previous response)"
@@ -137,7 +143,7 @@ class TokenCodec:
         try:
             data = orjson.loads(self._body(version, payload))
             return self._from_data(data["d"])
-        except (InvalidState, orjson.JSONDecodeError, KeyError, TypeError, ValueError, zlib.error) as error:
+        except (BadState, orjson.JSONDecodeError, KeyError, TypeError, ValueError, zlib.error) as error:
             raise TokenError(f"malformed state token payload: {error}") from None
 
     @staticmethod

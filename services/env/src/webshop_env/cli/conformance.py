@@ -1,4 +1,4 @@
-"""``webshop-env conformance record|check``: the command-line side of webshop_env.conformance."""
+"""``webshop-env conformance record|check``: the command-line side of webshop_env.envs.webshop.conformance."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def _num_products(text: str) -> int | None:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from ..conformance.adapter import AdapterError, LocalAdapter, OriginalAdapter
-    from ..conformance.record import record
+    from ..envs.webshop.conformance.adapter import AdapterError, LocalAdapter, OriginalAdapter
+    from ..envs.webshop.conformance.record import record
 
     try:
         if args.original is not None:
@@ -56,7 +56,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..conformance.check import check_traces, format_report, prepare_for_traces
+    from ..envs.webshop.conformance.check import check_traces, format_report, prepare_for_traces
 
     unpin = frozenset(x for x in (args.unpin or "").split(",") if x)
     with tempfile.TemporaryDirectory(prefix="webshop-conformance-") as scratch:
@@ -77,6 +77,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if summary["equal"] == summary["steps"] and summary["goals_differ"] == 0 else 1
 
 
+def replayable() -> list[str]:
+    """The environments whose AgentGym routes are the contract's (``AGENTGYM_ROUTES``, replayed in process by
+    ``envs.agentgym``); WebShop's are its own (``conformance check`` replays the original's episodes)."""
+    from ..envs import registry
+
+    return [env_id for env_id in registry.contract_ids() if registry.registration(env_id).agentgym_routes]
+
+
 def cmd_agentgym(args: argparse.Namespace) -> int:
     """Replay AgentGym's recordings of one environment, in process or against a server's ``<url>/<env>``."""
     from ..envs import registry
@@ -92,7 +100,10 @@ def cmd_agentgym(args: argparse.Namespace) -> int:
         return 2
     text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     episodes = [json.loads(line) for line in text.splitlines() if line.strip()]
-    agentgym_module = importlib.import_module(f"{registry.REGISTRY[args.env]}.agentgym")
+    try:  # where a package keeps its AgentGym side (and the differences its docs list)
+        agentgym_module = importlib.import_module(f"{registry.registration(args.env).module}.agentgym")
+    except ModuleNotFoundError:
+        agentgym_module = registry.package(args.env)
     documented = getattr(agentgym_module, "documented_difference", lambda difference: False)
     if args.limit:
         episodes = episodes[: args.limit]
@@ -184,14 +195,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     p = actions.add_parser(
         "agentgym",
-        help="replay AgentGym's recorded episodes of TextCraft, BabyAI or SciWorld (in process, or --url)",
+        help="replay AgentGym's recorded episodes of an environment served through the contract's AgentGym routes "
+        "(TextCraft, BabyAI, SciWorld, plugins; in process, or --url)",
         description="Replays traces recorded from AgentGym's own server of an environment and compares every "
         "response: in process by default, or over HTTP against a running service (its base URL; the "
         "environment's prefix is added). Exit status 1 when any episode differs.",
     )
-    p.add_argument(
-        "--env", required=True, choices=["textcraft", "babyai", "sciworld"], help="the environment"
-    )
+    p.add_argument("--env", required=True, choices=replayable(), help="the environment")
     p.add_argument("--traces", type=Path, default=None,
                    help="traces.jsonl[.gz] or its folder (default: tests/fixtures/conformance/agentgym-ENV)")  # fmt: skip
     p.add_argument(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from ..core.goals import GOAL_SETS
+from ..envs.webshop.core.goals import GOAL_SETS
 from ..settings import default_catalog_dir
 
 
@@ -41,15 +41,15 @@ def _goal_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _open_env(args: argparse.Namespace):
-    from ..catalog.store import open_catalog
-    from ..core.env import WebShopEnv
+    from ..envs.webshop.catalog.store import open_catalog
+    from ..envs.webshop.core.env import WebShopEnv
 
     return WebShopEnv(open_catalog(args.catalog or default_catalog_dir()))
 
 
 # ---- catalog ---------------------------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ..catalog.generate import generate_catalog
+    from ..envs.webshop.catalog.generate import generate_catalog
 
     if args.products < 1:  # 0 would write empty files that `catalog prepare` then rejects
         print(
@@ -63,7 +63,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from ..catalog.download import download_catalog
+    from ..envs.webshop.catalog.download import download_catalog
 
     paths = download_catalog(args.out, full=args.full, base_url=args.base_url, progress=not args.quiet)
     _print_json({"files": [str(p) for p in paths]})
@@ -71,7 +71,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from ..catalog.prepare import Pins, prepare_catalog
+    from ..envs.webshop.catalog.prepare import Pins, prepare_catalog
 
     pinned_goals = {}
     for item in args.pin_goals or []:
@@ -80,7 +80,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             raise SystemExit(f"--pin-goals expects SET=FILE (e.g. synthetic=goals.json), got {item!r}")
         pinned_goals[name] = Path(path)
     pins = Pins.from_files(prices=args.pin_prices, title_nouns=args.pin_title_nouns, goals=pinned_goals)
-    from ..core.nouns import noun_extractor_named
+    from ..envs.webshop.core.nouns import noun_extractor_named
 
     try:
         extractor = None if args.pin_title_nouns else noun_extractor_named(args.nouns)
@@ -102,8 +102,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from ..catalog.fidelity import fidelity_limits
-    from ..catalog.store import open_catalog
+    from ..envs.webshop.catalog.fidelity import fidelity_limits
+    from ..envs.webshop.catalog.store import open_catalog
 
     manifest = open_catalog(args.catalog or default_catalog_dir()).manifest
     _print_json({**manifest, "fidelity": fidelity_limits(manifest)})
@@ -134,7 +134,7 @@ def cmd_episode(args: argparse.Namespace) -> int:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from ..core.oracle import expert_actions
+    from ..envs.webshop.core.oracle import expert_actions
 
     actions = expert_actions(_open_env(args), args.goal, goal_set=args.goal_set)
     if not actions:
@@ -171,7 +171,7 @@ def cmd_bench_envs(args: argparse.Namespace) -> int:
     from ..envs import bench, registry
 
     env_ids = [name.strip() for name in (args.envs or bench.default_envs()).split(",") if name.strip()]
-    unknown = [name for name in env_ids if name not in registry.ids()]
+    unknown = [name for name in env_ids if name not in registry.contract_ids()]
     agentgym = dict(item.split("=", 1) for item in args.agentgym if "=" in item)
     if (
         unknown
@@ -181,7 +181,7 @@ def cmd_bench_envs(args: argparse.Namespace) -> int:
         or args.concurrency < 1
     ):
         print(
-            f"webshop-env bench-envs: error: --envs takes {', '.join(registry.ids())} (got {args.envs!r}); "
+            f"webshop-env bench-envs: error: --envs takes {', '.join(registry.contract_ids())} (got {args.envs!r}); "
             "--agentgym ENV=URL; --episodes and --concurrency at least 1",
             file=sys.stderr,
         )
@@ -381,13 +381,16 @@ def build_parser() -> argparse.ArgumentParser:
     from .conformance import add_commands as add_conformance_commands
 
     add_conformance_commands(commands)  # conformance record|check
+    from .envs import add_commands as add_envs_commands
+
+    add_envs_commands(commands)  # envs
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..catalog.raw import RawDataError
-    from ..catalog.store import CatalogError
-    from ..core.env import EnvError
+    from ..envs.contract import EnvError
+    from ..envs.webshop.catalog.raw import RawDataError
+    from ..envs.webshop.catalog.store import CatalogError
 
     args = build_parser().parse_args(argv)
     try:

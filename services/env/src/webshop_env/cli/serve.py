@@ -48,8 +48,14 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--host", default=os.environ.get("WEBSHOP_HOST", "127.0.0.1"), help="bind address")
     p.add_argument(
         "--envs", default=None,
-        help="environments to serve, comma-separated: webshop, textcraft, babyai, sciworld (default: $WEBSHOP_ENVS "
-        "or webshop); WebShop at the root and /webshop, the others under /<env>",
+        help="environments to serve, comma-separated: any registered one (webshop, textcraft, babyai, sciworld, "
+        "plugins; `webshop-env envs` lists them; default: $WEBSHOP_ENVS or webshop), each under /<env> (WebShop's "
+        "also at the root)",
+    )  # fmt: skip
+    p.add_argument(
+        "--placement", choices=["any", "sticky"], default=None,
+        help="serve only those of the environments with this placement (their registrations'), or the default "
+        "environment when none has it: a replica group of its own (compose's replicas serve --placement any)",
     )  # fmt: skip
     p.add_argument(
         "--port", type=int, default=int(os.environ.get("WEBSHOP_PORT", DEFAULT_PORT)),
@@ -126,12 +132,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from ..api.logs import configure_logging
     from ..api.settings import Settings, SettingsError
-    from ..catalog.store import CatalogError, open_catalog
+    from ..deploy import start_problems
 
     if args.catalog is not None:
         os.environ["WEBSHOP_CATALOG"] = str(Path(args.catalog).resolve())
     if args.envs is not None:
         os.environ["WEBSHOP_ENVS"] = args.envs
+    if args.placement is not None:
+        from .envs import placed
+
+        try:
+            os.environ["WEBSHOP_ENVS"] = ",".join(placed(os.environ.get("WEBSHOP_ENVS"), args.placement))
+        except KeyError as error:  # an unknown environment: Settings says which below
+            print(f"webshop-env serve: error: {error}", file=sys.stderr)
+            return 2
     if args.log_level:
         os.environ["WEBSHOP_LOG_LEVEL"] = args.log_level
     if args.allow_ephemeral_secret:
@@ -160,11 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings.secret_bytes()
         except SettingsError as error:
             problems.append(str(error))
-    if "webshop" in settings.env_ids():  # the other environments bring their data in their packages
-        try:
-            open_catalog(settings.catalog)  # the workers open their own
-        except CatalogError as error:
-            problems.append(str(error))
+    problems.extend(start_problems(settings))
     if problems:
         print("\n".join(f"webshop-env serve: error: {problem}" for problem in problems), file=sys.stderr)
         return 2

@@ -1,9 +1,11 @@
-"""Async client of another environment's native protocol (``/<env>/v1/...``): TextCraft, BabyAI, SciWorld.
+"""Async client of any environment's native protocol through the contract's routes (``/<env>/v1/...``).
 
-The same transport, retries, back-off and address fallback as ``WebShopClient`` (it is one), with the
-environment's own routes. Steps are stateless for every environment; for SciWorld, whose live simulator sits
-in one replica, the client also sends ``X-Episode`` so that the balancer keeps an episode on one replica
-(another replica would have to replay it: correct, but seconds instead of milliseconds).
+The transport, retries, back-off and address fallback are every client's (``base.ServiceClient``). Steps are
+stateless for every environment; for one whose episodes sit in one replica's simulator (a sticky placement:
+SciWorld's JVMs), the client also sends ``X-Episode`` so that the balancer keeps an episode on one replica (another
+replica would have to replay it: correct, but seconds instead of milliseconds), and it never hedges a reset or
+step on a slow address (the environment's registration says ``hedge=False``): the second replica would replay the
+episode, doubling the load where the replica is slow because it is busy.
 """
 
 from __future__ import annotations
@@ -12,26 +14,32 @@ import secrets
 from collections import OrderedDict
 from typing import Any
 
-from .native import WebShopClient
+from ..envs import registry
+from .base import ServiceClient
 
 MAX_TRACKED_EPISODES = 65_536  # states remembered for the X-Episode header (LRU)
-#: Environments whose resets and steps are never hedged on a slow address (``WebShopClient.hedge_after``):
-#: a SciWorld episode lives in one replica's simulator, and another replica would replay it (seconds of JVM
-#: work), doubling the load where the replica is slow because it is busy.
-UNHEDGED_ENVS = frozenset({"sciworld"})
 
 
-class EnvClient(WebShopClient):
+def hedged(env_id: str) -> bool:
+    """Whether a slow reset or step of ``env_id`` may be sent to a second address (its registration's ``hedge``;
+    an environment this process does not know is hedged, as every stateless one is)."""
+    try:
+        return registry.registration(env_id).hedge
+    except registry.UnknownEnv:
+        return True
+
+
+class EnvClient(ServiceClient):
     """``EnvClient(base_url, "textcraft")``: ``reset(task)``, ``step(state, action)``, ``expert(task)``,
-    ``info()``, ``close(state)``; the other arguments are ``WebShopClient``'s."""
+    ``info()``, ``close(state)``; the other arguments are ``ServiceClient``'s."""
 
     def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
         super().__init__(base_url, **kwargs)
         self.env_id = env_id
-        self._hedge = env_id not in UNHEDGED_ENVS
+        self._hedge = hedged(env_id)
         self._episode_of: OrderedDict[str, str] = OrderedDict()
 
-    async def reset(self, task: int) -> dict[str, Any]:  # type: ignore[override]
+    async def reset(self, task: int) -> dict[str, Any]:
         """``{observation, reward, done, state, info}`` of task ``task``'s first step."""
         episode = secrets.token_hex(8)
         result = await self._request("POST", f"/{self.env_id}/v1/reset", json={"task": int(task)},
@@ -56,7 +64,7 @@ class EnvClient(WebShopClient):
         )
         return bool(result["closed"])
 
-    async def expert(self, task: int) -> list[str]:  # type: ignore[override]
+    async def expert(self, task: int) -> list[str]:
         return (await self._request("GET", f"/{self.env_id}/v1/tasks/{int(task)}/expert"))["actions"]
 
     async def info(self) -> dict[str, Any]:

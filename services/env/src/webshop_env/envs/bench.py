@@ -38,10 +38,10 @@ def _percentiles(samples: Sequence[float]) -> dict[str, float]:
 
 
 def default_envs() -> str:
-    """The environments this deployment serves (``WEBSHOP_ENVS``) that have a core here (WebShop is benchmarked
-    by ``webshop-env bench``), else TextCraft and BabyAI."""
+    """The environments this deployment serves (``WEBSHOP_ENVS``) that the contract's routes serve (WebShop, with
+    a protocol of its own, is benchmarked by ``webshop-env bench`` and ``bench-http``), else TextCraft and BabyAI."""
     enabled = [e.strip() for e in os.environ.get("WEBSHOP_ENVS", "").split(",") if e.strip()]
-    chosen = [e for e in enabled if e in registry.ids()]
+    chosen = [e for e in enabled if e in registry.contract_ids()]
     return ",".join(chosen) or "textcraft,babyai"
 
 

@@ -23,7 +23,7 @@ from ray import serve
 from ..api.app import create_app
 from ..api.routes_ops import NOT_READY, catalog_fingerprint
 from ..api.settings import Settings, SettingsError
-from ..catalog.store import MANIFEST
+from ..envs.webshop.catalog.store import MANIFEST
 from . import DEFAULT_APP_NAME, SECRET_KV_KEY, SECRET_KV_NAMESPACE
 
 log = logging.getLogger("webshop_env.ray_serve")

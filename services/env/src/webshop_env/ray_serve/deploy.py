@@ -29,7 +29,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..catalog.store import MANIFEST
+from ..envs.webshop.catalog.store import MANIFEST
 from . import DEFAULT_APP_NAME, DEFAULT_PORT, SECRET_KV_KEY, SECRET_KV_NAMESPACE, needs_token_mode
 from .app import ServeArgs, bind, schedulable_nodes
 from .attach import AttachError, attach

@@ -1,12 +1,16 @@
 """The environments the trainer can train on, by id: one ``EnvSpec`` each (``spec.EnvSpec``), in one module per
-environment (``webshop``, ``textcraft``, ``babyai``, ``sciworld``).
+environment (``webshop``, ``textcraft``, ``babyai``, ``sciworld``), and those of installed environment packages
+(plugins), found through the env service's registry: a plugin's registration names its trainer spec
+(``Registration.trainer``, ``"module:SPEC"``), so the package that brings the environment brings the spec too.
 
 Adding one: a module with its ``SPEC`` (prompt, parser, outcome, rounds), a line in :data:`SPECS`, an entry
 ``<id>_agent`` in configs/webshop_agent_loop.yaml, and the environment served under ``/<id>/v1`` by the env
-service (docs/training-environments.md).
+service (docs/training-environments.md); or a package of its own (docs/environments/adding.md).
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 from . import babyai, sciworld, textcraft, webshop
 from .spec import EnvSpec, Outcome, Parsed, TaskError, task_index
@@ -19,23 +23,44 @@ class UnknownEnvironment(ValueError):
     pass
 
 
+@cache
+def plugins() -> dict[str, EnvSpec]:
+    """The specs of the installed environment packages' environments: those their registrations name
+    (``webshop_env.envs.registry``), by id; each is checked to be an ``EnvSpec`` of that id."""
+    from webshop_env.envs import registry
+
+    found: dict[str, EnvSpec] = {}
+    for registration in registry.registrations().values():
+        if registration.id in SPECS or registration.trainer is None:
+            continue
+        spec = registry.resolve(registration.trainer)
+        if not isinstance(spec, EnvSpec) or spec.env_id != registration.id:
+            raise UnknownEnvironment(f"{registration.id}'s registration names {registration.trainer}, which is not "
+                                     f"the trainer's EnvSpec of {registration.id!r}")  # fmt: skip
+        found[registration.id] = spec
+    return found
+
+
 def ids() -> list[str]:
-    return list(SPECS)
+    return [*SPECS, *plugins()]
 
 
 def get(env_id: str) -> EnvSpec:
     """The spec of ``env_id`` (raises ``UnknownEnvironment`` naming the known ones)."""
-    try:
-        return SPECS[env_id]
-    except KeyError:
-        raise UnknownEnvironment(
-            f"unknown environment {env_id!r}: the trainer knows {', '.join(SPECS)}"
-        ) from None
+    spec = SPECS.get(env_id) or plugins().get(env_id)
+    if spec is None:
+        raise UnknownEnvironment(f"unknown environment {env_id!r}: the trainer knows {', '.join(ids())}")
+    return spec
+
+
+def find(env_id: str) -> EnvSpec | None:
+    """The spec of ``env_id``, else None."""
+    return SPECS.get(env_id) or plugins().get(env_id)
 
 
 def by_agent_name(agent_name: str) -> EnvSpec | None:
     """The spec whose agent-loop entry is ``agent_name`` (``textcraft_agent`` -> TextCraft), else None."""
-    return next((s for s in SPECS.values() if s.agent_name == agent_name), None)
+    return next((s for s in (*SPECS.values(), *plugins().values()) if s.agent_name == agent_name), None)
 
 
 def parse_ids(text: str) -> list[str]:
@@ -51,4 +76,4 @@ def parse_ids(text: str) -> list[str]:
 
 
 __all__ = ["SPECS", "WEBSHOP", "EnvSpec", "Outcome", "Parsed", "TaskError", "UnknownEnvironment", "by_agent_name",
-           "get", "ids", "parse_ids", "task_index"]  # fmt: skip
+           "find", "get", "ids", "parse_ids", "plugins", "task_index"]  # fmt: skip

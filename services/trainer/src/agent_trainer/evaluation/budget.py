@@ -37,8 +37,7 @@ def training_budget(env_id: str, config_dir: Path | None = None) -> TrainingBudg
 def _budget(env_id: str, directory: str, default_turn_tokens: int) -> TrainingBudget:
     from omegaconf import OmegaConf
 
-    name = "webshop_grpo_test" if env_id == "webshop" else f"{env_id}_grpo_test"
-    path = Path(directory) / f"{name}.yaml"
+    path = Path(directory) / f"{env_id}_grpo_test.yaml"
     if not path.is_file():  # an environment without a config of its own (a plugin): its spec's rounds
         from .. import envs
 

@@ -29,8 +29,8 @@ from typing import Any
 from webshop_env.catalog.fidelity import fidelity_limits
 from webshop_env.client import WebShopClient, WebShopError, WebShopRequestError, WebShopUnavailable
 
-from ..actions import step_was_valid
 from ..config import default_env_url, turn_tokens
+from ..envs.webshop import step_was_valid
 from ..reward import is_success
 from ..turns import TRAINING_ENV_STEPS
 from .budget import training_budget

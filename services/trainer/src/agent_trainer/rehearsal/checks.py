@@ -159,7 +159,7 @@ def replay_reward(
     less ``penalty`` for a reply with no parseable action; ``env_reward`` the purchase's reward (0 without one)."""
     from webshop_env.core.env import EnvError
 
-    from ..actions import UNPARSEABLE_ACTION, extract_action
+    from ..envs.webshop import UNPARSEABLE_ACTION, extract_action
 
     state = env.reset(goal, goal_set=goal_set).state
     score = env_reward = 0.0

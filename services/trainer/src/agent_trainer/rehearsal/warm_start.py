@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import prompts
+from ..envs import webshop
 
 MARKER = "webshop-warm-start.json"
 
@@ -308,15 +308,15 @@ def oracle_examples_on(env: Any, plans: Mapping[int, Sequence[str]], goal_set: s
     examples = []
     for goal, plan in plans.items():
         step = env.reset(goal, goal_set=goal_set)
-        messages = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
-                    {"role": "user", "content": prompts.first_user_message(step.instruction, step.observation,
+        messages = [{"role": "system", "content": webshop.SYSTEM_PROMPT},
+                    {"role": "user", "content": webshop.first_user_message(step.instruction, step.observation,
                                                                            step.available_actions)}]  # fmt: skip
         for action in plan:
             reply = f"Action: {action}"
             examples.append((list(messages), reply))
             step = env.step(step.state, action)
             messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": prompts.step_message(
+                         {"role": "user", "content": webshop.step_text(
                              step.observation, step.available_actions, action=action, valid=True,
                              max_observation_chars=max_observation_chars)}]  # fmt: skip
     return examples

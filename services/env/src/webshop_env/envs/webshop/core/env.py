@@ -23,26 +23,29 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from ...contract import BadState, EpisodeOver, UnknownTask
+from ...contract import EnvError as EnvError  # the base of every error below
 from . import pages
 from .actions import parse_action
 from .model import Catalog, GoalRecord, ProductRecord
 from .pages import Clickable, ClickKind, PageKind
 from .reward import compute_reward
 
+# The simulator's errors are the environment contract's (one hierarchy for every environment: the HTTP layer
+# answers each with its ``status`` and ``kind``); ``EnvError`` is the contract's base, for anything else refused.
 
-class EnvError(ValueError):
-    """Base class of the simulator's errors (all are the caller's fault and map to HTTP 4xx)."""
 
-
-class UnknownGoal(EnvError):
+class UnknownGoal(UnknownTask):
     """A goal index outside the goal list, or a goal set that the catalog does not have."""
 
+    kind = "unknown_goal"
 
-class EpisodeFinished(EnvError):
+
+class EpisodeFinished(EpisodeOver):
     """A step was asked for after the purchase that ended the episode."""
 
 
-class InvalidState(EnvError):
+class InvalidState(BadState):
     """An episode state that does not fit the catalog (e.g. a product index out of range)."""
 
 

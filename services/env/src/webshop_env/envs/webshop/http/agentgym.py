@@ -37,9 +37,7 @@ from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from starlette.responses import Response
 
-from ..core.env import EnvError
-from ..envs.agentgym import json_integer
-from .compat_sessions import (
+from ....api.compat_sessions import (
     MAX_ID,
     MAX_REQUEST_KEY,
     Answer,
@@ -48,15 +46,12 @@ from .compat_sessions import (
     UnknownSession,
     request_key,
 )
-from .errors import ApiError, json_bytes
-from .routes_native import (
-    ERRORS,
-    MAX_ACTION_CHARS,
-    AvailableActions,
-    json_response,
-    runtime_of,
-    utf8_text,
-)
+from ....api.errors import ApiError, json_bytes
+from ....api.http import ERRORS, MAX_ACTION_CHARS, client_address, header_key, json_response, utf8_text
+from ...agentgym import json_integer
+from ...contract import EnvError
+from .native import AvailableActions
+from .runtime import runtime_of
 
 router = APIRouter(tags=["agentgym"])
 MAX_IDEMPOTENCY_KEY = MAX_REQUEST_KEY  # characters of an Idempotency-Key header (a UUID is 36)
@@ -97,43 +92,6 @@ class CloseResponse(BaseModel):
     closed: bool
 
 
-def client_address(request: Request) -> str:
-    """The client as the balancer saw it: the unit of the per-client session quota (``forwarded_client``)."""
-    return forwarded_client(
-        request.headers.get("x-forwarded-for"), request.client.host if request.client else None
-    )
-
-
-def forwarded_client(forwarded: str | None, peer: str | None) -> str:
-    """The last ``X-Forwarded-For`` entry (the one nginx appends), else the peer address."""
-    if forwarded:
-        last = forwarded.rsplit(",", 1)[-1].strip()
-        if last:
-            return last[:64]
-    return peer or "unknown"
-
-
-def header_key(request: Request) -> str | None:
-    """What makes a state-changing request exactly-once (``compat_sessions.request_key``; ``key_header``)."""
-    return key_header(request.headers.get("idempotency-key"), request.headers.get("x-request-id"))
-
-
-def key_header(idempotency_key: str | None, request_id: str | None) -> str | None:
-    """The client's ``Idempotency-Key``, else the balancer's ``X-Request-Id`` (nginx's ``$request_id``, the same
-    for every attempt of one request). A value that is not visible ASCII of at most ``MAX_REQUEST_KEY``
-    characters is no key (the request is applied as a new one, as without the header)."""
-    for value in (idempotency_key, request_id):
-        if (
-            value
-            and len(value) <= MAX_REQUEST_KEY
-            and value.isascii()
-            and value.isprintable()
-            and " " not in value
-        ):
-            return value
-    return None
-
-
 def _answer(value: Any) -> Answer:
     return Answer(200, json_bytes(value))
 
@@ -159,7 +117,7 @@ async def create(request: Request) -> Response:
     """A new session (on a random goal until `/reset`); returns its id as a bare int."""
     runtime = runtime_of(request)
     goal_set = runtime.settings.compat_goal_set
-    step = runtime.env.reset(runtime.random_goal(goal_set), goal_set=goal_set)
+    step = runtime.env.sim.reset(runtime.env.random_goal(goal_set), goal_set=goal_set)
     key = request_key(header_key(request), request.url.path, {})
     for _ in range(CREATE_ATTEMPTS):
         env_idx = runtime.sessions.new_id()
@@ -179,8 +137,8 @@ async def reset(request: Request, body: CompatReset) -> Response:
     key = request_key(header_key(request), request.url.path, body.model_dump())
     _, version = await runtime.sessions.get(body.env_idx, key, touch=False)
     goal_set = runtime.settings.compat_goal_set
-    goal = runtime.random_goal(goal_set) if body.session_id is None else body.session_id
-    step = runtime.env.reset(goal, goal_set=goal_set)
+    goal = runtime.env.random_goal(goal_set) if body.session_id is None else body.session_id
+    step = runtime.env.sim.reset(goal, goal_set=goal_set)
     answer = _answer([step.observation, None])
     await runtime.sessions.put(body.env_idx, step.state, version, key, answer)
     return _sent(answer)
@@ -208,7 +166,7 @@ async def step(
     while True:
         state, version = await runtime.sessions.get(body.env_idx, key, touch=False, cached=cached)
         try:
-            result, truncated = runtime.step(state, body.action, "compat")
+            result, truncated = runtime.step_limited(state, body.action, "compat")
             answer = _answer(
                 {"state": result.observation, "reward": result.reward, "done": result.done or truncated,
                  "info": None}
@@ -226,7 +184,7 @@ async def observation(request: Request, env_idx: EnvIdxQuery) -> Response:
     """The current page as text."""
     runtime = runtime_of(request)
     state, _ = await runtime.sessions.get(env_idx)
-    return json_response(runtime.env.observe(state).observation)
+    return json_response(runtime.env.sim.observe(state).observation)
 
 
 @router.get("/available_actions", response_model=AvailableActions, responses=ERRORS)
@@ -234,7 +192,7 @@ async def available_actions(request: Request, env_idx: EnvIdxQuery) -> Response:
     """`{"has_search_bar", "clickables"}` of the current page."""
     runtime = runtime_of(request)
     state, _ = await runtime.sessions.get(env_idx)
-    return json_response(runtime.env.observe(state).available_actions)
+    return json_response(runtime.env.sim.observe(state).available_actions)
 
 
 @router.get("/instruction_text", response_model=str, responses=ERRORS)
@@ -242,7 +200,7 @@ async def instruction_text(request: Request, env_idx: EnvIdxQuery) -> Response:
     """`"Instruction: " + the goal's instruction`."""
     runtime = runtime_of(request)
     state, _ = await runtime.sessions.get(env_idx)
-    return json_response("Instruction: " + runtime.env.goal(state.goal_set, state.goal).instruction_text)
+    return json_response("Instruction: " + runtime.env.sim.goal(state.goal_set, state.goal).instruction_text)
 
 
 @router.post("/close", response_model=CloseResponse, responses=ERRORS)

@@ -8,7 +8,7 @@ Layout (``FORMAT_VERSION`` 1)::
     asins.npy                  sorted fixed-width ASINs, for binary-search lookups
     goals/<set>.jsonl          goal records in the original's (shuffled) order
     goals/<set>.offsets.npy
-    index/                     the BM25 index (``webshop_env.search.bm25``)
+    index/                     the BM25 index (``..search.bm25``)
 
 Everything is memory-mapped; records are decoded on demand and kept in small LRU caches.
 """

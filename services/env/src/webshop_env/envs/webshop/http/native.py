@@ -10,46 +10,43 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field, field_validator
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..core.env import EnvError
-from ..envs.agentgym import JsonInt
-from .errors import ApiError, classify, json_bytes, replay
-from .metrics import RequestRecorder
-from .service import Runtime
-from .tokens import TokenError
+from ....api.errors import ApiError, classify, json_bytes, replay
+from ....api.http import (
+    ERRORS,
+    MAX_ACTION_CHARS,
+    ErrorResponse,
+    content_length,
+    json_object,
+    json_response,
+    package_version,
+    read_body,
+    send_json,
+    utf8_text,
+)
+from ....api.metrics import RequestRecorder
+from ....api.tokens import TokenError
+from ...agentgym import JsonInt
+from ...contract import EnvError
+from .runtime import ENV_ID, runtime_of
 
 router = APIRouter(prefix="/v1", tags=["native"])
 
 Split = Literal["train", "eval", "test"]
-# Longer actions are no real action (an instruction is ~300 characters); the cap also bounds what a query can
-# make the search cache hold.
-MAX_ACTION_CHARS = 2048
 
-
-def runtime_of(request: Request) -> Runtime:
-    runtime = getattr(request.app.state, "runtime", None)
-    if runtime is None:
-        raise ApiError(503, "not_ready", "the catalog is not open yet (or any more); retry shortly")
-    return runtime
-
-
-def json_response(value: Any, status: int = 200) -> Response:
-    """Serialize with orjson and skip FastAPI's response-model pass (the models below document the shapes)."""
-    return Response(json_bytes(value), status_code=status, media_type="application/json")
-
-
-def utf8_text(value: str) -> str:
-    """Reject lone surrogates (JSON ``"\\ud800"``): they cannot be encoded into a response or a token."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid UTF-8 text (no lone surrogate escapes)") from None
-    return value
+__all__ = [
+    "ERRORS",
+    "MAX_ACTION_CHARS",
+    "ErrorResponse",
+    "StepFastPath",
+    "json_response",
+    "router",
+    "utf8_text",
+]
 
 
 # ---- models (request validation and the OpenAPI schema) --------------------------------------------------
@@ -108,22 +105,12 @@ class ExpertResponse(BaseModel):
     actions: list[str]
 
 
-class ErrorResponse(BaseModel):
-    error: str
-    detail: str
-
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse} for status in (400, 404, 409, 413, 422, 503)
-}
-
-
 # ---- endpoints -------------------------------------------------------------------------------------------
 @router.post("/reset", response_model=ResetResponse, responses=ERRORS)
 async def reset(body: ResetRequest, request: Request) -> Response:
     """Start an episode; the response's `state` goes into the next `/v1/step`."""
     runtime = runtime_of(request)
-    step = runtime.reset(body.goal, goal_set=body.goal_set, split=body.split)
+    step = runtime.env.reset_goal(body.goal, goal_set=body.goal_set, split=body.split)
     return json_response(runtime.reset_payload(step))
 
 
@@ -132,7 +119,7 @@ async def step(body: StepRequest, request: Request) -> Response:
     """Apply one action to the state (idempotent: the same request always gives the same answer)."""
     runtime = runtime_of(request)
     state = runtime.codec.decode(body.state)
-    result, truncated = runtime.step(state, body.action, "native")
+    result, truncated = runtime.step_limited(state, body.action, "native")
     return json_response(runtime.step_payload(result, truncated))
 
 
@@ -149,7 +136,7 @@ async def step_batch(body: StepBatchRequest, request: Request) -> Response:
     for item in body.steps:
         try:
             state = runtime.codec.decode(item.state)
-            result, truncated = runtime.step(state, item.action, "native")
+            result, truncated = runtime.step_limited(state, item.action, "native")
             results.append(runtime.step_payload(result, truncated))
         except (EnvError, TokenError) as error:  # anything else is a bug and fails the whole request
             status, kind = classify(error)
@@ -165,7 +152,7 @@ async def goals(
     split: Annotated[Split, Query(description="only this split")] = None,  # type: ignore[assignment]
 ) -> dict[str, Any]:
     """Goal counts per goal set and the index range of each split."""
-    return runtime_of(request).goals_summary(goal_set, split)
+    return runtime_of(request).env.goals_summary(goal_set, split)
 
 
 @router.get("/goals/{goal}/expert", response_model=ExpertResponse, responses=ERRORS)
@@ -177,21 +164,22 @@ async def expert(
     """The expert's actions for a goal (buys the goal's product with its options; empty if none found)."""
     runtime = runtime_of(request)
     name = goal_set or runtime.settings.default_goal_set
-    return json_response({"goal": goal, "goal_set": name, "actions": list(runtime.expert(name, goal))})
+    return json_response(
+        {"goal": goal, "goal_set": name, "actions": list(runtime.env.expert_for(name, goal))}
+    )
 
 
 @router.get("/info", responses=ERRORS)
 async def info(request: Request) -> dict[str, Any]:
     """The catalog this replica serves (fingerprint, products, goal sets) and the service's limits."""
-    return runtime_of(request).info()
+    runtime = runtime_of(request)
+    catalog = runtime.env.catalog_info()
+    limits = ("fingerprint", "products", "goal_sets", "default_goal_set", "compat_goal_set", "max_steps")
+    return {"version": package_version(), **{key: catalog[key] for key in limits},
+            "max_batch": runtime.settings.max_batch, "catalog": catalog["catalog"]}  # fmt: skip
 
 
 # ---- the step's fast path ---------------------------------------------------------------------------------
-# A step's body has a handful of brackets (the action's own); Python's JSON parser, which the route uses, gives
-# up on nesting in the hundreds, orjson only past 1,023 levels: bodies with more brackets go to the route.
-MAX_FAST_BRACKETS = 64
-
-
 class StepFastPath:
     """``POST /v1/step`` in front of the framework, for the requests its route would accept and answer 200.
 
@@ -208,13 +196,14 @@ class StepFastPath:
     headers.
     """
 
-    def __init__(self, recorder: RequestRecorder, max_body_bytes: int) -> None:
+    def __init__(self, recorder: RequestRecorder, max_body_bytes: int, path: str = "/v1/step") -> None:
         self.recorder = recorder
         self.max_body_bytes = max_body_bytes
+        self.path = path  # /v1/step, or /webshop/v1/step
 
-    @staticmethod
-    def handles(scope: Scope) -> bool:
-        return scope["type"] == "http" and scope["path"] == "/v1/step" and scope["method"] == "POST"
+    @property
+    def paths(self) -> list[str]:
+        return [self.path]
 
     async def serve(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, stack: ASGIApp) -> None:
         """Answer the step, or hand it to ``stack`` (the app's middleware stack) untouched."""
@@ -234,12 +223,12 @@ class StepFastPath:
         try:
             await send_json(send, 200, answer)
         finally:
-            self.recorder.record("POST", "/v1/step", 200, time.perf_counter() - started, "/v1/step")
+            self.recorder.record("POST", self.path, 200, time.perf_counter() - started, self.path)
 
     @staticmethod
     def _answer(scope: Scope, body: bytes) -> bytes | None:
         """The response body of a step that succeeds, else None (the route then answers, errors included)."""
-        runtime = getattr(scope["app"].state, "runtime", None)
+        runtime = (getattr(scope["app"].state, "envs", None) or {}).get(ENV_ID)
         request = None if runtime is None else json_object(scope, body)
         if request is None:
             return None
@@ -252,61 +241,7 @@ class StepFastPath:
             except ValueError:
                 return None
         try:
-            result, truncated = runtime.step(runtime.codec.decode(state), action, "native")
+            result, truncated = runtime.step_limited(runtime.codec.decode(state), action, "native")
             return json_bytes(runtime.step_payload(result, truncated))
         except Exception:  # the route runs the step again and answers the error as every route does
             return None
-
-
-def json_object(scope: Scope, body: bytes) -> dict[str, Any] | None:
-    """A fast path's reading of a request body: the JSON object a route would parse it to, or None when the route
-    should answer (not JSON by its content type, not an object, not JSON at all, or possibly nested deeper than
-    the route's JSON parser goes: it answers 400 there)."""
-    if not is_json(scope) or body.count(b"[") + body.count(b"{") > MAX_FAST_BRACKETS:
-        return None
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    return value if type(value) is dict else None
-
-
-async def read_body(receive: Receive) -> tuple[list[Message], bytes | None]:
-    """Every message of a request's body (to replay them to the framework if need be), and the body; None when
-    the client went away before it was complete."""
-    messages = [await receive()]
-    while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
-        messages.append(await receive())
-    if messages[-1]["type"] != "http.request":
-        return messages, None
-    return messages, b"".join([m.get("body", b"") for m in messages])
-
-
-async def send_json(
-    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    """A complete JSON response, with the headers a framework route's ``Response`` sends."""
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-length", b"%d" % len(body)), (b"content-type", b"application/json"), *(headers or ()),
-    ]})  # fmt: skip
-    await send({"type": "http.response.body", "body": body})
-
-
-def _header(scope: Scope, wanted: bytes) -> bytes | None:
-    """The first value of a request header (names arrive lower-cased), or None."""
-    for name, value in scope["headers"]:
-        if name == wanted:
-            return value
-    return None
-
-
-def content_length(scope: Scope) -> int | None:
-    """The request's ``Content-Length``, or None when it has none or one that is not a number."""
-    value = _header(scope, b"content-length")
-    return int(value) if value is not None and value.isdigit() else None
-
-
-def is_json(scope: Scope) -> bool:
-    """Content type application/json (as FastAPI parses a body as JSON); other types go to the route."""
-    value = _header(scope, b"content-type")
-    return value is not None and value.split(b";", 1)[0].strip().lower() == b"application/json"

@@ -1,6 +1,6 @@
 """The data the simulator reads, and the catalog contract it reads it through.
 
-The simulator never touches files: it asks a ``Catalog`` (implemented by ``webshop_env.catalog.store``) for
+The simulator never touches files: it asks a ``Catalog`` (implemented by ``..catalog.store``) for
 products, goals and search results. Tests can hand it any object with these methods.
 """
 

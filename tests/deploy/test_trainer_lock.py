@@ -125,8 +125,12 @@ def test_a_base_package_at_our_pinned_version_is_held_while_resolving(tmp_path, 
 
     monkeypatch.setattr(trainer_lock, "resolve", resolve)
     base = _pins("datasets==4.0.0", "dill==0.3.8", "aiohttp==3.12.15")
-    lock = trainer_lock.build_lock(base, [], _pins("datasets==4.0.0", "aiohttp==3.14.4", "ray==2.60.0"), ["verl"])
+    lock = trainer_lock.build_lock(
+        base, [], _pins("datasets==4.0.0", "aiohttp==3.14.4", "ray==2.60.0"), ["verl"]
+    )
     pins = seen["pins.txt"].split()
     assert "datasets==4.0.0" in pins and "ray==2.60.0" in pins
-    assert "aiohttp==3.14.4" not in pins  # the base has another version: free, moved only if something needs it
+    assert (
+        "aiohttp==3.14.4" not in pins
+    )  # the base has another version: free, moved only if something needs it
     assert lock.lock["datasets"] == "datasets==4.0.0" and lock.lock["dill"] == "dill==0.3.8"

@@ -231,8 +231,11 @@ def build_lock(
         name: f"{base[name][0]}=={base[name][1]}" for name in names if name in base and name not in unlock
     }
     held.update(absent)
+    # our pins for what the base lacks, and for what it has at the very version we pin (the one tested): held, so
+    # the resolver cannot move a package the lock then keeps while moving what that package needs (a base with
+    # datasets 4.0.0 resolved with a newer datasets moved dill for it, and the install then refused dill's pin)
     pins = {name: f"{spelt}=={version}" for name, (spelt, version) in constraints.items()
-            if name not in base or name in unlock}  # fmt: skip
+            if name not in base or name in unlock or base[name][1] == version}  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
         where = Path(scratch)
         (where / "held.txt").write_text("\n".join(held.values()) + "\n")

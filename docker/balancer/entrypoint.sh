@@ -53,8 +53,12 @@ if [ -z "${WEBSHOP_UPSTREAMS:-}" ]; then
     WEBSHOP_UPSTREAMS="        zone webshop_upstreams 512k;
         resolver ${WEBSHOP_RESOLVER} valid=10s ipv6=off;
         resolver_timeout 5s;
-        server ${WEBSHOP_BACKEND} max_fails=1 fail_timeout=10s resolve;"
+        server ${WEBSHOP_BACKEND} max_fails=1 fail_timeout=10s resolve;
+        server ${WEBSHOP_BACKEND} max_fails=0 backup resolve;"
 fi
+# (the backup line: the same replicas once more, never marked failed, tried only when every replica above is
+# marked failed, e.g. one crashed and another timed out once under load: the step goes to them instead of a 502.
+# The hash-balanced upstreams below refuse backup servers: they get the lines without it.)
 # The environments the balancer routes (generated from their registrations): WEBSHOP_ENVS must name only those. An
 # environment without routes of its own would fall through to the catch-all location, whose short timeouts and
 # retries are for the service's own stateless routes: refuse to start instead.
@@ -94,11 +98,11 @@ elif [ "$sticky" = yes ] && [ -n "${WEBSHOP_SCIWORLD_BACKEND:-}" ]; then
         resolver_timeout 5s;
         server ${WEBSHOP_SCIWORLD_BACKEND} max_fails=1 fail_timeout=10s resolve;"
 else
-    WEBSHOP_AFFINITY_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed 's/zone webshop_upstreams/zone affinity_upstreams/')
+    WEBSHOP_AFFINITY_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed -e '/ backup[^;]*;$/d' -e 's/zone webshop_upstreams/zone affinity_upstreams/')
 fi
 # The AgentGym routes' upstream (by session id): the same servers in a zone of its own.
 if [ -z "${WEBSHOP_SESSION_UPSTREAMS:-}" ]; then
-    WEBSHOP_SESSION_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed 's/zone webshop_upstreams/zone session_upstreams/')
+    WEBSHOP_SESSION_UPSTREAMS=$(printf '%s\n' "$WEBSHOP_UPSTREAMS" | sed -e '/ backup[^;]*;$/d' -e 's/zone webshop_upstreams/zone session_upstreams/')
 fi
 export WEBSHOP_UPSTREAMS WEBSHOP_SESSION_UPSTREAMS WEBSHOP_AFFINITY_UPSTREAMS WEBSHOP_ENV_MAPS WEBSHOP_ENV_LOCATIONS \
     WEBSHOP_LISTEN_PORT WEBSHOP_NGINX_RUNTIME_DIR WEBSHOP_NGINX_ACCESS_LOG WEBSHOP_NGINX_ERROR_LOG

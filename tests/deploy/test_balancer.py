@@ -67,6 +67,14 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
     assert all(f"zone {name}_upstreams " in conf for name in ("webshop", "session", "affinity"))
     assert "listen 8080 " in conf
     assert "$remote_addr" in conf, "nginx's own variables must survive the rendering"
+    # the native routes' last resort (no 502 while every replica is marked failed): the replicas again as backup
+    # servers; the hash-balanced upstreams cannot take them (nginx -t above would refuse the file)
+    native, session = (
+        conf.split(f"upstream {name} {{", 1)[1].split("}", 1)[0]
+        for name in ("webshop_replicas", "session_replicas")
+    )
+    assert "server webshop:8000 max_fails=0 backup resolve;" in native
+    assert "backup" not in session
 
 
 def test_sciworld_upstream_is_its_own_service_when_enabled(

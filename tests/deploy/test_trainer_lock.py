@@ -111,3 +111,26 @@ def test_a_documented_package_the_base_lacks_keeps_its_documented_version() -> N
     # a base that has every documented package (the CUDA image) gets nothing from this rule
     full = _pins("sglang==0.5.9", "torch==2.9.1", "transformers==4.57.1", "aiohttp==3.14.5")
     assert trainer_lock.absent_documented(full, documented, {}) == {}
+
+
+def test_a_base_package_at_our_pinned_version_is_held_while_resolving(tmp_path, monkeypatch) -> None:
+    """The 0.9 base has datasets 4.0.0 (our pin) and dill 0.3.8: left free, the resolver took a newer datasets whose
+    multiprocess needs dill>=0.4.1, the lock then kept datasets 4.0.0 and moved dill, and pip refused the install
+    (datasets 4.0.0 needs dill<0.3.9). Held at the version we pin, the resolution agrees with the lock."""
+    seen: dict[str, str] = {}
+
+    def resolve(python, files, install, cwd, scratch=None):
+        seen.update({Path(f).name: Path(f).read_text() for f in files})
+        return {"install": [_item("datasets", "4.0.0", ("dill<0.3.9",)), _item("dill", "0.3.8")]}
+
+    monkeypatch.setattr(trainer_lock, "resolve", resolve)
+    base = _pins("datasets==4.0.0", "dill==0.3.8", "aiohttp==3.12.15")
+    lock = trainer_lock.build_lock(
+        base, [], _pins("datasets==4.0.0", "aiohttp==3.14.4", "ray==2.60.0"), ["verl"]
+    )
+    pins = seen["pins.txt"].split()
+    assert "datasets==4.0.0" in pins and "ray==2.60.0" in pins
+    assert (
+        "aiohttp==3.14.4" not in pins
+    )  # the base has another version: free, moved only if something needs it
+    assert lock.lock["datasets"] == "datasets==4.0.0" and lock.lock["dill"] == "dill==0.3.8"

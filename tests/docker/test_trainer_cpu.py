@@ -44,7 +44,9 @@ def test_train_test_then_eval_on_cpu_through_the_compose_jobs(stack: Stack) -> N
         assert httpx.get(f"{stack.url}/{env_id}/v1/info", timeout=10).status_code == 200
 
     checkpoints = stack.root / "outputs" / "checkpoints" / EXPERIMENT
-    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2", trained.stdout[-3000:]
+    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2", trained.stdout[
+        -3000:
+    ]
     actor = checkpoints / "global_step_2" / "actor"
     assert {p.name for p in actor.glob("model_world_size_2_rank_*.pt")} == {
         "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"}  # fmt: skip

@@ -12,8 +12,12 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
+import requests
 from _faults import CONCURRENT, figure, run_slots, signal_replica, start
 
 from webshop_env import cluster
@@ -60,6 +64,37 @@ def test_sigstop_of_one_replica_loses_no_episode(conformance_catalog_dir, expert
         f"{sum(d > 1.0 for d in delays)} episodes delayed > 1 s"
     )
     assert not lost, lost[:3]
+
+
+def _resets(url: str, goals: Sequence[int]) -> list[int]:
+    """The HTTP status of a native reset of each goal, sent at once (no client retry)."""
+    with ThreadPoolExecutor(len(goals)) as pool:
+        return list(
+            pool.map(
+                lambda goal: requests.post(f"{url}/v1/reset", json={"goal": goal}, timeout=30).status_code,
+                goals,
+            )
+        )
+
+
+def test_no_502_when_every_replica_was_marked_failed(conformance_catalog_dir, tmp_path) -> None:
+    """The 502 of a stateless step while a replica crashed on a loaded machine (make test-docker, issue 36): one
+    replica dead, the other slow for a moment (here frozen 3 s, longer than the 2 s read timeout), so that nginx
+    marks both failed (max_fails=1). Without more servers nginx then answers the next steps 502 at once ("no live
+    upstreams") although the slow replica answers again; with each replica listed again as a never-failed backup
+    server, every step is served: those in flight while it is frozen once it thaws, those after it at once."""
+    record = start(conformance_catalog_dir, tmp_path / "cluster", workers=1)
+    try:
+        signal_replica(record, 1, signal.SIGKILL)  # crashed: connection refused
+        signal_replica(record, 0, signal.SIGSTOP)  # slow: accepts, answers late
+        threading.Timer(3.0, signal_replica, (record, 0, signal.SIGCONT)).start()
+        during = _resets(record["url"], range(8))  # both replicas fail these requests once each
+        after = _resets(record["url"], range(8, 16))  # both are marked failed now, one answers
+    finally:
+        signal_replica(record, 0, signal.SIGCONT)
+        cluster.down(record["run_dir"], quiet=True)
+    assert during == [200] * 8, during
+    assert after == [200] * 8, after
 
 
 def test_hung_workers_are_replaced_and_a_hung_single_process_replica_exits(

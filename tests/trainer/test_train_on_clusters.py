@@ -344,7 +344,9 @@ def test_the_secrets_file_goes_when_the_run_is_told_to_stop(tmp_path: Path) -> N
 
     from agent_trainer.cli import _run_logged
 
-    path = worker_secrets.write_secrets(worker_secrets.secrets_path(tmp_path / "run"), {"WANDB_API_KEY": WANDB_KEY})
+    path = worker_secrets.write_secrets(
+        worker_secrets.secrets_path(tmp_path / "run"), {"WANDB_API_KEY": WANDB_KEY}
+    )
     seen: list[bool] = []
     command = [sys.executable, "-c", "import time, signal, sys\n"
                "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nprint('ready', flush=True)\ntime.sleep(60)"]  # fmt: skip

@@ -103,14 +103,34 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+def last_resort_servers(servers: str) -> str:
+    """The native upstream's replicas again, as ``backup`` servers that are never marked failed.
+
+    With ``max_fails=1`` a replica that times out once under load is out for ``fail_timeout``; when the other
+    replicas are out too (one crashed, another slow for a moment), nginx has no live server and answers 502 at
+    once, for a stateless step another try would have completed. nginx tries its backups only when every primary
+    server has failed, so these cost nothing in normal operation and give such a request each replica once more
+    within ``proxy_next_upstream_timeout``."""
+    lines = [line for line in servers.splitlines() if line.strip().startswith("server ")]
+    return "\n".join(
+        re.sub(r"\s*(?:max_fails|fail_timeout)=[^\s;]+", "", line).replace(";", " max_fails=0 backup;")
+        for line in lines
+    )
+
+
+def without_backups(upstreams: str) -> str:
+    """An upstream body without its ``backup`` servers (hash balancing, the sticky upstreams', refuses them)."""
+    return "\n".join(line for line in upstreams.splitlines() if not line.rstrip().endswith(" backup;"))
+
+
 def affinity_upstreams(upstreams: str) -> str:
     """The sticky upstream's body: the same servers in a shared-memory zone of its own."""
-    return upstreams.replace("zone webshop_upstreams", "zone affinity_upstreams")
+    return without_backups(upstreams).replace("zone webshop_upstreams", "zone affinity_upstreams")
 
 
 def session_upstreams(upstreams: str) -> str:
     """The AgentGym routes' upstream body (by session id): the same servers in a zone of their own."""
-    return upstreams.replace("zone webshop_upstreams", "zone session_upstreams")
+    return without_backups(upstreams).replace("zone webshop_upstreams", "zone session_upstreams")
 
 
 def replica_groups(envs: Sequence[str], replicas: int, workers: int) -> list[dict[str, Any]]:
@@ -373,6 +393,7 @@ def up(
             )  # fmt: skip
 
         upstreams = "        zone webshop_upstreams 256k;\n" + servers("any")
+        upstreams += "\n" + last_resort_servers(servers("any"))
         sticky = servers("sticky")
         conf = nginx_dir / "nginx.conf"
         conf.write_text(

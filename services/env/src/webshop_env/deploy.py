@@ -172,6 +172,10 @@ def _location(match: str, upstream: str, read_s: float, window_s: float, retry: 
         lines.append(f"            proxy_read_timeout {_seconds(read_s)};")
     if retry is not None:
         lines.append(f"            proxy_next_upstream {retry};")
+    if upstream == UPSTREAM_ANY:
+        # every replica, then every backup copy (the template's "Hung or unreachable replicas": no 502 while each
+        # replica is marked failed at once), within the retry window
+        lines.append("            proxy_next_upstream_tries 0;")
     if window_s != DEFAULT_RETRY_WINDOW_S:
         lines.append(f"            proxy_next_upstream_timeout {_seconds(window_s)};")
     return [*lines, "        }"]

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from _eval_support import ScriptedChatServer
 
+from agent_trainer import prompts
 from agent_trainer.config import TURN_TOKENS
-from agent_trainer.envs import webshop
 from agent_trainer.eval_cli import EXIT_ERROR, EXIT_INCOMPLETE, main
 from agent_trainer.evaluation import policies
 from agent_trainer.evaluation.policies import (
@@ -64,7 +64,7 @@ def test_openai_policy_uses_the_training_prompt_and_retries(
         and request["max_tokens"] == TURN_TOKENS
     )
     system, first_user = request["messages"][:2]
-    assert system == {"role": "system", "content": webshop.SYSTEM_PROMPT}
+    assert system == {"role": "system", "content": prompts.SYSTEM_PROMPT}
     assert first_user["role"] == "user" and first_user["content"].startswith("Instruction: ")
     assert "\nPage: WebShop [SEP] Instruction: [SEP] " in first_user["content"]
     roles = [message["role"] for message in request["messages"]]
@@ -90,7 +90,7 @@ def test_unparseable_reply_is_an_invalid_step_with_the_corrective_message(
     assert record["unparsed_outputs"] == 1
     second_request = chat.requests[1]["messages"]
     assert second_request[3]["role"] == "user"
-    assert second_request[3]["content"].startswith(webshop.INVALID_REPLY_MESSAGE)
+    assert second_request[3]["content"].startswith(prompts.INVALID_REPLY_MESSAGE)
 
 
 @pytest.mark.cluster

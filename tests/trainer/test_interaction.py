@@ -16,11 +16,16 @@ pytest.importorskip(
     "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
 )
 
+from agent_trainer import prompts
 from agent_trainer.config import InteractionSettings
-from agent_trainer.envs import webshop
-from agent_trainer.envs.webshop import parse_goal
-from agent_trainer.episode import EPISODES, EpisodeRegistry, TurnScore, close_shared_clients
-from agent_trainer.interaction import EnvInteraction, WebshopInteraction
+from agent_trainer.interaction import (
+    EPISODES,
+    EpisodeRegistry,
+    TurnScore,
+    WebshopInteraction,
+    close_shared_clients,
+    parse_goal,
+)
 from webshop_env.client import WebShopRequestError, WebShopUnavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +76,7 @@ def test_expert_episode_earns_one_and_frees_its_state(in_process_env, expert_pla
     done, message, score, metrics = results[-1]
     assert isinstance(score, TurnScore) and score == 1.0 and score.done and score.env_reward == 1.0
     assert score.purchased and score.stepped
-    assert message == webshop.EPISODE_DONE_MESSAGE
+    assert message == prompts.EPISODE_DONE_MESSAGE
     assert metrics["steps"] == len(plan) and metrics["invalid_actions"] == 0
     first_message = results[0][1]
     assert first_message.startswith("Page: ") and "Available actions: " in first_message
@@ -89,7 +94,7 @@ def test_unparseable_reply_gets_a_corrective_message_counts_as_a_step_and_can_be
         return first, second
 
     (done, message, score, metrics), (done2, message2, score2, metrics2) = run(turns())
-    assert not done and message.startswith(webshop.INVALID_REPLY_MESSAGE)
+    assert not done and message.startswith(prompts.INVALID_REPLY_MESSAGE)
     assert "search[<keywords>]" in message  # the page and its actions are shown again
     assert score == -0.25 and score.invalid and metrics["steps"] == 1 and metrics["action"] is None
     assert not done2 and score2 == 0.0 and not score2.invalid and metrics2["steps"] == 2
@@ -179,7 +184,7 @@ def test_expired_episode_terminates_gracefully(in_process_env) -> None:
 
 def test_registry_ttl_sweep() -> None:
     registry = EpisodeRegistry(sweep_interval=10)
-    from agent_trainer.episode import Episode
+    from agent_trainer.interaction import Episode
 
     registry.put("old", Episode(state="s", goal=1, goal_set=None, split=None))
     registry.put("new", Episode(state="s", goal=2, goal_set=None, split=None))
@@ -197,11 +202,11 @@ def test_unreachable_service_fails_fast_with_a_clear_message() -> None:
 
 
 def test_construction_is_cheap_and_shares_one_client_per_loop(in_process_env) -> None:
-    from agent_trainer.episode import shared_client
+    from agent_trainer.interaction import shared_client
 
     async def main() -> bool:
         first, second = make(), make()
-        return shared_client(first.settings, first.spec) is shared_client(second.settings, second.spec)
+        return shared_client(first.settings) is shared_client(second.settings)
 
     assert run(main())
 
@@ -210,7 +215,7 @@ def test_repository_config_gives_the_client_a_retry_budget_not_an_attempt_cap(in
     """Training must ride out an env outage of minutes: the shared client retries for a budget (900 s)."""
     from omegaconf import OmegaConf
 
-    from agent_trainer.episode import shared_client
+    from agent_trainer.interaction import shared_client
 
     loaded = OmegaConf.load(REPO / "configs" / "webshop_interaction.yaml")
     config = OmegaConf.to_container(loaded, resolve=True)["interaction"][0]["config"]
@@ -218,7 +223,7 @@ def test_repository_config_gives_the_client_a_retry_budget_not_an_attempt_cap(in
     settings = InteractionSettings.from_config(config)
 
     async def main():
-        return shared_client(settings, webshop.SPEC)
+        return shared_client(settings)
 
     client = run(main())
     assert client.retries is None
@@ -258,6 +263,6 @@ def test_verl_builds_it_from_the_repository_interaction_config(monkeypatch: pyte
         interactions["webshop"].settings, timeout=90.0
     )
     interaction = interactions["webshop"]
-    assert isinstance(interaction, EnvInteraction) and interaction.spec.env_id == "webshop"
+    assert isinstance(interaction, WebshopInteraction)
     assert interaction.settings.env_url == "http://10.0.0.1:1234"
     assert interaction.settings.invalid_action_penalty == 0.0

@@ -75,7 +75,7 @@ def rollout(config_overrides: list[str], rows: list[dict[str, Any]], plans: Mapp
 
     from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, config_dir
     from agent_trainer.env_data import SCHEMA
-    from agent_trainer.episode import close_shared_clients
+    from agent_trainer.interaction import close_shared_clients
     from agent_trainer.preflight import compose_training_config
     from agent_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
 
@@ -123,7 +123,7 @@ def test_one_070_batch_mixes_environments_and_routes_each_row_by_its_name(
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
     from agent_trainer.agent_loop import EnvAgentLoop
-    from agent_trainer.env_data import row_builder
+    from agent_trainer.env_data import RowBuilder
     from agent_trainer.tool_agent_loop import WebShopToolAgentLoop
     from webshop_env.catalog.store import open_catalog
 
@@ -131,10 +131,10 @@ def test_one_070_batch_mixes_environments_and_routes_each_row_by_its_name(
     goal, webshop_plan = next(iter(expert_plans_generated.items()))
     catalog = open_catalog(generated_catalog_dir)
     interaction = {
-        e: row_builder(e, catalog, interaction=True)
+        e: RowBuilder(e, catalog, interaction=True)
         for e in ("textcraft", "webshop", "babyai")[: 3 if BABYAI else 2]
     }
-    agent_loop = row_builder("textcraft", interaction=False)
+    agent_loop = RowBuilder("textcraft", interaction=False)
     rows = [interaction["textcraft"].row(200, "train", 0), interaction["webshop"].row(goal, "train", 0),
             agent_loop.row(5, "train", 0),
             # the same replies for one task by both routes: the same episode, reward and metrics
@@ -181,10 +181,10 @@ def test_the_training_configs_rounds_end_an_interaction_episode(
 ) -> None:
     """environments.textcraft.max_rounds (the run's own file) reaches the interaction: 3 rounds, then the end,
     although verl's max_assistant_turns (31) would allow more."""
-    from agent_trainer.env_data import row_builder
+    from agent_trainer.env_data import RowBuilder
 
     monkeypatch.setenv("WEBSHOP_URL", "http://env.invalid")
-    row = row_builder("textcraft", interaction=True).row(0, "train", 0)
+    row = RowBuilder("textcraft", interaction=True).row(0, "train", 0)
     output, _, server = rollout(["environments.textcraft.max_rounds=3"], [row],
                                 {row["prompt"][1]["content"]: react(["inventory"] * 40)}, tmp_path, model_dir,
                                 monkeypatch)  # fmt: skip

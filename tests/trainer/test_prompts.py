@@ -8,16 +8,15 @@ pytest.importorskip(
     "agent_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
 )
 
-from agent_trainer.envs import webshop
-from agent_trainer.envs.webshop import extract_action
-from agent_trainer.episode import last_assistant_text
+from agent_trainer import prompts
+from agent_trainer.actions import extract_action
 
 START = {"has_search_bar": True, "clickables": ["search"]}
 ITEM = {"has_search_bar": False, "clickables": ["back to search", "< prev", "large", "buy now"]}
 
 
 def test_system_prompt_states_the_grammar_and_carries_a_parseable_example() -> None:
-    text = webshop.SYSTEM_PROMPT
+    text = prompts.SYSTEM_PROMPT
     assert "search[<keywords>]" in text and "click[<element>]" in text and "Action: <action>" in text
     example_actions = [extract_action(line) for line in text.splitlines() if line.startswith("Action: ")]
     assert "search[red cotton t-shirt men]" in example_actions
@@ -25,11 +24,11 @@ def test_system_prompt_states_the_grammar_and_carries_a_parseable_example() -> N
 
 
 def test_initial_messages_have_system_then_user_with_instruction_page_and_actions() -> None:
-    messages = webshop.initial_messages(
+    messages = prompts.initial_messages(
         "i need tea", "WebShop [SEP] Instruction: [SEP] i need tea [SEP] Search", START
     )
     assert [m["role"] for m in messages] == ["system", "user"]
-    assert messages[0]["content"] == webshop.SYSTEM_PROMPT
+    assert messages[0]["content"] == prompts.SYSTEM_PROMPT
     user = messages[1]["content"]
     assert user.startswith("Instruction: i need tea\n")
     assert "Page: WebShop [SEP]" in user
@@ -40,40 +39,40 @@ def test_initial_messages_have_system_then_user_with_instruction_page_and_action
 
 def test_available_actions_are_written_as_actions() -> None:
     assert (
-        webshop.available_actions_text(ITEM)
+        prompts.available_actions_text(ITEM)
         == "click[back to search], click[< prev], click[large], click[buy now]"
     )
-    assert webshop.available_actions_text({"has_search_bar": False, "clickables": []}) == "(none)"
-    assert webshop.available_actions_text(ITEM, max_clickables=2) == "click[back to search], click[< prev]"
+    assert prompts.available_actions_text({"has_search_bar": False, "clickables": []}) == "(none)"
+    assert prompts.available_actions_text(ITEM, max_clickables=2) == "click[back to search], click[< prev]"
 
 
 def test_step_message_for_a_valid_action_shows_the_page_only() -> None:
-    text = webshop.step_text("item page", ITEM, action="click[b0]", valid=True)
-    assert text == "Page: item page\nAvailable actions: " + webshop.available_actions_text(ITEM)
+    text = prompts.step_message("item page", ITEM, action="click[b0]", valid=True)
+    assert text == "Page: item page\nAvailable actions: " + prompts.available_actions_text(ITEM)
 
 
 def test_step_message_for_an_unparseable_reply_is_corrective() -> None:
-    text = webshop.step_text("item page", ITEM, action=None, valid=False)
-    assert text.startswith(webshop.INVALID_REPLY_MESSAGE)
+    text = prompts.step_message("item page", ITEM, action=None, valid=False)
+    assert text.startswith(prompts.INVALID_REPLY_MESSAGE)
     assert "click[buy now]" in text
 
 
 def test_step_message_for_an_unavailable_action_names_it() -> None:
-    text = webshop.step_text("item page", ITEM, action="click[xxl]", valid=False)
+    text = prompts.step_message("item page", ITEM, action="click[xxl]", valid=False)
     assert "click[xxl] is not available" in text and "Page: item page" in text
 
 
 def test_step_message_when_done() -> None:
     assert (
-        webshop.step_text("thanks", {}, action="click[buy now]", valid=True, done=True)
-        == webshop.EPISODE_DONE_MESSAGE
+        prompts.step_message("thanks", {}, action="click[buy now]", valid=True, done=True)
+        == prompts.EPISODE_DONE_MESSAGE
     )
-    truncated = webshop.step_text("x", {}, action="click[a]", valid=True, done=True, truncated=True)
-    assert truncated == webshop.EPISODE_TRUNCATED_MESSAGE
+    truncated = prompts.step_message("x", {}, action="click[a]", valid=True, done=True, truncated=True)
+    assert truncated == prompts.EPISODE_TRUNCATED_MESSAGE
 
 
 def test_long_pages_are_cut_when_asked() -> None:
-    text = webshop.page_text("x" * 100, START, max_observation_chars=10)
+    text = prompts.page_text("x" * 100, START, max_observation_chars=10)
     assert text.startswith("Page: xxxxxxxxxx ...(truncated)\n")
 
 
@@ -86,6 +85,6 @@ def test_last_assistant_text_handles_string_and_part_lists() -> None:
         },
         {"role": "user", "content": "page"},
     ]
-    assert last_assistant_text(messages) == "Action: click[a]"
-    assert last_assistant_text([{"role": "assistant", "content": "x"}]) == "x"
-    assert last_assistant_text([{"role": "user", "content": "x"}]) == ""
+    assert prompts.last_assistant_text(messages) == "Action: click[a]"
+    assert prompts.last_assistant_text([{"role": "assistant", "content": "x"}]) == "x"
+    assert prompts.last_assistant_text([{"role": "user", "content": "x"}]) == ""

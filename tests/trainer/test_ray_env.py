@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from agent_trainer.cli import worker_env_overrides
 from agent_trainer.config import InteractionSettings, worker_env
-from agent_trainer.episode import env_urls
+from agent_trainer.interaction import env_urls
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -88,7 +88,7 @@ def _roll(
 
     from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, config_dir
     from agent_trainer.data import build_dataset
-    from agent_trainer.episode import close_shared_clients
+    from agent_trainer.interaction import close_shared_clients
     from agent_trainer.preflight import compose_training_config
     from agent_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
 

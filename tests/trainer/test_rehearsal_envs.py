@@ -77,7 +77,7 @@ def test_a_rows_environment_and_task_come_from_extra_info_or_data_source() -> No
 def test_the_warm_start_renders_each_experts_episode_through_the_trainers_spec(env_id: str) -> None:
     pytest.importorskip("minigrid")
     from agent_trainer import envs
-    from agent_trainer.env_data import row_builder, split_tasks
+    from agent_trainer.env_data import RowBuilder, split_tasks
     from agent_trainer.rehearsal.warm_start import expert_examples, solvable_tasks
 
     tasks = solvable_tasks(env_id, split_tasks(env_id, "train"), 3, 4, max_observation_chars=200)
@@ -86,7 +86,7 @@ def test_the_warm_start_renders_each_experts_episode_through_the_trainers_spec(e
     examples = expert_examples({env_id: tasks}, max_observation_chars=200)
     first_turns = [m for m, _ in examples if len(m) == 2]
     assert len(first_turns) == 3  # one episode per task
-    row = row_builder(env_id).row(tasks[0], "train", 0)
+    row = RowBuilder(env_id).row(tasks[0], "train", 0)
     assert first_turns[0] == row["prompt"]  # the model is warm-started on what the rows show it
     assert first_turns[0][0]["content"] == spec.system_prompt
     assert all(spec.parse(reply).well_formed for _, reply in examples)

@@ -72,7 +72,7 @@ def test_tool_agent_turns_are_capped_and_separated_as_the_chat_template_does(
                         lambda *a, **k: built.append(type(loop := original(*a, **k))) or loop)  # fmt: skip
 
     async def roll() -> Any:
-        from agent_trainer.episode import close_shared_clients
+        from agent_trainer.interaction import close_shared_clients
 
         worker = LocalAgentLoopWorker(config, server, RewardLoopWorker(config))  # binds the running loop
         try:

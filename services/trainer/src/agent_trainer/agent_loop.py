@@ -1,7 +1,7 @@
 """``EnvAgentLoop``: one episode of any served environment per trajectory, as a verl agent loop (verl 0.7.1 to
-0.9.1); ``WebShopAgentLoop`` is the name WebShop's entry has always had.
+0.9.1); ``WebShopAgentLoop`` is the WebShop one.
 
-Each environment is a spec (``agent_trainer.envs``: prompt, action parser, rounds, reward and success) and
+Each environment is a spec (``agent_trainer.envs``: prompt, action parser, turn budget, reward and success) and
 one entry in ``configs/webshop_agent_loop.yaml`` (``webshop_agent``, ``textcraft_agent``, ``babyai_agent``...,
 ``env_id`` naming the spec); a dataset row's ``agent_name`` picks the entry, so a dataset that mixes environments
 trains in one run, and its ``data_source`` (the environment's id) makes verl report validation metrics per
@@ -15,10 +15,11 @@ and awaits ``run()``, which here:
    system prompt, then the first user turn built from the env's own answer);
 2. alternates a model turn (at most ``turn_tokens`` new tokens, mask 1) and an env step with the action the
    reply names; the env's next page is appended as a user turn (mask 0: not trained on);
-3. stops when the env says done (a purchase, or the server's own step limit), after the environment's rounds
-   (``turns.rounds``: the spec's, or the training config's ``environments.<env>.max_rounds``; every reply is
-   played), or when the response budget (``rollout.response_length``, env tokens included) cannot hold another
-   turn. The stream then ends on the model's last turn, where verl puts the reward;
+3. stops when the env says done (a purchase, or the server's own step limit), after ``max_steps`` env steps
+   (every reply is played; by default the steps ``rollout.multi_turn.max_assistant_turns`` allows on the 0.7.1
+   interaction path, ``turns.env_steps_for_turns``, so one config means the same episode length on both
+   paths), or when the response budget (``rollout.response_length``, env tokens included) cannot hold another turn. The stream
+   then ends on the model's last turn, where verl puts the reward;
 4. returns the episode's reward as ``reward_score`` (verl then skips its reward function) and the episode's
    metrics in ``extra_fields["reward_extra_info"]``, computed by ``reward.episode_summary`` from the same
    ``TurnScore`` values the 0.7.1 interaction produces, so both paths report identical metrics;
@@ -30,7 +31,7 @@ and awaits ``run()``, which here:
 The env is stateless (signed state tokens), so an episode cut short leaves nothing on the server; the
 process-wide ``EPISODES`` registry (shared with the interaction, used to detect leaks) drops the entry in a
 ``finally``. All HTTP is async and goes through one pooled client per process and event loop
-(``episode.shared_client``): a blocking call would stall every trajectory of the worker.
+(``interaction.shared_client``): a blocking call would stall every trajectory of the worker.
 
 Declared in ``configs/webshop_agent_loop.yaml`` (``rollout.agent.agent_loop_config_path``) and chosen per row
 by ``agent_name: webshop_agent`` (``agent-train data --agent-loop``) or ``rollout.agent.default_agent_loop``.
@@ -52,11 +53,10 @@ from verl.utils.profiler import simple_timer
 from . import envs
 from . import episode as episodes
 from .agent_tokens import TurnTokens
-from .config import InteractionSettings, environment_settings
-from .envs import webshop
-from .episode import EPISODES, Episode, TurnScore, ensure_ready, shared_client
+from .config import ENVIRONMENT_SETTINGS, ENVIRONMENTS_KEY, InteractionSettings
+from .interaction import EPISODES, Episode, TurnScore, ensure_ready, shared_client
 from .reward import METRIC_KEYS, episode_summary
-from .turns import rounds
+from .turns import env_steps_for_turns
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,33 @@ def _settings(items: tuple[tuple[str, Any], ...]) -> InteractionSettings:
     return InteractionSettings.from_config(dict(items))
 
 
+def environment_settings(trainer_config: Any, env_id: str) -> dict[str, Any]:
+    """The training config's ``environments.<env_id>`` block (empty without one)."""
+    section = trainer_config.get(ENVIRONMENTS_KEY) if hasattr(trainer_config, "get") else None
+    block = (section or {}).get(env_id) or {}
+    return {key: block.get(key) for key in ENVIRONMENT_SETTINGS if block.get(key) is not None}
+
+
+def max_steps_for(spec: envs.EnvSpec, entry: int | None, trainer_config: Any, rollout_config: Any) -> int:
+    """An episode's turn budget (model turns, each one env step), first found of:
+
+    1. the training config's ``environments.<env_id>.max_rounds`` (the run's own file has the last word);
+    2. the agent-loop entry's ``max_steps`` (configs/webshop_agent_loop.yaml);
+    3. the spec's ``max_rounds`` (AgentGym-RL's: TextCraft 30, BabyAI 20, SciWorld 20);
+    4. WebShop: the env steps ``rollout.multi_turn.max_assistant_turns`` allows on the 0.7.1 interaction path
+       (``turns.env_steps_for_turns``), else 15.
+    """
+    rounds = environment_settings(trainer_config, spec.env_id).get("max_rounds")
+    if rounds is not None:
+        return int(rounds)
+    if entry is not None:
+        return int(entry)
+    if spec.max_rounds is not None:
+        return spec.max_rounds
+    turns = (rollout_config.get("multi_turn") or {}).get("max_assistant_turns")
+    return env_steps_for_turns(int(turns)) if turns else 15
+
+
 # Declared in configs/webshop_agent_loop.yaml only, never with verl's @register: verl's worker loads the file's
 # entries (with their settings) into its registry, and a @register decorator runs again when this module is first
 # imported, by the first instantiation, replacing the entry with a bare one: every later trajectory of the worker
@@ -94,11 +121,11 @@ class EnvAgentLoop(AgentLoopBase):
     """Plays one episode of the environment ``env_id`` through the env service (see the module docstring).
 
     Constructor keywords besides verl's own come from the agent-loop YAML entry: ``env_id`` (a spec of
-    ``agent_trainer.envs``), ``turn_tokens`` (new tokens per model turn; the training config's
-    ``environments.<env_id>.turn_tokens`` wins) and any ``InteractionSettings`` field (``env_url``, ``timeout``,
+    ``agent_trainer.envs``), ``max_steps`` (model turns, each one env step; see ``max_steps_for``),
+    ``turn_tokens`` (new tokens per model turn; the training config's ``environments.<env_id>.turn_tokens``
+    wins) and any ``InteractionSettings`` field (``env_url``, ``timeout``,
     ``retries``, ``max_observation_chars``, ``invalid_action_penalty``, ``on_env_error``...). Unknown keys raise:
-    a misspelled setting must not fall back to its default silently. The episode's rounds are not an entry's:
-    they are the environment's (``turns.rounds``).
+    a misspelled setting must not fall back to its default silently.
     """
 
     #: The environment when the YAML entry names none (``WebShopAgentLoop``: webshop).
@@ -133,12 +160,8 @@ class EnvAgentLoop(AgentLoopBase):
         super().__init__(
             trainer_config, server_manager, tokenizer, processor, dataset_cls, data_config, **base
         )
-        if max_steps is not None:
-            raise TypeError(f"{self.spec.agent_name}: max_steps is not an agent-loop setting: an episode's length is "
-                            f"the training config's environments.{self.spec.env_id}.max_rounds (default: the "
-                            f"spec's {self.spec.max_rounds})")  # fmt: skip
         self.settings = _settings(tuple(sorted(kwargs.items())))
-        max_steps = rounds(self.spec.env_id, self.spec.max_rounds, self.config)
+        max_steps = max_steps_for(self.spec, max_steps, self.config, self.rollout_config)
         turn_tokens = environment_settings(self.config, self.spec.env_id).get("turn_tokens", turn_tokens)
         if int(max_steps) < 1 or int(turn_tokens) < 1:
             raise ValueError(f"max_steps ({max_steps}) and turn_tokens ({turn_tokens}) must be at least 1")
@@ -151,16 +174,17 @@ class EnvAgentLoop(AgentLoopBase):
         extra = _as_dict(kwargs.get("extra_info"))
         fields = {**_as_dict(extra.get("interaction_kwargs")), **extra}
         task = self.spec.task_of(fields)
-        options = self.spec.reset_kwargs(extra, self.settings.goal_set)
-        client = shared_client(self.settings, self.spec)
+        webshop = self.spec.env_id == envs.WEBSHOP
+        goal_set = (extra.get("goal_set") or self.settings.goal_set) if webshop else None
+        split = extra.get("split") or None
+        client = shared_client(self.settings, self.spec.env_id)
         await ensure_ready(self.settings, client)
         session = uuid4().hex  # the env episode's key here and the LLM server's sticky request id
         metrics: dict[str, float] = {}
         async with episodes.episode_slot(self.spec, self.config):  # SciWorld: one of the fleet's JVMs
             with simple_timer("tool_calls", metrics):
-                first = await episodes.reset(self.spec, client, task, options)
-            episode = Episode(state=first["state"], goal=task, goal_set=options.get("goal_set"),
-                              split=extra.get("split") or None)  # fmt: skip
+                first = await episodes.reset(self.spec, client, task, goal_set=goal_set, split=split)
+            episode = Episode(state=first["state"], goal=task, goal_set=goal_set, split=split)
             EPISODES.put(session, episode)
             try:
                 return await self._play(session, episode, first, kwargs, sampling_params, metrics)
@@ -180,7 +204,7 @@ class EnvAgentLoop(AgentLoopBase):
         metrics: dict[str, float],
     ) -> AgentLoopOutput:
         spec = self.spec
-        client = shared_client(self.settings, spec)
+        client = shared_client(self.settings, spec.env_id)
         system = [dict(m) for m in row.get("raw_prompt", []) if _as_dict(m).get("role") == "system"]
         if not system:  # the action grammar lives there: without it the model cannot know the format
             raise ValueError(
@@ -256,7 +280,7 @@ class WebShopAgentLoop(EnvAgentLoop):
     """The WebShop agent loop (``webshop_agent``): ``EnvAgentLoop`` on the WebShop spec, today's prompts, parser
     and metrics."""
 
-    default_env_id = webshop.ENV_ID
+    default_env_id = envs.WEBSHOP
 
 
 def generation_fields(kept: Mapping[str, Any], turn: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from .worker_secrets import (
 
 
 def _data(args: argparse.Namespace) -> int:
-    from webshop_env.catalog.store import CatalogError
+    from webshop_env.envs.webshop.catalog.store import CatalogError
 
     from .data import DataError, build_dataset
 
@@ -72,7 +72,7 @@ def _data(args: argparse.Namespace) -> int:
 
 def _env_data(args: argparse.Namespace) -> int:
     """``data --env textcraft,babyai,webshop [--weights 1,1,2]``: train/val/test parquet, split sizes printed."""
-    from webshop_env.catalog.store import CatalogError
+    from webshop_env.envs.webshop.catalog.store import CatalogError
 
     from . import envs
     from .data import DEFAULT_GOAL_SET, DataError

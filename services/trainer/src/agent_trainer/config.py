@@ -30,18 +30,11 @@ def turn_tokens() -> int:
     return int(value) if value else TURN_TOKENS
 
 
-#: A training config's per-environment episode shape (top level, read by each environment's agent loop and, on
-#: verl 0.7.1's interaction route, by ``tool_agent``): ``environments: {textcraft: {max_rounds: 30, turn_tokens:
-#: 512}, ...}``. ``max_rounds`` is the one override of an environment's episode length (its spec's rounds).
+DATA_SOURCE = "webshop"
+#: A training config's per-environment episode shape (top level, read by each environment's agent loop):
+#: ``environments: {textcraft: {max_rounds: 30, turn_tokens: 512}, ...}``.
 ENVIRONMENTS_KEY = "environments"
 ENVIRONMENT_SETTINGS = ("max_rounds", "turn_tokens")
-
-
-def environment_settings(trainer_config: Any, env_id: str) -> dict[str, Any]:
-    """The training config's ``environments.<env_id>`` block (empty without one)."""
-    section = trainer_config.get(ENVIRONMENTS_KEY) if hasattr(trainer_config, "get") else None
-    block = (section or {}).get(env_id) or {}
-    return {key: block.get(key) for key in ENVIRONMENT_SETTINGS if block.get(key) is not None}
 
 
 def default_env_url() -> str:

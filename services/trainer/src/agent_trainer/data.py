@@ -1,13 +1,11 @@
-"""``agent-train data`` without ``--env``: WebShop's training files as they have always been, one parquet row per
-goal (``agent-train data --env ...`` is ``env_data``, every environment and mixes); and what the launcher reads of a
-dataset (its catalog, first turns over the prompt budget).
+"""Training data in verl's format: one parquet row per goal.
 
-Each row (``envs.webshop.build_row``) carries what verl 0.7.1's ``RLHFDataset`` and ``ToolAgentLoop`` read:
+Each row carries what verl 0.7.1's ``RLHFDataset`` and ``ToolAgentLoop`` read:
 
 - ``data_source`` (``"webshop"``), ``ability``, ``agent_name: tool_agent`` (without it, and without
   ``rollout.agent.default_agent_loop: tool_agent``, verl silently runs single-turn);
 - ``prompt``: the system prompt (action grammar, worked example) and the first user turn (instruction, start
-  page, available actions), built by ``envs.webshop.initial_messages`` from the simulator itself;
+  page, available actions), built by ``prompts.initial_messages`` from the simulator itself;
 - ``reward_model``: ``style`` and ``ground_truth`` (the target ASIN; verl's reward manager raises KeyError
   without ``ground_truth``);
 - ``extra_info``: ``index`` (verl reads it from here), ``goal``, ``goal_set``, ``split``, ``instruction`` and
@@ -25,18 +23,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from webshop_env.catalog.fidelity import describe_fidelity, fidelity_limits
-from webshop_env.catalog.store import PreparedCatalog, open_catalog
-from webshop_env.core.env import WebShopEnv
+from webshop_env.envs.webshop.catalog.fidelity import describe_fidelity, fidelity_limits
+from webshop_env.envs.webshop.catalog.store import PreparedCatalog, open_catalog
+from webshop_env.envs.webshop.core.env import WebShopEnv
+from webshop_env.envs.webshop.core.goals import SPLITS, split_range
 
-from .config import AGENT_LOOP_NAME, AGENT_NAME
-from .envs.spec import DataError
-from .envs.webshop import DEFAULT_GOAL_SET, build_row, split_goal_ids
+from . import prompts
+from .config import AGENT_LOOP_NAME, AGENT_NAME, DATA_SOURCE, INTERACTION_NAME
 
+ABILITY = "agent/webshop"
 AGENT_NAMES = (AGENT_NAME, AGENT_LOOP_NAME)  # the 0.7.1 interaction path, the agent loop
+DEFAULT_GOAL_SET = "synthetic"
 AGENTGYM_GOAL_SET = "synthetic"  # AgentGym's webshop_<N> ids index the synthetic goals (its session ids)
-__all__ = ["DEFAULT_GOAL_SET", "DataError", "build_dataset", "build_rows", "dataset_catalog_line",
-           "load_agentgym_ids", "overlong_first_turns", "split_goal_ids", "write_parquet"]  # fmt: skip
 
 _MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 SCHEMA = pa.schema(
@@ -73,6 +71,10 @@ SCHEMA = pa.schema(
 )
 
 
+class DataError(ValueError):
+    """Bad input for the dataset builder (the message says what to fix)."""
+
+
 def load_agentgym_ids(path: Path | str) -> list[int]:
     """Goal indices from AgentGym-RL's ``webshop_train.json``: ``[{"item_id": "webshop_<N>", ...}, ...]``."""
     path = Path(path)
@@ -100,6 +102,54 @@ def load_agentgym_ids(path: Path | str) -> list[int]:
     if not ids:
         raise DataError(f"{path}: the list is empty")
     return ids
+
+
+def split_goal_ids(catalog: PreparedCatalog, split: str, goal_set: str) -> list[int]:
+    """Goal indices of ``split`` in ``goal_set`` (human-goal splits: test 0-499, eval 500-1499, train 1500+)."""
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    if goal_set not in catalog.goal_sets:
+        raise DataError(f"the catalog has no {goal_set!r} goals; it has {', '.join(catalog.goal_sets)}")
+    total = catalog.goal_count(goal_set)
+    ids = list(split_range(split, total))
+    if not ids:
+        raise DataError(
+            f"the {split} split of the {goal_set} goals is empty: this catalog has {total} {goal_set} goals and "
+            f"the {split} split starts at goal {SPLITS[split][0]}; use another --goal-set or a larger catalog"
+        )
+    return ids
+
+
+def build_row(
+    env: WebShopEnv, goal: int, goal_set: str, split: str | None, index: int, agent_name: str = AGENT_NAME
+) -> dict[str, Any]:
+    """One dataset row for goal ``goal`` (its first page comes from the simulator itself).
+
+    ``agent_name`` picks verl's agent loop for the row: ``tool_agent`` (0.7.1 interaction path) or
+    ``webshop_agent`` (the WebShop agent loop, which resets through the service and rebuilds the first turn).
+    """
+    first = env.reset(goal, goal_set=goal_set)
+    record = env.goal(goal_set, goal)
+    return {
+        "data_source": DATA_SOURCE,
+        "agent_name": agent_name,
+        "prompt": prompts.initial_messages(first.instruction, first.observation, first.available_actions),
+        "ability": ABILITY,
+        "reward_model": {"style": "interaction", "ground_truth": record.asin},
+        "extra_info": {
+            "index": index,
+            "goal": goal,
+            "goal_set": goal_set,
+            "split": split,
+            "instruction": first.instruction,
+            "interaction_kwargs": {
+                "name": INTERACTION_NAME,
+                "goal": goal,
+                "goal_set": goal_set,
+                "split": split,
+            },
+        },
+    }
 
 
 def build_rows(

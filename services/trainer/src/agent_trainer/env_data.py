@@ -36,53 +36,152 @@ The splits (task = the environment's own index, AgentGym's ``data_idx`` / ``item
   split's tasks come round-robin over the task types (one variation of each type, then the next), so any prefix
   (``--val-rows``, ``val_max_samples``, eval's ``MAX_SAMPLES``) covers every type.
 
-Each environment's task pool, split rule and rows are its module's (``agent_trainer.envs.<env>``: the spec's
-``task_count``/``split_of``/``split_order`` or ``split_rule``, and its row builder, ``envs.rows.RowBuilder`` or the
-module's own: WebShop's from its catalog, SciWorld's from fresh JVMs); this module only mixes, orders and writes
-them. SciWorld's rows each need a reset in a *fresh* JVM (``envs.sciworld.SciWorldRows``); where an environment's
-core cannot be made here (the trainer image), ``env_url`` (``--env-url``, or ``$WEBSHOP_URL``) names a service
-whose resets make the rows, each episode closed at once.
+SciWorld's rows each need a reset in a *fresh* JVM: the service resets in a fresh JVM, and a second load in one JVM
+can list the room's objects in another order (5 of 40 reset texts differed when measured), which the interaction
+would refuse at the first turn. So one core and its warm pool (``webshop_env.envs.sciworld``: spare JVMs started in
+the background) serve the whole build, ``SCIWORLD_DATA_WORKERS`` resets at a time (default half the CPUs, at most
+8), each in a JVM of its own that is closed at once; a progress bar counts them. That needs Java 17 and the
+``scienceworld`` package where the data is built; without them (the trainer image), ``env_url`` (``--env-url``, or
+``$WEBSHOP_URL``) names a service serving SciWorld whose resets make the rows, each episode closed at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import json
-from collections.abc import Mapping, Sequence
+import os
+import shutil
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from webshop_env.envs.sciworld.games import GAME_COUNT as SCIWORLD_TASKS
+from webshop_env.envs.sciworld.games import TASKS as SCIWORLD_TASK_TYPES
+from webshop_env.envs.sciworld.games import game as sciworld_game
 
 from . import envs
-from .envs.rows import SCHEMA, RowBuilder
-from .envs.spec import SPLITS, DataError, DataOptions
-from .envs.webshop import DEFAULT_GOAL_SET
+from .config import AGENT_NAME
+from .data import DEFAULT_GOAL_SET, DataError, split_goal_ids
+from .data import SCHEMA as WEBSHOP_SCHEMA
 
+SPLITS = ("train", "val", "test")
+#: WebShop's name of each split (its goal ranges, ``webshop_env.envs.webshop.core.goals.SPLITS``).
+WEBSHOP_SPLIT = {"train": "train", "val": "eval", "test": "test"}
+TEXTCRAFT_TASKS = 544
+BABYAI_LEVELS = 40
+BABYAI_SEEDS = 50  # the pool: tasks 0 .. 40 * 50 - 1
+#: ScienceWorld's split of each task type's variations (scienceworld 1.2.3's ``get_variations_train/dev/test``,
+#: which are contiguous): variations below the first number are train, below the second dev (val here), the rest
+#: test. Static in the jar, so written down (no JVM to compute a split); the tests compare it with a JVM's.
+SCIWORLD_VARIATION_SPLITS: dict[str, tuple[int, int]] = {
+    "boil": (14, 21), "melt": (14, 21), "freeze": (14, 21), "change-the-state-of-matter-of": (14, 21),
+    "use-thermometer": (270, 405), "measure-melting-point-known-substance": (218, 327),
+    "measure-melting-point-unknown-substance": (150, 225), "power-component": (10, 15),
+    "power-component-renewable-vs-nonrenewable-energy": (10, 15), "test-conductivity": (450, 675),
+    "test-conductivity-of-unknown-substances": (300, 450), "find-living-thing": (150, 225),
+    "find-non-living-thing": (150, 225), "find-plant": (150, 225), "find-animal": (150, 225),
+    "chemistry-mix": (16, 24), "chemistry-mix-paint-secondary-color": (18, 27),
+    "chemistry-mix-paint-tertiary-color": (18, 27), "lifespan-longest-lived": (62, 93),
+    "lifespan-shortest-lived": (62, 93), "lifespan-longest-lived-then-shortest-lived": (62, 93),
+    "identify-life-stages-1": (6, 9), "identify-life-stages-2": (4, 6),
+}  # fmt: skip
+
+# WebShop's row schema (data.SCHEMA) with the environment and its task in ``extra_info``, after ``index``, and the
+# task in ``interaction_kwargs``, after ``name`` (what ``EnvInteraction.start_interaction`` reads).
+_WEBSHOP_EXTRA = WEBSHOP_SCHEMA.field("extra_info").type
+_WEBSHOP_KWARGS = _WEBSHOP_EXTRA.field("interaction_kwargs").type
+_KWARGS = pa.field(
+    "interaction_kwargs",
+    pa.struct([_WEBSHOP_KWARGS.field(0), pa.field("task", pa.int64()),
+               *(_WEBSHOP_KWARGS.field(k) for k in range(1, _WEBSHOP_KWARGS.num_fields))]),
+)  # fmt: skip
+SCHEMA = WEBSHOP_SCHEMA.set(
+    WEBSHOP_SCHEMA.get_field_index("extra_info"),
+    pa.field(
+        "extra_info",
+        pa.struct(
+            [
+                _WEBSHOP_EXTRA.field(0),
+                pa.field("env", pa.string()),
+                pa.field("task", pa.int64()),
+                *(
+                    _KWARGS
+                    if _WEBSHOP_EXTRA.field(k).name == "interaction_kwargs"
+                    else _WEBSHOP_EXTRA.field(k)
+                    for k in range(1, _WEBSHOP_EXTRA.num_fields)
+                ),
+            ]
+        ),
+    ),
+)
 METADATA_KEY = b"webshop.env_data"
+
+
+def _textcraft_split(task: int) -> str:
+    if task % 8 == 0:
+        return "test"
+    return "val" if task % 16 == 4 else "train"
+
+
+def _babyai_split(task: int) -> str:
+    seed = task // BABYAI_LEVELS
+    return "test" if seed < 5 else "val" if seed == 5 else "train"
+
+
+def _sciworld_split(task: int) -> str:
+    name, variation = sciworld_game(task)
+    train_end, dev_end = SCIWORLD_VARIATION_SPLITS[name]
+    return "train" if variation < train_end else "val" if variation < dev_end else "test"
+
+
+def _round_robin_task_types(tasks: Iterable[int]) -> list[int]:
+    """SciWorld's tasks one per task type in turn (the types in AgentGym's order, each type's in index order)."""
+    by_type: dict[str, list[int]] = {name: [] for _, name, _ in SCIWORLD_TASK_TYPES}
+    for task in tasks:
+        by_type[sciworld_game(task)[0]].append(task)
+    return [t for t in chain.from_iterable(zip_longest(*by_type.values())) if t is not None]
+
+
+#: Per environment (but WebShop): its task pool and which split a task belongs to.
+RULES: dict[str, tuple[int, Callable[[int], str]]] = {
+    "textcraft": (TEXTCRAFT_TASKS, _textcraft_split),
+    "babyai": (BABYAI_LEVELS * BABYAI_SEEDS, _babyai_split),
+    "sciworld": (SCIWORLD_TASKS, _sciworld_split),
+}
+#: Per environment whose split is not listed in index order: the order of a split's tasks.
+ORDERS: dict[str, Callable[[Iterable[int]], list[int]]] = {"sciworld": _round_robin_task_types}
 
 
 def split_tasks(
     env_id: str, split: str, *, catalog: Any = None, goal_set: str = DEFAULT_GOAL_SET
 ) -> list[int]:
-    """The tasks of ``split`` (train, val, test) of ``env_id``, in its split's order (see the module docstring);
-    ``catalog`` and ``goal_set``: WebShop's data."""
-    return envs.get(env_id).split_tasks(split, DataOptions(catalog=catalog, goal_set=goal_set))
-
-
-def row_builder(
-    env_id: str,
-    catalog: Any = None,
-    goal_set: str = DEFAULT_GOAL_SET,
-    interaction: bool = False,
-    progress: bool = True,
-    env_url: str | None = None,
-) -> RowBuilder:
-    """``env_id``'s row builder (its spec's ``rows``, else ``RowBuilder``); ``interaction``: rows for verl 0.7.1's
-    ``ToolAgentLoop`` + the environment's interaction (``tool_agent``) instead of its agent loop."""
-    spec = envs.get(env_id)
-    data = DataOptions(catalog=catalog, goal_set=goal_set, env_url=env_url, progress=progress)
-    return (spec.rows or RowBuilder)(spec, data, interaction=interaction)
+    """The tasks of ``split`` (train, val, test) of ``env_id``, in index order (SciWorld: round-robin over its
+    task types), see the module docstring."""
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    if env_id == envs.WEBSHOP:
+        if catalog is None:
+            raise DataError("webshop needs --catalog (its goals come from the prepared catalog)")
+        return split_goal_ids(catalog, WEBSHOP_SPLIT[split], goal_set)
+    if env_id in RULES:
+        pool, rule = RULES[env_id]
+    else:  # an installed environment package's: its spec's pool and rule
+        spec = envs.SPECS.get(env_id) or envs.plugins().get(env_id)
+        if spec is None or spec.task_count is None or spec.split_of is None:
+            raise DataError(
+                f"{env_id}: no dataset rule (the trainer can build data for webshop, {', '.join(RULES)} "
+                "and installed environment packages whose trainer spec has task_count and split_of)"
+            )
+        pool, rule = spec.task_count, spec.split_of
+    tasks = [task for task in range(pool) if rule(task) == split]
+    return ORDERS[env_id](tasks) if env_id in ORDERS else tasks
 
 
 def weighted_order(counts: Mapping[str, int], weights: Mapping[str, float]) -> list[str]:
@@ -124,6 +223,209 @@ def train_counts(
     return counts
 
 
+class RowBuilder:
+    """One environment's rows: the first user turn from the environment's own reset (its core, in process).
+
+    ``interaction``: rows for verl 0.7.1's ``ToolAgentLoop`` + the environment's interaction (``agent_name``
+    ``tool_agent``) instead of its agent loop (``<env>_agent``). An environment that holds a simulator per episode
+    (SciWorld: a JVM) resets ``prefetch``'s tasks several at a time, each episode closed at once, in process, or
+    through the service at ``env_url`` where this machine has no simulator (no Java or scienceworld: the trainer
+    image); so does any environment whose package does not import here (the trainer images install the env
+    package without the environments' extras) when ``env_url`` is given. ``close`` stops the simulators it
+    started.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        catalog: Any = None,
+        goal_set: str = DEFAULT_GOAL_SET,
+        interaction: bool = False,
+        progress: bool = True,
+        env_url: str | None = None,
+    ) -> None:
+        self.spec = envs.get(env_id)
+        self.goal_set = goal_set
+        self.agent_name = AGENT_NAME if interaction else self.spec.agent_name
+        self.progress = progress
+        self.workers = 1
+        self.core: Any = None
+        self.env_url: str | None = None  # set: the resets are the service's (``source`` says which)
+        self._first: dict[
+            int, dict[str, Any]
+        ] = {}  # task -> its reset {observation, info} (prefetched, used once)
+        if env_id == envs.WEBSHOP:
+            from webshop_env.envs.webshop.core.env import WebShopEnv
+
+            self.webshop = WebShopEnv(catalog)
+        elif env_id == "sciworld":
+            self._sciworld(env_url)
+        else:
+            from webshop_env.envs import registry
+
+            try:  # may fail on its package (ImportError), its data (TextCraft's RecipeDataMissing), ...
+                self.core = registry.make(env_id)
+            except Exception as error:
+                if not env_url:  # the trainer images install the env package without its environments' extras
+                    raise DataError(f"{env_id}: its core cannot be made here ({type(error).__name__}: {error}); "
+                                    f"pip install -e 'services/env[{env_id}]', or give --env-url (or "
+                                    "$WEBSHOP_URL): a service whose resets then make the rows") from None  # fmt: skip
+                self.env_url = env_url.rstrip("/")
+
+    @property
+    def source(self) -> str:
+        """Where the first turns come from: ``in process`` or the service's URL."""
+        return self.env_url or "in process"
+
+    def data_fingerprint(self) -> str:
+        """The environment's data as the service names it (``<env>:<core fingerprint>``): the core's here, else
+        the service's (``GET /<env>/v1/info``)."""
+        if self.core is not None:
+            return f"{self.spec.env_id}:{self.core.fingerprint()}"
+        from webshop_env.client.envs import EnvClient
+        from webshop_env.client.native import WebShopError
+
+        async def info() -> dict[str, Any]:
+            async with EnvClient(self.env_url or "", self.spec.env_id, timeout=30.0) as client:
+                return await client.info()
+
+        try:
+            return str(asyncio.run(info())["fingerprint"])
+        except (WebShopError, OSError, KeyError) as error:
+            raise DataError(
+                f"{self.spec.env_id}: {self.env_url} does not say which data it serves: {error}"
+            ) from None
+
+    def _sciworld(self, env_url: str | None) -> None:
+        """SciWorld's resets: a core whose pool keeps ``workers`` spare JVMs warm (one per reset running at once)
+        where Java and scienceworld are here, else the service at ``env_url``."""
+        from webshop_env.envs.sciworld.pool import env_int
+
+        self.workers = env_int("SCIWORLD_DATA_WORKERS", max(1, min(8, (os.cpu_count() or 2) // 2)))
+        if self.workers < 1:
+            raise DataError("SCIWORLD_DATA_WORKERS must be at least 1")
+        missing = None
+        if importlib.util.find_spec("scienceworld") is None:
+            missing = ("the scienceworld package (ScienceWorld's simulator) is not installed here: pip install -e "
+                       "'services/env[sciworld]' (it also needs a Java 17 runtime)")  # fmt: skip
+        elif shutil.which("java") is None:
+            missing = ("no `java` on PATH, and ScienceWorld's simulator is a JVM: install a Java 17 runtime "
+                       "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")  # fmt: skip
+        if missing is None:
+            from webshop_env.envs.sciworld import JvmPool, SciWorldEnv
+
+            self.core = SciWorldEnv(JvmPool(spares=self.workers, max_live=2 * self.workers, wait_s=600))
+            self.core.prewarm()
+        elif env_url:
+            self.env_url = env_url.rstrip("/")
+        else:
+            raise DataError(f"sciworld: {missing}; or give --env-url (or $WEBSHOP_URL): a service that serves "
+                            "sciworld, whose resets then make the rows")  # fmt: skip
+
+    def prefetch(self, tasks: Sequence[int], split: str) -> None:
+        """Reset ``tasks`` now, ``workers`` at a time, with a progress bar (SciWorld: each reset is a JVM's);
+        ``row`` then uses these resets. Other environments reset in ``row`` (a few milliseconds each)."""
+        if not self.spec.holds_simulator and not self.env_url:
+            return
+        todo = [task for task in dict.fromkeys(tasks) if task not in self._first]
+        if not todo:
+            return
+        bar = tqdm(
+            total=len(todo),
+            desc=f"{self.spec.env_id} resets ({split}, {self.source})",
+            unit="task",
+            disable=not self.progress or len(todo) < 2,
+        )  # fmt: skip  (one row's reset: no bar)
+        with bar:
+            if self.env_url:
+                asyncio.run(self._fetch(todo, bar))
+                return
+            with ThreadPoolExecutor(self.workers, thread_name_prefix=f"{self.spec.env_id}-data") as pool:
+                futures = {pool.submit(self._reset, task): task for task in todo}
+                try:
+                    for future in as_completed(futures):
+                        self._first[futures[future]] = future.result()
+                        bar.update()
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
+
+    async def _fetch(self, tasks: Sequence[int], bar: Any) -> None:
+        """The service's resets of ``tasks``, ``workers`` at a time, each episode closed at once."""
+        from webshop_env.client.envs import EnvClient
+        from webshop_env.client.native import WebShopError
+
+        limit = asyncio.Semaphore(self.workers)
+
+        async def one(task: int) -> None:
+            async with limit:
+                result = await client.reset(task)
+                await client.close(result["state"])
+            self._first[task] = {"observation": result["observation"], "info": dict(result.get("info") or {})}
+            bar.update()
+
+        async with EnvClient(self.env_url or "", self.spec.env_id, timeout=120.0) as client:
+            try:
+                await asyncio.gather(*(one(task) for task in tasks))
+            except (WebShopError, OSError) as error:
+                raise DataError(f"{self.spec.env_id}: a reset at {self.env_url} failed: {error}") from None
+
+    def _reset(self, task: int) -> dict[str, Any]:
+        """The core's reset of ``task`` as {observation, info}; an episode that holds a simulator is closed at
+        once (its JVM freed)."""
+        from webshop_env.envs.contract import EnvError
+
+        if self.env_url:
+            self.prefetch([task], "row")
+            return self._first.pop(task)
+        try:
+            first = self.core.reset(task)
+            if self.spec.holds_simulator:
+                self.core.close(first.state)
+        except EnvError as error:
+            raise DataError(f"{self.spec.env_id}: the reset of task {task} failed: {error}") from None
+        return {"observation": first.observation, "info": dict(first.info)}
+
+    def close(self) -> None:
+        """Stop the simulators this builder started (SciWorld's JVMs); the builder resets no more."""
+        if self.spec.holds_simulator and self.core is not None:
+            self.core.shutdown()
+
+    def row(self, task: int, split: str, index: int) -> dict[str, Any]:
+        spec = self.spec
+        if spec.env_id == envs.WEBSHOP:
+            from .data import build_row
+
+            row = build_row(self.webshop, task, self.goal_set, WEBSHOP_SPLIT[split], index, self.agent_name)
+            row["extra_info"] |= {"env": spec.env_id, "task": task}
+            row["extra_info"]["interaction_kwargs"]["task"] = task
+            return row
+        first = self._first.pop(task, None) or self._reset(task)
+        opening = spec.first_message(first)
+        instruction = _instruction(opening)
+        return {
+            "data_source": spec.data_source,
+            "agent_name": self.agent_name,
+            "prompt": [{"role": "system", "content": spec.system_prompt}, {"role": "user", "content": opening}],
+            "ability": spec.ability,
+            "reward_model": {"style": "environment", "ground_truth": str(first["info"].get("goal") or instruction)},
+            "extra_info": {"index": index, "env": spec.env_id, "task": task, "goal": task, "goal_set": None,
+                           "split": split, "instruction": instruction,
+                           "interaction_kwargs": {"name": spec.env_id, "task": task, "goal": task,
+                                                  "goal_set": None, "split": split}},
+        }  # fmt: skip
+
+
+def _instruction(opening: str) -> str:
+    """The line of the first observation that states the goal (``Goal: ...``, ``Your goal: ...``), else its first."""
+    lines = [line.strip() for line in opening.splitlines() if line.strip()]
+    for line in lines:
+        if line.lower().startswith(("goal:", "your goal:", "your task")):
+            return line
+    return lines[0] if lines else ""
+
+
 def _write(rows: Sequence[dict[str, Any]], path: Path, metadata: Mapping[str, Any]) -> None:
     table = pa.Table.from_pylist(
         list(rows), schema=SCHEMA.with_metadata({METADATA_KEY: json.dumps(metadata)})
@@ -163,9 +465,15 @@ def build_env_datasets(
     for name, value in (("--train-rows", train_rows), ("--val-rows", val_rows), ("--test-rows", test_rows)):
         if value is not None and value < 1:
             raise DataError(f"{name} must be at least 1")
-    data = DataOptions(catalog=catalog_dir, goal_set=goal_set, env_url=env_url, progress=progress)
+    catalog = None
+    if envs.WEBSHOP in env_ids:
+        if catalog_dir is None:
+            raise DataError("webshop needs --catalog (its goals come from the prepared catalog)")
+        from webshop_env.envs.webshop.catalog.store import open_catalog
+
+        catalog = open_catalog(catalog_dir)
     by_env = dict(zip(env_ids, weights, strict=True))
-    tasks = {e: {s: envs.get(e).split_tasks(s, data) for s in SPLITS} for e in env_ids}
+    tasks = {e: {s: split_tasks(e, s, catalog=catalog, goal_set=goal_set) for s in SPLITS} for e in env_ids}
     for env_id, splits in tasks.items():  # the rules make this so; a broken rule must not leak tasks
         seen: dict[int, str] = {}
         for split, ids in splits.items():
@@ -178,12 +486,11 @@ def build_env_datasets(
     builders: dict[str, RowBuilder] = {}
     try:
         for env_id in env_ids:
-            spec = envs.get(env_id)
-            builders[env_id] = (spec.rows or RowBuilder)(spec, data, interaction=interaction)
-        key = rows_key(env_ids, by_env, goal_set, counts, limits, builders)
+            builders[env_id] = RowBuilder(env_id, catalog, goal_set, interaction, progress, env_url)
+        key = rows_key(env_ids, by_env, goal_set, counts, limits, builders, catalog)
         summary = reusable_rows(out_dir, key)
         if summary is None:
-            summary = _write_splits(out_dir, env_ids, by_env, tasks, counts, builders, data, limits)
+            summary = _write_splits(out_dir, env_ids, by_env, tasks, counts, builders, catalog, limits)
             summary["tasks"] = {e: {s: len(tasks[e][s]) for s in SPLITS} for e in env_ids}
             _save_key(out_dir, key, summary)
     finally:
@@ -196,7 +503,7 @@ def build_env_datasets(
 #: that would build the same rows reuses them (SciWorld's full splits are 4,639 resets, each a JVM's).
 ROWS_KEY_FILE = "rows.json"
 #: The modules whose code writes the rows (prompts, first turns, the split rules): part of the key.
-_ROW_MODULES = ("env_data", "data", "envs")
+_ROW_MODULES = ("env_data", "data", "prompts", "envs")
 
 
 def _code_digest() -> str:
@@ -215,10 +522,15 @@ def _code_digest() -> str:
 
 
 def rows_key(env_ids: Sequence[str], weights: Mapping[str, float], goal_set: str, counts: Mapping[str, int],
-             limits: Mapping[str, int | None], builders: Mapping[str, RowBuilder]) -> dict[str, Any]:  # fmt: skip
+             limits: Mapping[str, int | None], builders: Mapping[str, RowBuilder], catalog: Any) -> dict[str, Any]:  # fmt: skip
     """What a set of rows depends on: the environments and their weights, each one's data (the catalog's or the
     core's fingerprint, as the service reports it), the goal set, the rows per split, the route, the code."""
-    data = {env_id: builders[env_id].data_fingerprint() for env_id in env_ids}
+    data = {}
+    for env_id in env_ids:
+        if env_id == envs.WEBSHOP:
+            data[env_id] = f"webshop:{catalog.fingerprint}"
+        else:
+            data[env_id] = builders[env_id].data_fingerprint()
     return {"envs": list(env_ids), "weights": dict(weights), "data": data, "goal_set": goal_set,
             "train": dict(counts), "limits": dict(limits),
             "agent_names": {e: b.agent_name for e, b in builders.items()}, "code": _code_digest()}  # fmt: skip
@@ -259,17 +571,15 @@ def _write_splits(
     tasks: Mapping[str, Mapping[str, list[int]]],
     counts: Mapping[str, int],
     builders: Mapping[str, RowBuilder],
-    data: DataOptions,
+    catalog: Any,
     limits: Mapping[str, int | None],
 ) -> dict[str, Any]:
-    """The three files of ``build_env_datasets`` (the builders' resets prefetched per split); their metadata names
-    the catalog the rows were built from, when the run has one (WebShop's data)."""
-    catalog = getattr(data.catalog, "fingerprint", None)
+    """The three files of ``build_env_datasets`` (the builders' resets prefetched per split)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"out_dir": str(out.resolve()), "envs": env_ids, "weights": by_env,
                                "agent_names": {e: b.agent_name for e, b in builders.items()},
-                               "sources": {e: b.source for e, b in builders.items() if b.source is not None},
+                               "sources": {e: b.source for e, b in builders.items() if e != envs.WEBSHOP},
                                "files": {}, "sizes": {}}  # fmt: skip
     for split in SPLITS:
         if split == "train":
@@ -289,7 +599,7 @@ def _write_splits(
             position[env_id] += 1
         path = out / f"{split}.parquet"
         _write(rows, path, {"envs": env_ids, "weights": by_env, "split": split,
-                            **({"catalog": catalog} if catalog is not None else {})})  # fmt: skip
+                            **({"catalog": catalog.fingerprint} if catalog is not None else {})})  # fmt: skip
         summary["files"][split] = str(path)
         summary["sizes"][split] = {e: len(chosen[e]) for e in env_ids}
     return summary

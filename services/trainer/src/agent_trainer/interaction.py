@@ -1,97 +1,465 @@
-"""The interaction of verl 0.7.x's ``ToolAgentLoop`` route: ``EnvInteraction`` (``BaseInteraction``), one episode of
-any environment per trajectory, played through its spec.
+"""``WebshopInteraction``: verl 0.7.x's ``BaseInteraction`` over the stateless WebShop service.
 
 How verl 0.7.1 drives it (``ToolAgentLoop``): one new agent loop, and so one new interaction object, per
 trajectory, inside the agent-loop worker processes; ``start_interaction(request_id, **interaction_kwargs)``
-once, then ``generate_response(request_id, messages, **interaction_kwargs)`` after every assistant turn (its
-answer is appended to the token stream, the last one too); ``finalize_interaction`` is never called, and a
-trajectory stopped by a turn or length limit simply ends.
+once, then ``generate_response(request_id, messages, **interaction_kwargs)`` after every assistant turn;
+``finalize_interaction`` is never called, and a trajectory stopped by a turn or length limit simply ends.
 
 So, in this module:
 
-- construction is cheap: every interaction object of a process shares one pooled async HTTP client per
-  environment (``episode.shared_client``);
-- per-trajectory state is tiny (the env's signed state token plus counters, ``episode.Episode``) and lives in one
-  process-wide registry keyed by instance id (``episode.EPISODES``); it is freed on ``done``, when the
-  interaction object that opened it is garbage-collected (i.e. when verl drops the agent loop), by
-  ``finalize_interaction``, and after an idle TTL;
-- what a reply does to the episode (parse, step, outcome, score, next user turn) is ``agent_trainer.episode``'s,
-  shared with the agent loop (``agent_loop.EnvAgentLoop``) and eval, so every route plays, scores and counts a
-  reply the same way; the turn reward is its ``TurnScore``.
+- construction is cheap: every interaction object of a process shares one pooled async HTTP client (per
+  event loop and settings);
+- per-trajectory state is tiny (the env's signed state token plus counters) and lives in one process-wide
+  registry keyed by instance id; it is freed on ``done``, when the interaction object that opened it is
+  garbage-collected (i.e. when verl drops the agent loop), by ``finalize_interaction``, and after an idle TTL;
+- the turn reward is a ``TurnScore``: a float (what verl sums and stores in ``turn_scores``) that also says
+  whether the reply was invalid and whether the episode ended. verl 0.7.1 drops the metrics dict that
+  ``generate_response`` returns, and ``turn_scores`` is the only per-turn channel that reaches the reward
+  function (``reward.compute_score``), which counts steps and invalid actions from it.
 
-One ``interaction:`` entry per environment in ``configs/webshop_interaction.yaml``; ``ToolAgentLoop`` picks the
-entry by the row's ``interaction_kwargs["name"]``, so one 0.7.1 run can mix environments. The episode ends where the
-environment ends it, or after ``interaction_kwargs["max_rounds"]`` model turns, which
-``tool_agent_loop.WebShopToolAgentLoop`` sets from the training config's ``environments.<env>.max_rounds``; an
-environment the config has no block for is ended by verl's ``max_assistant_turns`` (WebShop's configs: 25, so 24
-env steps and one last reply that is not played, as the guides run it).
+``EnvInteraction`` is the same for any environment the trainer has a spec for (``agent_trainer.envs``: TextCraft,
+BabyAI, SciWorld), one entry per environment in ``configs/webshop_interaction.yaml``; ``ToolAgentLoop`` picks the
+entry by the row's ``interaction_kwargs["name"]``, so one 0.7.1 run can mix environments. What a reply does to an
+episode is ``agent_trainer.episode``'s, shared with the agent loop (``agent_loop.EnvAgentLoop``).
+
+Both honour ``interaction_kwargs["max_rounds"]`` (model turns per episode), which
+``tool_agent_loop.WebShopToolAgentLoop`` sets from the training config's ``environments.<env>.max_rounds``: the
+run's own file sets each environment's episode length on both routes, whatever ``max_assistant_turns`` allows.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
 try:
     from verl.interactions.base import BaseInteraction
-except ImportError:  # verl >= 0.8 removed interactions; the agent loop is the route there
+except ImportError:
+    # verl >= 0.8 removed interactions; the agent loop (agent_loop.py) still shares this module's client,
+    # registry and goal parsing, so the module must import there (WebshopInteraction is unusable then).
     BaseInteraction = object  # type: ignore[assignment,misc]
 
-from . import envs
-from . import episode as episodes
+from webshop_env.client import EnvClient, WebShopClient, WebShopRequestError, WebShopUnavailable
+
+from . import prompts
+from .actions import UNPARSEABLE_ACTION, extract_action, step_was_valid
 from .config import InteractionSettings
-from .envs import webshop
-from .episode import (
-    EPISODES,
-    Episode,
-    TurnScore,
-    ensure_ready,
-    last_assistant_text,
-    message_text,
-    shared_client,
-)
 
 logger = logging.getLogger(__name__)
 
 
-def reached_rounds(steps: int, kwargs: Mapping[str, Any]) -> bool:
+class TurnScore(float):
+    """A turn's reward, carrying what happened in that turn (it pickles across Ray processes).
+
+    ``purchased``: this turn bought something (the env paid a reward); ``stepped``: the env took a step (False
+    for a trajectory ended because its episode expired or the server refused it); ``success``: set by the agent
+    loop (any environment: the episode is solved if it ends here, by its spec's rule), None on the interaction
+    path (WebShop's rule then applies, ``reward.episode_summary``).
+    """
+
+    invalid: bool
+    done: bool
+    env_reward: float
+    purchased: bool
+    stepped: bool
+    success: bool | None
+
+    def __new__(
+        cls,
+        value: float,
+        *,
+        invalid: bool = False,
+        done: bool = False,
+        env_reward: float = 0.0,
+        purchased: bool = False,
+        stepped: bool = True,
+        success: bool | None = None,
+    ):
+        score = super().__new__(cls, value)
+        score.invalid = invalid
+        score.done = done
+        score.env_reward = env_reward
+        score.purchased = purchased
+        score.stepped = stepped
+        score.success = success
+        return score
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _turn_score,
+            (
+                float(self),
+                self.invalid,
+                self.done,
+                self.env_reward,
+                self.purchased,
+                self.stepped,
+                self.success,
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"TurnScore({float(self)!r}, invalid={self.invalid}, done={self.done}, env_reward={self.env_reward}, "
+            f"purchased={self.purchased}, stepped={self.stepped}, success={self.success})"
+        )
+
+
+def _turn_score(
+    value: float,
+    invalid: bool,
+    done: bool,
+    env_reward: float,
+    purchased: bool = False,
+    stepped: bool = True,
+    success: bool | None = None,
+) -> TurnScore:
+    return TurnScore(value, invalid=invalid, done=done, env_reward=env_reward, purchased=purchased, stepped=stepped,
+                     success=success)  # fmt: skip
+
+
+@dataclass
+class Episode:
+    """One trajectory's env state: the signed token and counters (nothing else is kept)."""
+
+    state: str
+    goal: int
+    goal_set: str | None
+    split: str | None
+    steps: int = 0
+    invalid: int = 0
+    unparseable: int = 0
+    reward: float = 0.0
+    last_used: float = 0.0
+
+
+class EpisodeRegistry:
+    """Per-process map instance id -> Episode, with an idle TTL (verl never says when a trajectory ends)."""
+
+    def __init__(self, sweep_interval: float = 10.0) -> None:
+        self._episodes: dict[str, Episode] = {}
+        self._sweep_interval = sweep_interval
+        self._last_sweep = 0.0
+        self.expired = 0
+        self.opened = 0
+        self.peak = 0
+
+    def __len__(self) -> int:
+        return len(self._episodes)
+
+    def __contains__(self, instance_id: object) -> bool:
+        return instance_id in self._episodes
+
+    def ids(self) -> list[str]:
+        return list(self._episodes)
+
+    def put(self, instance_id: str, episode: Episode) -> None:
+        episode.last_used = time.monotonic()
+        self._episodes[instance_id] = episode
+        self.opened += 1
+        self.peak = max(self.peak, len(self._episodes))
+
+    def get(self, instance_id: str) -> Episode | None:
+        episode = self._episodes.get(instance_id)
+        if episode is not None:
+            episode.last_used = time.monotonic()
+        return episode
+
+    def drop(self, instance_id: str) -> bool:
+        return self._episodes.pop(instance_id, None) is not None
+
+    def drop_many(self, instance_ids: set[str]) -> int:
+        dropped = sum(self.drop(i) for i in list(instance_ids))
+        instance_ids.clear()
+        return dropped
+
+    def sweep(self, ttl: float, now: float | None = None, force: bool = False) -> int:
+        """Drop episodes idle for more than ``ttl`` seconds (at most every ``sweep_interval`` unless forced)."""
+        now = time.monotonic() if now is None else now
+        if not force and now - self._last_sweep < self._sweep_interval:
+            return 0
+        self._last_sweep = now
+        stale = [i for i, e in self._episodes.items() if now - e.last_used > ttl]
+        for instance_id in stale:
+            del self._episodes[instance_id]
+        if stale:
+            self.expired += len(stale)
+            logger.info("dropped %d WebShop episode(s) idle for more than %.0f s", len(stale), ttl)
+        return len(stale)
+
+    def clear(self) -> None:
+        """Forget every episode and reset the counters (tests and the preflight start from zero)."""
+        self._episodes.clear()
+        self.expired = self.opened = self.peak = 0
+
+
+#: The registry of this process (all interaction objects share it; tests and the preflight inspect it).
+EPISODES = EpisodeRegistry()
+
+# One client per (event loop, settings): an httpx pool is bound to the loop it was first used on.
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], WebShopClient]] = (
+    weakref.WeakKeyDictionary()
+)
+_READY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[str]] = weakref.WeakKeyDictionary()
+_READY_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def env_urls(settings: InteractionSettings) -> list[str]:
+    """Where this process reaches the env, in order of preference (``env: ray``: its own node's Serve proxy
+    first, then the other nodes' proxies; ``env: http``: ``env_url``)."""
+    if settings.env == "ray":
+        from webshop_env.ray_serve.nodes import node_proxy_urls
+
+        return node_proxy_urls(settings.ray_port)
+    return [settings.env_url]
+
+
+def shared_client(settings: InteractionSettings, env_id: str = "webshop") -> WebShopClient:
+    """The process's client for these settings and environment on the running event loop (created on first use):
+    WebShop's own (``/v1/...``), or an ``EnvClient`` for another environment served by the same balancer
+    (``/<env_id>/v1/...``), with the same retries, back-off and address fallback."""
+    loop = asyncio.get_running_loop()
+    key = (env_id, settings.env, settings.env_url, settings.ray_port, settings.timeout, settings.retries,
+           settings.retry_budget_s, settings.backoff, settings.max_backoff, settings.max_connections)  # fmt: skip
+    clients = _CLIENTS.setdefault(loop, {})
+    client = clients.get(key)
+    if client is None:
+        urls = env_urls(settings)
+        options: dict[str, Any] = dict(
+            fallback_urls=urls[1:],
+            timeout=settings.timeout,
+            retries=settings.retries,
+            retry_budget=settings.retry_budget_s,
+            backoff=settings.backoff,
+            max_backoff=settings.max_backoff,
+            max_connections=settings.max_connections,
+        )
+        client = (
+            WebShopClient(urls[0], **options)
+            if env_id == "webshop"
+            else EnvClient(urls[0], env_id, **options)
+        )
+        clients[key] = client
+    return client
+
+
+async def close_shared_clients() -> None:
+    """Close the running loop's clients (tests and the preflight call this before their loop ends)."""
+    loop = asyncio.get_running_loop()
+    for client in _CLIENTS.pop(loop, {}).values():
+        await client.aclose()
+    _READY.pop(loop, None)
+    _READY_LOCKS.pop(loop, None)
+
+
+async def ensure_ready(settings: InteractionSettings, client: WebShopClient) -> None:
+    """Wait (once per process and URL) until the service answers; fail fast with a clear message."""
+    loop = asyncio.get_running_loop()
+    ready = _READY.setdefault(loop, set())
+    if client.base_url in ready or settings.ready_timeout <= 0:
+        return
+    lock = _READY_LOCKS.setdefault(loop, asyncio.Lock())
+    async with lock:
+        if client.base_url in ready:
+            return
+        if not await client.health():
+            hint = (
+                "is the env deployed on this Ray cluster? `webshop-env serve-ray`"
+                if settings.env == "ray"
+                else "set env_url in the interaction config or WEBSHOP_URL; `make up-local` starts one locally"
+            )
+            logger.warning(
+                "waiting up to %.0f s for the WebShop service at %s (%s)",
+                settings.ready_timeout, " / ".join(client.urls), hint,
+            )  # fmt: skip
+            await client.wait_until_ready(settings.ready_timeout)
+        ready.add(client.base_url)
+
+
+def parse_goal(kwargs: Mapping[str, Any]) -> int:
+    """The goal index from ``goal`` (or ``session_id``/``goal_id``; int, ``"12"`` or ``"webshop_12"``)."""
+    for key in ("goal", "session_id", "goal_id"):
+        value = kwargs.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            break
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().rsplit("_", 1)[-1]
+        if text.isdigit():
+            return int(text)
+        raise ValueError(
+            f"interaction_kwargs[{key!r}] = {value!r} is not a goal index (int or 'webshop_<N>')"
+        )
+    raise ValueError(
+        f"interaction_kwargs has no goal: expected 'goal' (or 'session_id'), got keys {sorted(kwargs)}; "
+        "rebuild the dataset with `agent-train data`"
+    )
+
+
+class WebshopInteraction(BaseInteraction):
+    """verl interaction that plays one WebShop episode per trajectory through the balancer."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.settings = InteractionSettings.from_config(config)
+        self.registry = EPISODES
+        # The instance ids this object opened; dropped from the registry when verl drops this object.
+        self._owned: set[str] = set()
+        weakref.finalize(self, EPISODES.drop_many, self._owned)
+
+    # ---- verl API --------------------------------------------------------------------------------------
+    async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:
+        """Reset the env on the row's goal; returns the instance id that keys this trajectory."""
+        instance_id = instance_id or uuid4().hex
+        goal = parse_goal(kwargs)
+        goal_set = kwargs.get("goal_set") or self.settings.goal_set
+        split = kwargs.get("split") or None
+        self.registry.sweep(self.settings.state_ttl_s)
+        client = shared_client(self.settings)
+        await ensure_ready(self.settings, client)
+        first = await client.reset(goal, goal_set=goal_set, split=split)
+        self.registry.put(
+            instance_id, Episode(state=first["state"], goal=goal, goal_set=goal_set, split=split)
+        )
+        self._owned.add(instance_id)
+        return instance_id
+
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict[str, Any]]:
+        """Step the env with the action in the last assistant message.
+
+        Returns ``(done, next user message, turn reward, metrics)``.
+        """
+        episode = self.registry.get(instance_id)
+        if episode is None:
+            logger.warning("no WebShop episode for %s (expired after %.0f s idle, or already finished)",
+                           instance_id, self.settings.state_ttl_s)  # fmt: skip
+            return (
+                True,
+                "The episode has expired.",
+                TurnScore(0.0, done=True, stepped=False),
+                {"expired": True},
+            )
+        reply = prompts.last_assistant_text(messages)
+        action = extract_action(reply)
+        try:
+            result = await shared_client(self.settings).step(episode.state, action or UNPARSEABLE_ACTION)
+        except WebShopRequestError as error:
+            self._finish(instance_id)
+            if self.settings.on_env_error == "raise":
+                raise
+            logger.warning("WebShop refused a step of %s (goal %s): %s; ending the trajectory with reward 0",
+                           instance_id, episode.goal, error)  # fmt: skip
+            return (
+                True,
+                f"The environment ended the episode: {error.detail}",
+                TurnScore(0.0, done=True, stepped=False),
+                {"env_error": error.error},
+            )
+        except WebShopUnavailable:
+            self._finish(instance_id)
+            raise
+
+        info = result.get("info") or {}
+        valid = step_was_valid(action, info)
+        done = bool(result.get("done"))
+        truncated = bool(info.get("truncated"))
+        env_reward = float(result.get("reward") or 0.0)
+        episode.state = result["state"]
+        episode.steps += 1
+        episode.invalid += 0 if valid else 1
+        episode.unparseable += 1 if action is None else 0
+        episode.reward = env_reward if done else episode.reward
+        penalty = self.settings.invalid_action_penalty if action is None else 0.0
+        purchased = done and "reward_info" in info  # not a truncation: the env paid for a purchase
+        score = TurnScore(
+            env_reward - penalty, invalid=not valid, done=done, env_reward=env_reward, purchased=purchased
+        )
+        message = prompts.step_message(
+            result.get("observation", ""),
+            result.get("available_actions") or {},
+            action=action,
+            valid=valid,
+            done=done,
+            truncated=truncated,
+            max_observation_chars=self.settings.max_observation_chars,
+        )
+        metrics = {
+            "action": action,
+            "valid": valid,
+            "steps": episode.steps,
+            "invalid_actions": episode.invalid,
+            "env_reward": env_reward,
+            "truncated": truncated,
+        }
+        if done or reached_rounds(episode.steps, kwargs):
+            done = True
+            self._finish(instance_id)
+        return done, message, score, metrics
+
+    async def calculate_score(self, instance_id: str | None = None, **kwargs: Any) -> float:
+        """The episode's env reward so far (0 until the purchase)."""
+        episode = self.registry.get(instance_id) if instance_id else None
+        return episode.reward if episode else 0.0
+
+    async def finalize_interaction(self, instance_id: str | None = None, **kwargs: Any) -> None:
+        """Free one trajectory's state, or all of this object's when no id is given (0.7.1 never calls it)."""
+        if instance_id is None:
+            self.registry.drop_many(self._owned)
+        else:
+            self._finish(instance_id)
+
+    # ---- helpers ---------------------------------------------------------------------------------------
+    def _finish(self, instance_id: str) -> None:
+        self.registry.drop(instance_id)
+        self._owned.discard(instance_id)
+
+
+def reached_rounds(steps: int, kwargs: Mapping[str, Any], default: int | None = None) -> bool:
     """Whether an episode that has played ``steps`` model turns has used up its rounds: the row's
-    ``max_rounds`` (set by ``WebShopToolAgentLoop`` from the training config's ``environments.<env>.max_rounds``);
-    without one the interaction sets no limit of its own and verl's ``max_assistant_turns`` ends the episode."""
+    ``max_rounds`` (set by ``WebShopToolAgentLoop`` from the training config), else ``default`` (None: no limit
+    of its own; verl's ``max_assistant_turns`` ends it)."""
     rounds = kwargs.get("max_rounds")
-    return rounds is not None and steps >= int(rounds)
+    rounds = default if rounds is None else int(rounds)
+    return rounds is not None and steps >= rounds
 
 
 class EnvInteraction(BaseInteraction):
     """verl 0.7.1 interaction that plays one episode of any environment per trajectory through its spec.
 
     Config (one ``interaction:`` entry per environment): ``env_id`` (a spec of ``agent_trainer.envs``; default
-    the entry's ``name``) and any ``InteractionSettings`` field; unknown keys raise. The episode's rounds are the
-    row's ``max_rounds`` (module docstring).
+    the entry's ``name``), ``max_rounds`` (model turns per episode; null: the spec's, AgentGym-RL's: TextCraft 30,
+    BabyAI 20, SciWorld 20; the row's ``max_rounds`` wins) and any ``InteractionSettings`` field; unknown keys raise.
 
     The first user turn is the row's (``agent-train data --env``: the environment's own reset text for the task);
-    the first reply checks that it is what the service shows for the row's task (``EnvSpec.checks_opening``), so
-    rows built for another task, environment or version fail at once rather than train the model on a task it does
-    not play.
+    the first reply checks that it is what the service shows for the row's task, so rows built for another task,
+    environment or version fail at once rather than train the model on a task it does not play.
     """
-
-    #: The environment when the entry names none (``WebshopInteraction``: webshop).
-    default_env_id: str | None = None
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
+        # imported here: envs imports this module (WebShop's spec reads its goals with parse_goal)
+        from . import envs
+
         values = dict(config)
-        env_id = values.pop("env_id", None) or self.default_env_id or values.get("name")
-        if values.pop("max_rounds", None) is not None:
-            raise ValueError(
-                f"{env_id} interaction: max_rounds is not an interaction setting: an episode's length is the "
-                f"training config's environments.{env_id}.max_rounds (default: the spec's rounds)"
-            )
+        env_id = values.pop("env_id", None) or values.get("name")
+        max_rounds = values.pop("max_rounds", None)
         self.spec = envs.get(str(env_id))
         self.settings = InteractionSettings.from_config(values)
+        self.max_rounds = int(max_rounds) if max_rounds is not None else self.spec.max_rounds
+        if self.max_rounds is not None and self.max_rounds < 1:
+            raise ValueError(
+                f"{self.spec.env_id} interaction: max_rounds ({self.max_rounds}) must be at least 1"
+            )
         self.registry = EPISODES
         self._owned: set[str] = set()
         self._openings: dict[str, str] = {}  # instance id -> the first turn the service showed, until checked
@@ -100,24 +468,31 @@ class EnvInteraction(BaseInteraction):
     # ---- verl API --------------------------------------------------------------------------------------
     async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:
         """Reset the environment on the row's task (``task``; WebShop: ``goal``); returns the instance id."""
+        from . import episode as episodes
+
         instance_id = instance_id or uuid4().hex
         task = self.spec.task_of(kwargs)
-        options = self.spec.reset_kwargs(kwargs, self.settings.goal_set)
+        split = kwargs.get("split") or None
+        goal_set = (
+            (kwargs.get("goal_set") or self.settings.goal_set) if self.spec.env_id == "webshop" else None
+        )
         self.registry.sweep(self.settings.state_ttl_s)
-        client = shared_client(self.settings, self.spec)
+        client = shared_client(self.settings, self.spec.env_id)
         await ensure_ready(self.settings, client)
-        first = await episodes.reset(self.spec, client, task, options)
-        self.registry.put(instance_id, Episode(state=first["state"], goal=task, goal_set=options.get("goal_set"),
-                                               split=kwargs.get("split") or None))  # fmt: skip
+        first = await episodes.reset(self.spec, client, task, goal_set=goal_set, split=split)
+        self.registry.put(
+            instance_id, Episode(state=first["state"], goal=task, goal_set=goal_set, split=split)
+        )
         self._owned.add(instance_id)
-        if self.spec.checks_opening:
-            self._openings[instance_id] = self.spec.first_message(first)
+        self._openings[instance_id] = self.spec.first_message(first)
         return instance_id
 
     async def generate_response(
         self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
     ) -> tuple[bool, str, float, dict[str, Any]]:
         """Play the last assistant message; returns ``(done, next user message, turn score, metrics)``."""
+        from . import episode as episodes
+
         episode = self.registry.get(instance_id)
         if episode is None:
             logger.warning("no %s episode for %s (expired after %.0f s idle, or already finished)",
@@ -131,16 +506,15 @@ class EnvInteraction(BaseInteraction):
         opening = self._openings.pop(instance_id, None)
         if opening is not None:
             await self._check_opening(instance_id, episode, opening, messages)
-        client = shared_client(self.settings, self.spec)
+        client = shared_client(self.settings, self.spec.env_id)
         try:
             turn = await episodes.play_turn(self.spec, self.settings, client, episode,
-                                            last_assistant_text(messages), instance_id=instance_id)  # fmt: skip
+                                            prompts.last_assistant_text(messages), instance_id=instance_id)  # fmt: skip
         except BaseException:
             await self._finish(instance_id)
             raise
-        done = turn.done or reached_rounds(episode.steps, kwargs)
-        named = turn.parsed.action if turn.parsed.well_formed else None  # the action the reply named, if any
-        metrics: dict[str, Any] = {"action": named, "valid": turn.outcome.valid, "steps": episode.steps,
+        done = turn.done or reached_rounds(episode.steps, kwargs, self.max_rounds)
+        metrics: dict[str, Any] = {"action": turn.parsed.action, "valid": turn.outcome.valid, "steps": episode.steps,
                                    "invalid_actions": episode.invalid, "env_reward": turn.outcome.env_reward,
                                    "success": turn.outcome.success}  # fmt: skip
         if turn.error is not None:
@@ -164,7 +538,7 @@ class EnvInteraction(BaseInteraction):
     async def _check_opening(
         self, instance_id: str, episode: Episode, opening: str, messages: list[dict[str, Any]]
     ) -> None:
-        shown = next((message_text(m) for m in messages if m.get("role") == "user"), None)
+        shown = next((prompts.message_text(m) for m in messages if m.get("role") == "user"), None)
         if shown is None or shown.strip() == opening.strip():
             return
         await self._finish(instance_id)
@@ -176,16 +550,11 @@ class EnvInteraction(BaseInteraction):
         )
 
     async def _finish(self, instance_id: str) -> None:
+        from . import episode as episodes
+
         episode = self.registry.get(instance_id)
         self.registry.drop(instance_id)
         self._owned.discard(instance_id)
         self._openings.pop(instance_id, None)
         if self.spec.holds_simulator and episode is not None:
-            await episodes.close_quietly(shared_client(self.settings, self.spec), episode.state)
-
-
-class WebshopInteraction(EnvInteraction):
-    """``EnvInteraction`` on WebShop (the name configs have always given WebShop's entry)."""
-
-    default_env_id = webshop.ENV_ID
-
+            await episodes.close_quietly(shared_client(self.settings, self.spec.env_id), episode.state)

@@ -394,10 +394,10 @@ def pick_oracle_goals(
     The goals are spread over every plan length found among the first ``scan`` goals, longest first, so a run
     with as many goals as lengths has one goal at the step limit itself.
     """
-    from webshop_env.catalog.store import open_catalog
-    from webshop_env.core.env import WebShopEnv
-    from webshop_env.core.goals import split_range
-    from webshop_env.core.oracle import expert_actions, run_actions
+    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from webshop_env.envs.webshop.core.goals import split_range
+    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
 
     from .turns import env_steps_for_turns
 
@@ -509,8 +509,8 @@ def _default_catalog(out_dir: Path) -> Path:
         return configured
     target = out_dir / "catalog"
     if not (target / "manifest.json").exists():
-        from webshop_env.catalog.generate import generate_catalog
-        from webshop_env.catalog.prepare import prepare_catalog
+        from webshop_env.envs.webshop.catalog.generate import generate_catalog
+        from webshop_env.envs.webshop.catalog.prepare import prepare_catalog
 
         print(f"preflight: no catalog at {configured}; generating a small one in {target}", file=sys.stderr)
         generate_catalog(out_dir / "raw", products=600, seed=7, progress=False)
@@ -519,10 +519,8 @@ def _default_catalog(out_dir: Path) -> Path:
 
 
 # ---- the WebShop agent loop (both verl lines) --------------------------------------------------------------
-def agent_loop_overrides(model_dir: Path, train_file: Path, rollouts: int, max_turns: int,
-                         env_ids: Sequence[str] = ("webshop",)) -> list[str]:  # fmt: skip
-    """Overrides that point a training config at the tiny model, the small dataset and the agent loop, with
-    ``max_turns`` assistant turns and so ``max_turns - 1`` rounds for every one of ``env_ids``."""
+def agent_loop_overrides(model_dir: Path, train_file: Path, rollouts: int, max_turns: int) -> list[str]:
+    """Overrides that point a training config at the tiny model, the small dataset and the agent loop."""
     agent_file = (config_dir() / AGENT_LOOP_CONFIG).resolve()
     return [
         f"actor_rollout_ref.model.path={model_dir}",
@@ -537,7 +535,6 @@ def agent_loop_overrides(model_dir: Path, train_file: Path, rollouts: int, max_t
         f"actor_rollout_ref.rollout.multi_turn.max_user_turns={max_turns}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_file}",
         f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
-        *env_round_overrides(env_ids, max_turns),
     ]
 
 
@@ -761,7 +758,7 @@ def run_agent_loop_preflight(options: PreflightOptions) -> dict[str, Any]:
         summary["config_valid"] = checks["config_valid"] = all(r["valid"] for r in reports)
         summary["timings"]["configs"] = round(time.monotonic() - t, 2)
 
-        from webshop_env.catalog.store import open_catalog
+        from webshop_env.envs.webshop.catalog.store import open_catalog
 
         from .tiny_model import build_tiny_model
 
@@ -833,7 +830,7 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         t = lap("configs", t)
 
         # 2. data + tiny model
-        from webshop_env.catalog.store import open_catalog
+        from webshop_env.envs.webshop.catalog.store import open_catalog
 
         from .data import build_dataset
         from .tiny_model import build_tiny_model
@@ -1143,7 +1140,7 @@ def run_env_preflight(options: PreflightOptions) -> dict[str, Any]:
         summary["timings"]["configs"] = round(time.monotonic() - t, 2)
 
         t = time.monotonic()
-        from webshop_env.catalog.store import open_catalog
+        from webshop_env.envs.webshop.catalog.store import open_catalog
 
         from .tiny_model import build_tiny_model
 
@@ -1213,18 +1210,18 @@ def run_env_preflight(options: PreflightOptions) -> dict[str, Any]:
 def write_env_rows(env_ids: Sequence[str], plans: Mapping[str, Mapping[int, Sequence[str]]], catalog: Any,
                    goal_set: str, path: Path, interaction: bool = False, env_url: str | None = None
                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
-    """The rows of the picked tasks (``env_data.row_builder``: what ``agent-train data --env`` writes; the
+    """The rows of the picked tasks (``env_data.RowBuilder``: what ``agent-train data --env`` writes; the
     interaction route's with ``interaction``; resets in process, else the service's at ``env_url``) into ``path``;
     the rows and each row's first user turn -> its plan."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .env_data import SCHEMA, row_builder
+    from .env_data import SCHEMA, RowBuilder
 
     rows: list[dict[str, Any]] = []
     openings: dict[str, Sequence[str]] = {}
     for env_id in env_ids:
-        builder = row_builder(env_id, catalog, goal_set, interaction=interaction, env_url=env_url)
+        builder = RowBuilder(env_id, catalog, goal_set, interaction=interaction, env_url=env_url)
         for task, plan in plans[env_id].items():
             row = builder.row(task, "train", len(rows))
             rows.append(row)
@@ -1253,11 +1250,10 @@ def _env_interaction_stage(options: PreflightOptions, directory: Path, name: str
     from .interaction import EPISODES
 
     interaction_file = config_dir() / INTERACTION_CONFIG
-    env_ids = list(dict.fromkeys(str(r["data_source"]) for r in rows))
-    overrides = [*options.overrides,
-                 *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns, env_ids),
+    overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
                  f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interaction_file}",
                  f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
+                 *env_round_overrides([str(r["data_source"]) for r in rows], options.max_turns),
                  *options.extra_overrides]  # fmt: skip
     _, config = compose_training_config(name, overrides, directory)
     OmegaConf.resolve(config)
@@ -1309,9 +1305,8 @@ def _env_agent_loop_stage(options: PreflightOptions, directory: Path, name: str,
     from .interaction import EPISODES
     from .rehearsal.local_rollout import TinyModelServer
 
-    overrides = [*options.overrides,
-                 *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns, env_ids),
-                 *options.extra_overrides]  # fmt: skip
+    overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
+                 *env_round_overrides(env_ids, options.max_turns), *options.extra_overrides]  # fmt: skip
     _, config = compose_training_config(name, overrides, directory)
     OmegaConf.resolve(config)
     tokenizer = hf_tokenizer(str(model_dir))

@@ -14,10 +14,10 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from webshop_env.catalog.store import open_catalog
-from webshop_env.core.env import WebShopEnv
+from webshop_env.envs.webshop.catalog.store import open_catalog
+from webshop_env.envs.webshop.core.env import WebShopEnv
 
-from .envs import webshop
+from . import prompts
 
 BOS = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -36,18 +36,18 @@ MARKER = "webshop-tiny-model.json"
 
 def catalog_texts(catalog_dir: Path | str, goals: int = 200) -> Iterator[str]:
     """Text to train the tokenizer on: prompts, plus start and result pages of the first goals."""
-    yield webshop.SYSTEM_PROMPT
-    yield webshop.INVALID_REPLY_MESSAGE
+    yield prompts.SYSTEM_PROMPT
+    yield prompts.INVALID_REPLY_MESSAGE
     catalog = open_catalog(catalog_dir)
     env = WebShopEnv(catalog)
     goal_set = "synthetic" if "synthetic" in catalog.goal_sets else catalog.goal_sets[0]
     for goal in range(min(goals, catalog.goal_count(goal_set))):
         first = env.reset(goal, goal_set=goal_set)
-        yield webshop.first_user_message(first.instruction, first.observation, first.available_actions)
+        yield prompts.first_user_message(first.instruction, first.observation, first.available_actions)
         if goal % 4 == 0:
             record = env.goal(goal_set, goal)
             page = env.step(first.state, f"search[{record.query or record.name}]")
-            yield webshop.page_text(page.observation, page.available_actions)
+            yield prompts.page_text(page.observation, page.available_actions)
             yield f"Action: search[{record.query}]\nAction: click[{record.asin.lower()}]\nAction: click[buy now]"
 
 

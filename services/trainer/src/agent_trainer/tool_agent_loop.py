@@ -13,8 +13,8 @@ verl's ``ToolAgentLoop`` as released:
 It also gives each environment its own episode shape, as the agent loop does: the training config's
 ``environments.<env>.turn_tokens`` (the env named by the row's ``interaction_kwargs["name"]``) caps that row's
 turns, and ``environments.<env>.max_rounds`` goes to the interaction as ``interaction_kwargs["max_rounds"]``
-(``EnvInteraction`` ends the episode there), so one run can mix environments with different budgets (verl's
-``max_assistant_turns`` is one number for the whole run).
+(``WebshopInteraction`` and ``EnvInteraction`` end the episode there), so one run can mix environments with
+different budgets (verl's ``max_assistant_turns`` is one number for the whole run).
 
 This subclass changes exactly those things and calls verl's own code for everything else. It is declared
 under verl's own name ``tool_agent`` in ``configs/webshop_agent_loop.yaml``, which the 0.7 configs load
@@ -30,8 +30,9 @@ from typing import Any
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
 from . import envs, episode
+from .agent_loop import environment_settings
 from .agent_tokens import turn_separator_ids
-from .config import TURN_TOKENS, environment_settings
+from .config import TURN_TOKENS
 
 
 class WebShopToolAgentLoop(ToolAgentLoop):
@@ -58,7 +59,11 @@ class WebShopToolAgentLoop(ToolAgentLoop):
             if shape.get("max_rounds") is not None:  # a copy: the batch's own row stays as it was
                 interaction_kwargs = {**interaction_kwargs, "max_rounds": int(shape["max_rounds"])}
                 kwargs["extra_info"] = {**extra, "interaction_kwargs": interaction_kwargs}
-        spec = envs.find(str(interaction_kwargs.get("name"))) if isinstance(interaction_kwargs, Mapping) else None
+        spec = (
+            envs.SPECS.get(str(interaction_kwargs.get("name")))
+            if isinstance(interaction_kwargs, Mapping)
+            else None
+        )
         if spec is None:
             return await super().run(sampling_params, **kwargs)
         async with episode.episode_slot(spec, self.config):  # SciWorld: one of the fleet's JVMs

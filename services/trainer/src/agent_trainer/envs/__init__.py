@@ -53,11 +53,6 @@ def get(env_id: str) -> EnvSpec:
     return spec
 
 
-def find(env_id: str) -> EnvSpec | None:
-    """The spec of ``env_id``, else None."""
-    return SPECS.get(env_id) or plugins().get(env_id)
-
-
 def by_agent_name(agent_name: str) -> EnvSpec | None:
     """The spec whose agent-loop entry is ``agent_name`` (``textcraft_agent`` -> TextCraft), else None."""
     return next((s for s in (*SPECS.values(), *plugins().values()) if s.agent_name == agent_name), None)
@@ -67,7 +62,7 @@ def parse_ids(text: str) -> list[str]:
     """``"textcraft,babyai"`` -> ``["textcraft", "babyai"]`` (each checked, no repeats)."""
     names = [part.strip() for part in str(text).split(",") if part.strip()]
     if not names:
-        raise UnknownEnvironment(f"no environment named in {text!r}; the trainer knows {', '.join(SPECS)}")
+        raise UnknownEnvironment(f"no environment named in {text!r}; the trainer knows {', '.join(ids())}")
     for name in names:
         get(name)
     if len(set(names)) != len(names):
@@ -76,4 +71,4 @@ def parse_ids(text: str) -> list[str]:
 
 
 __all__ = ["SPECS", "WEBSHOP", "EnvSpec", "Outcome", "Parsed", "TaskError", "UnknownEnvironment", "by_agent_name",
-           "find", "get", "ids", "parse_ids", "plugins", "task_index"]  # fmt: skip
+           "get", "ids", "parse_ids", "plugins", "task_index"]  # fmt: skip

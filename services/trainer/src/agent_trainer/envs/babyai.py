@@ -24,9 +24,6 @@ from .spec import EnvSpec, Outcome, Parsed, cut, task_index
 
 ENV_ID = "babyai"
 MAX_ROUNDS = 20  # AgentGym-RL's rounds for BabyAI (its ScalingInter-RL schedule: 6, 13, 20)
-#: The task pool: tasks 0 .. LEVELS * SEEDS - 1, level ``task % LEVELS``, seed ``task // LEVELS``.
-LEVELS = 40
-SEEDS = 50
 COMPLETED = "The task is completed."
 #: How the environment's answer to an action it refused begins (AgentGym's texts).
 REFUSED = ("The action is not recognized", "There is a barrier in front of you", "You cannot ")
@@ -94,15 +91,8 @@ def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
                    valid=parsed.well_formed and accepted, finished=ended)  # fmt: skip
 
 
-def split_of(task: int) -> str:
-    """Test seeds 0-4 (200 tasks: every level 5 times), val seed 5 (40: every level once), train seeds 6-49."""
-    seed = task // LEVELS
-    return "test" if seed < 5 else "val" if seed == 5 else "train"
-
-
 SPEC = EnvSpec(
     env_id=ENV_ID,
-    display_name="BabyAI",
     title="BabyAI: reach a goal in a grid world of rooms (go to, pick up, open, put next to); 40 levels",
     system_prompt=SYSTEM_PROMPT,
     max_rounds=MAX_ROUNDS,
@@ -114,6 +104,4 @@ SPEC = EnvSpec(
     "success, 0 on failure; 0 if the rounds run out first (never AgentGym's running score)",
     success_rule="the level ended with a positive reward",
     task_of=functools.partial(task_index, env_id=ENV_ID),
-    task_count=LEVELS * SEEDS,
-    split_of=split_of,
 )

@@ -17,17 +17,10 @@ episodes that merely ran out of moves with partial credit. Here:
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-import shutil
-from collections.abc import Iterable, Mapping
-from itertools import chain, zip_longest
+from collections.abc import Mapping
 from typing import Any
 
-from webshop_env.envs.sciworld.games import GAME_COUNT, TASKS, game
-
-from .rows import RowBuilder
-from .spec import DataError, EnvSpec, Outcome, Parsed, cut, task_index
+from .spec import EnvSpec, Outcome, Parsed, cut, task_index
 
 ENV_ID = "sciworld"
 MAX_ROUNDS = 20  # AgentGym-RL's rounds for SciWorld (its ScalingInter-RL schedule: 10, 20, 30)
@@ -99,75 +92,8 @@ def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
                    valid=parsed.well_formed and accepted, finished=done)  # fmt: skip
 
 
-#: ScienceWorld's split of each task type's variations (scienceworld 1.2.3's ``get_variations_train/dev/test``,
-#: which are contiguous): variations below the first number are train, below the second dev (val here), the rest
-#: test. Static in the jar, so written down (no JVM to compute a split); the tests compare it with a JVM's.
-VARIATION_SPLITS: dict[str, tuple[int, int]] = {
-    "boil": (14, 21), "melt": (14, 21), "freeze": (14, 21), "change-the-state-of-matter-of": (14, 21),
-    "use-thermometer": (270, 405), "measure-melting-point-known-substance": (218, 327),
-    "measure-melting-point-unknown-substance": (150, 225), "power-component": (10, 15),
-    "power-component-renewable-vs-nonrenewable-energy": (10, 15), "test-conductivity": (450, 675),
-    "test-conductivity-of-unknown-substances": (300, 450), "find-living-thing": (150, 225),
-    "find-non-living-thing": (150, 225), "find-plant": (150, 225), "find-animal": (150, 225),
-    "chemistry-mix": (16, 24), "chemistry-mix-paint-secondary-color": (18, 27),
-    "chemistry-mix-paint-tertiary-color": (18, 27), "lifespan-longest-lived": (62, 93),
-    "lifespan-shortest-lived": (62, 93), "lifespan-longest-lived-then-shortest-lived": (62, 93),
-    "identify-life-stages-1": (6, 9), "identify-life-stages-2": (4, 6),
-}  # fmt: skip
-
-
-def split_of(task: int) -> str:
-    """ScienceWorld's own split of the task's type: its first half of the variations train, the next quarter dev
-    (val), the rest test (:data:`VARIATION_SPLITS`)."""
-    name, variation = game(task)
-    train_end, dev_end = VARIATION_SPLITS[name]
-    return "train" if variation < train_end else "val" if variation < dev_end else "test"
-
-
-def round_robin_task_types(tasks: Iterable[int]) -> list[int]:
-    """The tasks one per task type in turn (the types in AgentGym's order, each type's in index order), so any
-    prefix of a split (``--val-rows``, ``val_max_samples``, eval's ``MAX_SAMPLES``) covers every type."""
-    by_type: dict[str, list[int]] = {name: [] for _, name, _ in TASKS}
-    for task in tasks:
-        by_type[game(task)[0]].append(task)
-    return [t for t in chain.from_iterable(zip_longest(*by_type.values())) if t is not None]
-
-
-class SciWorldRows(RowBuilder):
-    """SciWorld's rows, each from a reset in a fresh JVM, as the service resets: a second task loaded in one JVM can
-    list a room's objects in another order, which the interaction would refuse at the first turn. One core and its
-    warm pool (spare JVMs started in the background) serve the whole build, ``SCIWORLD_DATA_WORKERS`` resets at a
-    time (default half the CPUs, at most 8), each JVM closed at once. That needs Java 17 and the ``scienceworld``
-    package here; without them, the service at ``data.env_url`` makes the rows."""
-
-    def open(self) -> None:
-        from webshop_env.envs.sciworld.pool import env_int
-
-        self.workers = env_int("SCIWORLD_DATA_WORKERS", max(1, min(8, (os.cpu_count() or 2) // 2)))
-        if self.workers < 1:
-            raise DataError("SCIWORLD_DATA_WORKERS must be at least 1")
-        missing = None
-        if importlib.util.find_spec("scienceworld") is None:
-            missing = ("the scienceworld package (ScienceWorld's simulator) is not installed here: pip install -e "
-                       "'services/env[sciworld]' (it also needs a Java 17 runtime)")  # fmt: skip
-        elif shutil.which("java") is None:
-            missing = ("no `java` on PATH, and ScienceWorld's simulator is a JVM: install a Java 17 runtime "
-                       "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")  # fmt: skip
-        if missing is None:
-            from webshop_env.envs.sciworld import JvmPool, SciWorldEnv
-
-            self.core = SciWorldEnv(JvmPool(spares=self.workers, max_live=2 * self.workers, wait_s=600))
-            self.core.prewarm()
-        elif self.data.env_url:
-            self.env_url = self.data.env_url.rstrip("/")
-        else:
-            raise DataError(f"sciworld: {missing}; or give --env-url (or $WEBSHOP_URL): a service that serves "
-                            "sciworld, whose resets then make the rows")  # fmt: skip
-
-
 SPEC = EnvSpec(
     env_id=ENV_ID,
-    display_name="SciWorld",
     title="SciWorld: elementary science tasks in a text simulation (ScienceWorld); 4,639 task variations",
     system_prompt=SYSTEM_PROMPT,
     max_rounds=MAX_ROUNDS,
@@ -180,8 +106,4 @@ SPEC = EnvSpec(
     success_rule="the score reached 100 (the task completed); a move- or round-limit ending never counts",
     task_of=functools.partial(task_index, env_id=ENV_ID),
     holds_simulator=True,
-    task_count=GAME_COUNT,
-    split_of=split_of,
-    split_order=round_robin_task_types,
-    rows=SciWorldRows,
 )

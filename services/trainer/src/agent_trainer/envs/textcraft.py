@@ -17,8 +17,6 @@ from .spec import EnvSpec, Outcome, Parsed, cut, task_index
 
 ENV_ID = "textcraft"
 MAX_ROUNDS = 30  # AgentGym-RL's rounds for TextCraft (its ScalingInter-RL schedule: 10, 20, 30)
-#: The task pool: AgentGym's 544 goals, sorted by crafting depth.
-TASKS = 544
 #: How the environment's answer to an action it carried out begins (anything else was refused).
 ACCEPTED = ("Got ", "Crafted ", "Inventory: ")
 
@@ -74,17 +72,8 @@ def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
                    valid=parsed.well_formed and accepted, finished=done)  # fmt: skip
 
 
-def split_of(task: int) -> str:
-    """Test every 8th goal (68), val ``task % 16 == 4`` (34), train the other 442: every crafting depth is in every
-    split (the goals are sorted by depth)."""
-    if task % 8 == 0:
-        return "test"
-    return "val" if task % 16 == 4 else "train"
-
-
 SPEC = EnvSpec(
     env_id=ENV_ID,
-    display_name="TextCraft",
     title="TextCraft: craft a Minecraft item from the recipes listed (get, craft, inventory); 544 goals",
     system_prompt=SYSTEM_PROMPT,
     max_rounds=MAX_ROUNDS,
@@ -95,6 +84,4 @@ SPEC = EnvSpec(
     reward_rule="1 when the goal item is crafted (the episode ends there), else 0",
     success_rule="the goal item was crafted (reward 1)",
     task_of=functools.partial(task_index, env_id=ENV_ID),
-    task_count=TASKS,
-    split_of=split_of,
 )

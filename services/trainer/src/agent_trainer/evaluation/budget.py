@@ -37,7 +37,8 @@ def training_budget(env_id: str, config_dir: Path | None = None) -> TrainingBudg
 def _budget(env_id: str, directory: str, default_turn_tokens: int) -> TrainingBudget:
     from omegaconf import OmegaConf
 
-    path = Path(directory) / f"{env_id}_grpo_test.yaml"
+    name = "webshop_grpo_test" if env_id == "webshop" else f"{env_id}_grpo_test"
+    path = Path(directory) / f"{name}.yaml"
     if not path.is_file():  # an environment without a config of its own (a plugin): its spec's rounds
         from .. import envs
 

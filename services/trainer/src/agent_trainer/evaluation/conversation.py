@@ -1,7 +1,7 @@
 """The chat an LLM policy has with the environment, built exactly as in training (``EnvConversation``: the other
 environments, from their trainer-side spec).
 
-Everything here delegates to the trainer's own modules: ``agent_trainer.envs.webshop`` (system prompt, first
+Everything here delegates to the trainer's own modules: ``agent_trainer.prompts`` (system prompt, first
 user turn, the user turn after each step) and ``agent_trainer.actions`` (action extraction), and it sends
 what ``WebshopInteraction`` sends for a reply without an action, so an evaluation sees the same prompts and
 parsing as training (the turn budget is eval's own ``--max-turns``: 15 by default, where the training configs
@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_trainer.envs import webshop
+from agent_trainer import prompts
+from agent_trainer.actions import extract_action
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Conversation:
     ) -> Conversation:
         """The dataset's ``prompt`` for this goal: what a training trajectory starts from."""
         return cls(
-            list(webshop.initial_messages(instruction, observation, available_actions)), max_observation_chars
+            list(prompts.initial_messages(instruction, observation, available_actions)), max_observation_chars
         )
 
     def add_reply(self, output: str) -> None:
@@ -44,7 +45,7 @@ class Conversation:
         self, observation: str, available_actions: Mapping[str, Any], action: str | None, valid: bool
     ) -> None:
         """The user turn the interaction returns after a step that did not end the episode."""
-        text = webshop.step_text(
+        text = prompts.step_message(
             observation,
             available_actions,
             action=action,
@@ -56,7 +57,7 @@ class Conversation:
     @staticmethod
     def action_of(output: str) -> str | None:
         """The action the training interaction takes from this reply (None: it names none)."""
-        return webshop.extract_action(output)
+        return extract_action(output)
 
 
 @dataclass

@@ -96,9 +96,9 @@ def env_tasks(
 
 def instruction_of(opening: str) -> str:
     """The line of the first user turn that states the goal (the dataset rows' ``instruction``)."""
-    from ..envs.rows import instruction_line  # one rule for the data and for eval
+    from ..env_data import _instruction  # one rule for the data and for eval
 
-    return instruction_line(opening)
+    return _instruction(opening)
 
 
 PlanOf = Callable[[int], Awaitable[list[str]]]

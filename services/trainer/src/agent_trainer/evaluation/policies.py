@@ -5,7 +5,7 @@
 - ``random``: uniform over the page's clicks (plus, on the search page, a search for words of the
   instruction), seeded per goal; the lower bracket.
 - ``openai``: any OpenAI-compatible chat endpoint (sglang, vLLM, a hosted model), driven with the training
-  prompt and the training action extraction (``agent_trainer.envs.webshop``
+  prompt and the training action extraction (``agent_trainer.prompts`` / ``agent_trainer.actions``
   through ``conversation``), so eval numbers mean what training optimised.
 - ``checkpoint``: starts an sglang server from a model directory, then is the ``openai`` policy against it.
 
@@ -158,9 +158,9 @@ class _PlanAgent(EpisodeAgent):
 
 def catalog_plans(catalog: Any) -> PlanSource:
     """Expert plans computed in-process from a local copy of the served catalog (opened, or its directory)."""
-    from webshop_env.catalog.store import open_catalog
-    from webshop_env.core.env import WebShopEnv
-    from webshop_env.core.oracle import expert_actions
+    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from webshop_env.envs.webshop.core.oracle import expert_actions
 
     env = WebShopEnv(open_catalog(catalog) if isinstance(catalog, str | Path) else catalog)
 
@@ -340,7 +340,7 @@ class OpenAIPolicy(Policy):
             self._http = None
 
     async def begin(self, first: Turn) -> EpisodeAgent:
-        from ..envs.webshop import UNPARSEABLE_ACTION
+        from ..actions import UNPARSEABLE_ACTION
         from .conversation import Conversation, EnvConversation  # only LLM policies need the prompt
 
         if self.env_spec is not None:  # another environment: its spec's system prompt; the runner parses

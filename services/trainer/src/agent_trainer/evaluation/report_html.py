@@ -21,7 +21,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from webshop_env.catalog.fidelity import describe_fidelity
+from webshop_env.envs.webshop.catalog.fidelity import describe_fidelity
 
 from .svg import PALETTE, bar_chart, hbar_chart
 

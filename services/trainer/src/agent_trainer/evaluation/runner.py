@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webshop_env.catalog.fidelity import fidelity_limits
 from webshop_env.client import WebShopClient, WebShopError, WebShopRequestError, WebShopUnavailable
+from webshop_env.envs.webshop.catalog.fidelity import fidelity_limits
 
+from ..actions import step_was_valid
 from ..config import default_env_url, turn_tokens
-from ..envs.webshop import step_was_valid
 from ..reward import is_success
 from ..turns import TRAINING_ENV_STEPS
 from .budget import training_budget
@@ -526,7 +526,7 @@ def _category_source(records: list[dict[str, Any]], have_catalog: bool) -> str:
 
 
 def _open_catalog(path: Path, served_fingerprint: str) -> Any:
-    from webshop_env.catalog.store import open_catalog
+    from webshop_env.envs.webshop.catalog.store import open_catalog
 
     try:
         catalog = open_catalog(path)

@@ -157,9 +157,9 @@ def replay_reward(
     """The episode's reward from the environment itself: reset on ``goal`` and step with each reply's action (an
     in-process ``WebShopEnv`` on the run's catalog). ``score`` is the project's reward: each step's env reward,
     less ``penalty`` for a reply with no parseable action; ``env_reward`` the purchase's reward (0 without one)."""
-    from webshop_env.core.env import EnvError
+    from webshop_env.envs.webshop.core.env import EnvError
 
-    from ..envs.webshop import UNPARSEABLE_ACTION, extract_action
+    from ..actions import UNPARSEABLE_ACTION, extract_action
 
     state = env.reset(goal, goal_set=goal_set).state
     score = env_reward = 0.0

@@ -90,8 +90,8 @@ class StepChecker:
         """The in-process core of ``env_id`` for the replay (WebShop: on the run's catalog), made once."""
         if env_id not in self._cores:
             if env_id == checks.WEBSHOP:
-                from webshop_env.catalog.store import open_catalog
-                from webshop_env.core.env import WebShopEnv
+                from webshop_env.envs.webshop.catalog.store import open_catalog
+                from webshop_env.envs.webshop.core.env import WebShopEnv
 
                 self._cores[env_id] = WebShopEnv(open_catalog(os.environ[CATALOG_ENV]))
             else:

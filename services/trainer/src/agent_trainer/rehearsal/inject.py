@@ -3,9 +3,9 @@
 ``WEBSHOP_REHEARSAL_INJECT=<bug>[,<bug>...]`` (``make rehearse`` passes it on to every process of the run, whose
 setup hook calls :func:`apply`); the rehearsal must then fail. The bugs, and the check that must catch each:
 
-- ``reward_sign``: the reward's sign flipped where the agent loops hand it to verl (every environment's
-  ``EnvAgentLoop`` ``reward_score``; ``EnvInteraction``'s turn reward on 0.7.1's ``tool_agent`` path), the env's own
-  reward left as it was in the metrics -> ``reward_matches_env`` and ``update_direction``;
+- ``reward_sign``: the reward's sign flipped where the agent loops hand it to verl (``WebShopAgentLoop``'s
+  ``reward_score``; the interaction's turn reward on 0.7.1's ``tool_agent`` path), the env's own reward left as
+  it was in the metrics -> ``reward_matches_env`` and ``update_direction``;
 - ``mask_env_pages``: the loss mask set to 1 over the whole response, env pages included (both agent loops) ->
   ``loss_mask_is_model_tokens``;
 - ``sync_skip``: the rollout adapter pushes nothing after the first weight sync (the rollout keeps generating
@@ -94,8 +94,8 @@ def _agent_loops() -> list[Any]:
 
 def _reward_changed(bug: str, loop: type, change: Callable[[float], float]) -> None:
     """The episode's reward, as the agent loop reports it and as the 0.7.1 interaction scores each turn, replaced by
-    ``change(reward)`` before the advantage (every other attribute of the turn reward kept), in every environment."""
-    from ..interaction import EnvInteraction
+    ``change(reward)`` before the advantage (every other attribute of the turn reward kept)."""
+    from ..interaction import WebshopInteraction
 
     def run(original: Any) -> Any:
         @functools.wraps(original)
@@ -117,14 +117,14 @@ def _reward_changed(bug: str, loop: type, change: Callable[[float], float]) -> N
         return wrapper
 
     _once(loop, "run", run, bug)
-    if EnvInteraction.__mro__[1] is not object:  # verl 0.7.x: the interaction exists
-        _once(EnvInteraction, "generate_response", respond, bug)
+    if WebshopInteraction.__mro__[1] is not object:  # verl 0.7.x: the interaction exists
+        _once(WebshopInteraction, "generate_response", respond, bug)
 
 
 def _reward_sign() -> None:
-    from ..agent_loop import EnvAgentLoop
+    from ..agent_loop import WebShopAgentLoop
 
-    _reward_changed("reward_sign", EnvAgentLoop, lambda reward: -reward)  # WebShopAgentLoop inherits its run
+    _reward_changed("reward_sign", WebShopAgentLoop, lambda reward: -reward)
 
 
 def _mask_env_pages() -> None:

@@ -412,13 +412,13 @@ def scale(options: LearnOptions, recipe: Mapping[str, Any], line: str, train_row
 
 
 def write_rows(env_id: str, tasks: Sequence[int], path: Path, agent_name: str | None = None) -> None:
-    """``agent-train data``'s rows (``env_data.row_builder``) for exactly ``tasks``."""
+    """``agent-train data``'s rows (``env_data.RowBuilder``) for exactly ``tasks``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from .. import env_data
 
-    builder = env_data.row_builder(env_id, None)
+    builder = env_data.RowBuilder(env_id, None)
     rows = []
     for index, task in enumerate(tasks):
         row = builder.row(int(task), "train", index)

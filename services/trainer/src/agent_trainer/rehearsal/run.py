@@ -292,7 +292,7 @@ _MISSING = object()
 
 def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
     """Catalog, the tiny model (warm-started on the oracle's episodes) and the parquet files."""
-    from webshop_env.catalog.store import open_catalog
+    from webshop_env.envs.webshop.catalog.store import open_catalog
 
     from ..data import build_dataset
     from ..preflight import _default_catalog, pick_oracle_goals
@@ -371,11 +371,11 @@ def turn_overrides(env_ids: Sequence[str]) -> list[str]:
 def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
     """``--envs`` other than WebShop alone: per environment the training tasks its expert solves in at most
     :data:`MAX_PLAN_STEPS` steps (the run's share of ``options.goals``, interleaved, and the validation tasks),
-    the tiny model warm-started on those experts' episodes, the rows (``env_data.row_builder``)."""
+    the tiny model warm-started on those experts' episodes, the rows (``env_data.RowBuilder``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from webshop_env.catalog.store import open_catalog
+    from webshop_env.envs.webshop.catalog.store import open_catalog
 
     from .. import env_data, envs
     from ..preflight import _default_catalog, pick_oracle_goals
@@ -416,7 +416,7 @@ def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str,
     write_fixed_sequence(model, catalog, {tasks[first][0]: []}, work / SEQUENCE_FILE, cap, env_id=first)
     routes = train_routes(line, env_ids)
     opened = open_catalog(catalog) if envs.WEBSHOP in env_ids else None
-    builders = {e: env_data.row_builder(e, opened) for e in env_ids}
+    builders = {e: env_data.RowBuilder(e, opened) for e in env_ids}
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
     files = {}

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..envs import webshop
+from .. import prompts
 
 MARKER = "webshop-warm-start.json"
 
@@ -193,7 +193,7 @@ def expert_plan(env_id: str, task: int, *, core: Any = None, goal_set: str = "sy
     from .. import envs
 
     if env_id == envs.WEBSHOP:
-        from webshop_env.core.oracle import expert_actions
+        from webshop_env.envs.webshop.core.oracle import expert_actions
 
         return list(expert_actions(core, task, goal_set=goal_set) or [])
     return list(core.expert(task) or [])
@@ -252,8 +252,8 @@ def make_core(env_id: str, catalog_dir: Path | None = None) -> Any:
     from .. import envs
 
     if env_id == envs.WEBSHOP:
-        from webshop_env.catalog.store import open_catalog
-        from webshop_env.core.env import WebShopEnv
+        from webshop_env.envs.webshop.catalog.store import open_catalog
+        from webshop_env.envs.webshop.core.env import WebShopEnv
 
         if catalog_dir is None:
             raise ValueError("webshop needs a catalog")
@@ -308,15 +308,15 @@ def oracle_examples_on(env: Any, plans: Mapping[int, Sequence[str]], goal_set: s
     examples = []
     for goal, plan in plans.items():
         step = env.reset(goal, goal_set=goal_set)
-        messages = [{"role": "system", "content": webshop.SYSTEM_PROMPT},
-                    {"role": "user", "content": webshop.first_user_message(step.instruction, step.observation,
+        messages = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
+                    {"role": "user", "content": prompts.first_user_message(step.instruction, step.observation,
                                                                            step.available_actions)}]  # fmt: skip
         for action in plan:
             reply = f"Action: {action}"
             examples.append((list(messages), reply))
             step = env.step(step.state, action)
             messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": webshop.step_text(
+                         {"role": "user", "content": prompts.step_message(
                              step.observation, step.available_actions, action=action, valid=True,
                              max_observation_chars=max_observation_chars)}]  # fmt: skip
     return examples

@@ -343,14 +343,16 @@ def _is_container_process(pid: int, container: str) -> bool:
 
 
 # ---- the AgentGym session store restarted or crashed under load ----------------------------------------------------
-def _agentgym_across_a_store_outage(stack: Stack, expert: dict, outage) -> tuple[int, Any]:
-    """32 AgentGym episodes (the expert's actions, retrying clients) with `outage()` run when every one is
-    half-way: each must give, step by step, what the in-process environment gives. Returns (client retries,
-    what `outage` returned)."""
+def _agentgym_across_a_store_outage(
+    stack: Stack, expert: dict, outage, gap_s: float = 0.3
+) -> tuple[int, Any]:
+    """32 AgentGym episodes (the expert's actions, retrying clients, a step every `gap_s` after half-way) with
+    `outage()` run when every one is half-way: each must give, step by step, what the in-process environment
+    gives. Returns (client retries, what `outage` returned)."""
     plans = {goal: actions for goal, (actions, _) in expert.items() if len(actions) >= 3}
     plans = dict(list(plans.items())[:CONCURRENT_EPISODES])
     assert len(plans) == CONCURRENT_EPISODES
-    traces, retries, outcome = episodes_across(stack.url, plans, outage)
+    traces, retries, outcome = episodes_across(stack.url, plans, outage, gap_s=gap_s)
     wrong = {goal: trace for goal, trace in traces.items() if trace != expert[goal][1]}
     assert not wrong, f"{len(wrong)} of {len(plans)} episodes differ from the in-process ones: {wrong}"
     return retries, outcome
@@ -389,8 +391,9 @@ def test_crash_of_the_session_store_and_a_replica_loses_no_agentgym_step(stack: 
     started = {}
 
     def outage() -> list[tuple[int, str | None, str | None]]:
-        stack.docker("kill", "--signal", "KILL", victim)
-        stack.docker("kill", "--signal", "KILL", sessions)
+        # one command, the store first: on a loaded machine each docker command takes a second or more, and the
+        # episodes' last steps must still be ahead when the store goes (a step every 1.5 s, below)
+        stack.docker("kill", "--signal", "KILL", sessions, victim)
         stopped = time.monotonic()
         probed = idle.probe()
         time.sleep(max(0.0, 1.0 - (time.monotonic() - stopped)))
@@ -399,7 +402,7 @@ def test_crash_of_the_session_store_and_a_replica_loses_no_agentgym_step(stack: 
         started["at"] = time.monotonic()
         return probed
 
-    retries, probed = _agentgym_across_a_store_outage(stack, expert, outage)
+    retries, probed = _agentgym_across_a_store_outage(stack, expert, outage, gap_s=1.5)
     for status, error, retry_after in probed:
         assert (status, error) == (503, "session_store_down") and retry_after is not None, probed
     assert retries > 0, "no client met the outage: the test did not test it"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import time
@@ -20,9 +21,17 @@ SUMMARY = REPO / "outputs" / "test-docker" / "summary.json"
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free port for the balancer, below the kernel's ephemeral range: the stack is brought up again with more
+    environments mid-run (the balancer re-created on the same port), and a port the kernel hands out to outgoing
+    connections was taken in that gap on a busy machine ("bind: address already in use")."""
+    for port in random.sample(range(20000, 32768), 200):  # Linux's ephemeral range starts at 32768
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32767")
 
 
 def compose_binary() -> str | None:

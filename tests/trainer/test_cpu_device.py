@@ -115,3 +115,26 @@ def test_the_launcher_names_the_rows_verl_would_drop_for_a_long_first_turn(
         in err
     )
     assert "train.parquet row 0: textcraft task" in err
+
+
+def test_the_rehearsal_stops_before_verl_when_a_row_would_be_dropped(
+    tmp_path: Path, generated_catalog_dir: Path
+) -> None:
+    """A SciWorld rehearsal lost step 3 here: 3 of its 14 rows (lifespan tasks, ~1,100 tokens) were over the
+    scale-down's 1024-token prompt budget, verl dropped them, and 2 batches were left. Its prompt budget is now the
+    environment's (PROMPT_TOKENS_OF), and a row that does not fit stops the rehearsal before verl, naming it."""
+    from agent_trainer.env_data import build_env_datasets
+    from agent_trainer.rehearsal import run as rehearsal
+    from agent_trainer.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", generated_catalog_dir)
+    data = tmp_path / "data"
+    build_env_datasets(["textcraft"], data, train_rows=4, val_rows=2, test_rows=2, progress=False)
+    prepared = {"model": model, "train": str(data / "train.parquet"), "val": str(data / "val.parquet")}
+    rehearsal._every_row_fits(prepared, "data.max_prompt_length=8192")
+    with pytest.raises(
+        RuntimeError, match=r"6 rows have a first turn over data.max_prompt_length=64 \(textcraft task"
+    ):
+        rehearsal._every_row_fits(prepared, "data.max_prompt_length=64")
+    assert rehearsal.prompt_overrides(["textcraft", "sciworld"]) == ["data.max_prompt_length=1536"]
+    assert rehearsal.prompt_overrides(["webshop", "textcraft"]) == []

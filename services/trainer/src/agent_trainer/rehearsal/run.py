@@ -221,6 +221,8 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
     if steps != MAX_PLAN_STEPS:
         listed += [f"{o} (instead of the scale-down's {MAX_PLAN_STEPS + 1}): {steps}-step expert episodes"
                    for o in turn_overrides(env_ids)]  # fmt: skip
+    listed += [f"{o} (instead of the scale-down's {scale_value('data.max_prompt_length')}): the longest first turn "
+               f"of {mix} ({', '.join(e for e in env_ids if e in PROMPT_TOKENS_OF)})" for o in prompt_overrides(env_ids)]  # fmt: skip
     listed += [
         f"config: {training_config_name(name)} of the line's configs (make train-test ENV={mix})",
         f"data: 12 training tasks (3 steps of 4) and 2 validation tasks of {mix}, interleaved, from each "
@@ -339,6 +341,10 @@ SHORT_TASK_TYPES = {
 }
 #: Validation rows of a run.
 VAL_TASKS = 2
+#: First turns longer than the scale-down's data.max_prompt_length (1024): SciWorld's lifespan tasks list their
+#: animals, ~1,100 tokens of the tiny tokenizer. verl drops a longer row, and a run of 12 rows with 3 dropped has 2
+#: batches, not 3: its resume at step 2 is then the epoch's end and step 3 never runs.
+PROMPT_TOKENS_OF = {"sciworld": 1536}
 
 
 def plan_steps(env_ids: Sequence[str]) -> int:
@@ -366,6 +372,26 @@ def turn_overrides(env_ids: Sequence[str]) -> list[str]:
         f"actor_rollout_ref.rollout.multi_turn.{key}={turns}"
         for key in ("max_assistant_turns", "max_user_turns")
     ]
+
+
+def _every_row_fits(prepared: dict[str, Any], prompt_override: str) -> None:
+    """Stop before verl starts if a row's first turn exceeds the run's prompt budget: verl would drop it without a
+    word, and with fewer than 12 rows the run has 2 batches, so its checks fail far from the cause."""
+    from ..data import overlong_first_turns
+
+    limit = int(prompt_override.split("=", 1)[1])
+    _, over = overlong_first_turns([prepared["train"], prepared["val"]], str(prepared["model"]), limit)
+    if over:
+        rows = ", ".join(f"{o['env']} task {o['task']}: {o['tokens']} tokens" for o in over)
+        raise RuntimeError(f"{len(over)} rows have a first turn over data.max_prompt_length={limit} ({rows}): "
+                           "raise PROMPT_TOKENS_OF for the environment (rehearsal/run.py)")  # fmt: skip
+
+
+def prompt_overrides(env_ids: Sequence[str]) -> list[str]:
+    """The scale-down's prompt budget for a run of ``env_ids`` where one of them has longer first turns
+    (:data:`PROMPT_TOKENS_OF`); none where the scale-down's fits."""
+    tokens = max((PROMPT_TOKENS_OF.get(env_id, 0) for env_id in env_ids), default=0)
+    return [f"data.max_prompt_length={tokens}"] if tokens > int(scale_value("data.max_prompt_length")) else []
 
 
 def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
@@ -821,9 +847,10 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         if options.env == "ray":
             env.update(serve.env())
         env.update(loop_configs(work, MAX_OBSERVATION_CHARS))
-        turns = {override_key(o): o for o in turn_overrides(env_ids)}
+        turns = {override_key(o): o for o in [*turn_overrides(env_ids), *prompt_overrides(env_ids)]}
         scale = [turns.get(override_key(o), o) for o, _ in SCALE]
         scale = [JOINED_CLUSTER.get(o, o) for o in scale] if options.env == "ray" else scale
+        _every_row_fits(prepared, next(o for o in scale if o and override_key(o) == "data.max_prompt_length"))
         overrides = [*(o for o in scale if o is not None), *(WRAP_07 if line == "0.7" else ()), *ray,
                      f"actor_rollout_ref.model.path={prepared['model']}",
                      f"data.train_files={prepared['train']}", f"data.val_files={prepared['val']}",

@@ -287,7 +287,13 @@ async def _episodes_while(stack: Stack, expert: dict, disrupt, after_seconds: fl
         results = await asyncio.gather(*tasks, return_exceptions=True)
     errors = [f"goal {goal}: {result!r}" for goal, result in zip(goals, results, strict=True)
               if isinstance(result, BaseException)]  # fmt: skip
-    assert not errors, f"{len(errors)} of {len(goals)} episodes failed:\n" + "\n".join(errors)
+    log = ""
+    if errors:  # the balancer's own account of the requests that failed: its error log
+        out = stack.docker("logs", stack.containers("balancer")[0], check=False)
+        log = "\nbalancer error log:\n" + "\n".join(
+            [line for line in out.stderr.splitlines() if "[error]" in line or "[warn]" in line][-40:]
+        )
+    assert not errors, f"{len(errors)} of {len(goals)} episodes failed:\n" + "\n".join(errors) + log
     for goal, reward in zip(goals, results, strict=True):
         assert reward == expert[goal][1][-1][1], (
             f"goal {goal}: reward {reward}, expected {expert[goal][1][-1][1]}"

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from webshop_env.cli.main import main
-from webshop_env.conformance.adapter import AdapterError, LocalAdapter, OriginalAdapter
-from webshop_env.conformance.check import check_traces, compare_step
-from webshop_env.conformance.record import record
+from webshop_env.envs.webshop.conformance.adapter import AdapterError, LocalAdapter, OriginalAdapter
+from webshop_env.envs.webshop.conformance.check import check_traces, compare_step
+from webshop_env.envs.webshop.conformance.record import record
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "conformance" / "original-seed3"
 SHIM = Path(__file__).parent / "shim_checkout"
@@ -212,7 +212,7 @@ def test_catalog_info_prints_the_fidelity_limits(
 
 def test_unpinned_title_nouns_change_only_purchase_rewards(tmp_path: Path) -> None:
     """The noun extractor feeds the type reward and nothing else: pages, clickables and goals stay identical."""
-    from webshop_env.conformance.check import prepare_for_traces
+    from webshop_env.envs.webshop.conformance.check import prepare_for_traces
 
     manifest = prepare_for_traces(FIXTURE, tmp_path / "catalog", unpin=frozenset({"nouns"}))
     summary = check_traces(FIXTURE, tmp_path / "catalog", max_differences=1000, progress=False)

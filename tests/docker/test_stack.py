@@ -48,8 +48,8 @@ def _catalog(stack: Stack) -> Path:
 
 def _expected(stack: Stack, goal: int, actions: list[str]) -> list[tuple[str, float, bool]]:
     """(observation, reward, done) of every step, in-process on the same catalog (no HTTP, no container)."""
-    from webshop_env.catalog.store import open_catalog
-    from webshop_env.core.env import WebShopEnv
+    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from webshop_env.envs.webshop.core.env import WebShopEnv
 
     env = _expected.envs.setdefault(str(_catalog(stack)), WebShopEnv(open_catalog(_catalog(stack))))
     step = env.reset(goal, goal_set="synthetic")
@@ -287,7 +287,13 @@ async def _episodes_while(stack: Stack, expert: dict, disrupt, after_seconds: fl
         results = await asyncio.gather(*tasks, return_exceptions=True)
     errors = [f"goal {goal}: {result!r}" for goal, result in zip(goals, results, strict=True)
               if isinstance(result, BaseException)]  # fmt: skip
-    assert not errors, f"{len(errors)} of {len(goals)} episodes failed:\n" + "\n".join(errors)
+    log = ""
+    if errors:  # the balancer's own account of the requests that failed: its error log
+        out = stack.docker("logs", stack.containers("balancer")[0], check=False)
+        log = "\nbalancer error log:\n" + "\n".join(
+            [line for line in out.stderr.splitlines() if "[error]" in line or "[warn]" in line][-40:]
+        )
+    assert not errors, f"{len(errors)} of {len(goals)} episodes failed:\n" + "\n".join(errors) + log
     for goal, reward in zip(goals, results, strict=True):
         assert reward == expert[goal][1][-1][1], (
             f"goal {goal}: reward {reward}, expected {expert[goal][1][-1][1]}"

@@ -53,8 +53,8 @@ def eval_cluster(
 @pytest.fixture(scope="session")
 def plans_by_instruction(generated_catalog) -> dict[str, list[str]]:
     """Expert actions of the first test goals, keyed by instruction text (what the chat server sees)."""
-    from webshop_env.core.env import WebShopEnv
-    from webshop_env.core.oracle import expert_actions
+    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from webshop_env.envs.webshop.core.oracle import expert_actions
 
     env = WebShopEnv(generated_catalog)
     return {

@@ -53,8 +53,8 @@ def replica(conformance_catalog_dir: Path, tmp_path_factory) -> Iterator[Replica
 @pytest.fixture(scope="session")
 def expert_plans(conformance_catalog) -> dict[int, list[str]]:
     """Synthetic goals (of the first 300) whose expert actions reach reward 1.0, with those actions."""
-    from webshop_env.core.env import WebShopEnv
-    from webshop_env.core.oracle import expert_actions, run_actions
+    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
 
     env = WebShopEnv(conformance_catalog)
     plans: dict[int, list[str]] = {}

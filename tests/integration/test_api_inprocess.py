@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from webshop_env.api.app import create_app
 from webshop_env.api.settings import Settings, SettingsError
-from webshop_env.core.env import EpisodeState
+from webshop_env.envs.webshop.core.env import EpisodeState
 from webshop_env.envs.webshop.http import token_codec
 
 
@@ -166,7 +166,7 @@ def test_not_ready_without_catalog(conformance_catalog_dir: Path) -> None:
 
 
 def test_missing_catalog_fails_at_startup(tmp_path: Path) -> None:
-    from webshop_env.catalog.store import CatalogError
+    from webshop_env.envs.webshop.catalog.store import CatalogError
 
     with pytest.raises(CatalogError, match="not a prepared catalog"), make_client(tmp_path):
         pass

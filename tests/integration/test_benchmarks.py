@@ -59,8 +59,8 @@ def test_calibrated_bench_http_prints_both_sides_and_ratios(generated_catalog_di
 
 
 def test_calibration_requests_are_valid_steps(generated_catalog_dir: Path) -> None:
-    from webshop_env.catalog.store import open_catalog
-    from webshop_env.core.env import WebShopEnv
+    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from webshop_env.envs.webshop.core.env import WebShopEnv
     from webshop_env.envs.webshop.http import token_codec
 
     catalog = open_catalog(generated_catalog_dir)

@@ -55,9 +55,9 @@ def run_dir(tmp_path: Path, monkeypatch):
 
 
 def expert(catalog_dir: Path, goal: int) -> tuple[list[str], float]:
-    from webshop_env.catalog.store import open_catalog
-    from webshop_env.core.env import WebShopEnv
-    from webshop_env.core.oracle import expert_actions, run_actions
+    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
 
     env = WebShopEnv(open_catalog(catalog_dir))
     actions = expert_actions(env, goal, "synthetic")

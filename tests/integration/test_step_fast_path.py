@@ -1,4 +1,4 @@
-"""`POST /v1/step`'s fast path (webshop_env.api.routes_native.StepFastPath) answers exactly as the FastAPI route
+"""`POST /v1/step`'s fast path (webshop_env.envs.webshop.http.native.StepFastPath) answers exactly as the FastAPI route
 does: same status, headers and body bytes for every step it serves, and every request it declines or every step
 that fails reaches the route, which answers it (errors included) as before."""
 

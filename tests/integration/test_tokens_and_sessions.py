@@ -10,8 +10,8 @@ import pytest
 
 from webshop_env.api.compat_sessions import CompatSessions, UnknownSession
 from webshop_env.api.tokens import TokenError
-from webshop_env.core.env import EpisodeState
-from webshop_env.core.pages import PageKind
+from webshop_env.envs.webshop.core.env import EpisodeState
+from webshop_env.envs.webshop.core.pages import PageKind
 from webshop_env.envs.webshop.http import token_codec
 
 FINGERPRINT = "a54d05279e77cd0c"

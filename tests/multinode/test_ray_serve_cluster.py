@@ -36,8 +36,8 @@ DRIVE = Path(__file__).with_name("_drive.py")
 @pytest.fixture(scope="module")
 def expert_plans(conformance_catalog) -> dict[int, tuple[list[str], float]]:
     """Synthetic goals with an expert plan of at least 3 actions: (actions, the reward they earn in-process)."""
-    from webshop_env.core.env import WebShopEnv
-    from webshop_env.core.oracle import expert_actions, run_actions
+    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
 
     env = WebShopEnv(conformance_catalog)
     plans = {}

@@ -120,8 +120,8 @@ def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) ->
 @pytest.fixture(scope="session")
 def expert_plans_generated(generated_catalog) -> dict[int, list[str]]:
     """Train-split synthetic goals of the generated catalog whose expert plan reaches reward 1.0."""
-    from webshop_env.core.env import WebShopEnv
-    from webshop_env.core.oracle import expert_actions, run_actions
+    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
 
     env = WebShopEnv(generated_catalog)
     plans: dict[int, list[str]] = {}

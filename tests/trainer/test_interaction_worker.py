@@ -125,7 +125,7 @@ def test_one_070_batch_mixes_environments_and_routes_each_row_by_its_name(
     from agent_trainer.agent_loop import EnvAgentLoop
     from agent_trainer.env_data import RowBuilder
     from agent_trainer.tool_agent_loop import WebShopToolAgentLoop
-    from webshop_env.catalog.store import open_catalog
+    from webshop_env.envs.webshop.catalog.store import open_catalog
 
     monkeypatch.setenv("WEBSHOP_URL", "http://env.invalid")  # the in-process app answers whatever the URL
     goal, webshop_plan = next(iter(expert_plans_generated.items()))

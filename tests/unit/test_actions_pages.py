@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from webshop_env.core.actions import parse_action
-from webshop_env.core.model import ProductRecord
-from webshop_env.core.pages import (
+from webshop_env.envs.webshop.core.actions import parse_action
+from webshop_env.envs.webshop.core.model import ProductRecord
+from webshop_env.envs.webshop.core.pages import (
     SEP,
     item_clickables,
     join_nodes,

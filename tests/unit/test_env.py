@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webshop_env.core.env import EpisodeFinished, EpisodeState, UnknownGoal, WebShopEnv
-from webshop_env.core.oracle import expert_actions, run_actions
-from webshop_env.core.pages import PageKind
+from webshop_env.envs.webshop.core.env import EpisodeFinished, EpisodeState, UnknownGoal, WebShopEnv
+from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
+from webshop_env.envs.webshop.core.pages import PageKind
 
 
 @pytest.fixture(scope="module")

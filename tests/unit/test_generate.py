@@ -8,14 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from webshop_env.catalog.generate import (
+from webshop_env.envs.webshop.catalog.generate import (
     ATTRIBUTE_FILE,
     CATEGORIES,
     HUMAN_FILE,
     PRODUCT_FILE,
     generate_catalog,
 )
-from webshop_env.catalog.raw import DUMMY_ATTR, MAX_ASIN_LENGTH, Product, iter_json_array, iter_products
+from webshop_env.envs.webshop.catalog.raw import (
+    DUMMY_ATTR,
+    MAX_ASIN_LENGTH,
+    Product,
+    iter_json_array,
+    iter_products,
+)
 
 FILES = (PRODUCT_FILE, ATTRIBUTE_FILE, HUMAN_FILE)
 

@@ -11,11 +11,16 @@ from typing import Any
 import orjson
 import pytest
 
-from webshop_env.catalog import raw
-from webshop_env.catalog.generate import ATTRIBUTE_FILE, HUMAN_FILE, generate_catalog
-from webshop_env.catalog.prepare import prepare_catalog
-from webshop_env.catalog.raw import JsonObjectFile, RawDataError, iter_json_object, load_json_object
-from webshop_env.catalog.store import MANIFEST
+from webshop_env.envs.webshop.catalog import raw
+from webshop_env.envs.webshop.catalog.generate import ATTRIBUTE_FILE, HUMAN_FILE, generate_catalog
+from webshop_env.envs.webshop.catalog.prepare import prepare_catalog
+from webshop_env.envs.webshop.catalog.raw import (
+    JsonObjectFile,
+    RawDataError,
+    iter_json_object,
+    load_json_object,
+)
+from webshop_env.envs.webshop.catalog.store import MANIFEST
 
 
 def random_value(rng: random.Random, depth: int = 0) -> Any:

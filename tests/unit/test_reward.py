@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from webshop_env.core.colors import normalize_color
-from webshop_env.core.fuzz import full_process, ratio, token_set_ratio
-from webshop_env.core.reward import (
+from webshop_env.envs.webshop.core.colors import normalize_color
+from webshop_env.envs.webshop.core.fuzz import full_process, ratio, token_set_ratio
+from webshop_env.envs.webshop.core.reward import (
     RewardGoal,
     RewardProduct,
     attribute_reward,

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from webshop_env.catalog.generate import generate_catalog
-from webshop_env.catalog.raw import index_text, iter_products
-from webshop_env.search.analyzer import analyze, tokenize
-from webshop_env.search.bm25 import BM25Index, build_index
+from webshop_env.envs.webshop.catalog.generate import generate_catalog
+from webshop_env.envs.webshop.catalog.raw import index_text, iter_products
+from webshop_env.envs.webshop.search.analyzer import analyze, tokenize
+from webshop_env.envs.webshop.search.bm25 import BM25Index, build_index
 
 JARS = [
     sorted(glob.glob(f"/usr/share/java/lucene-{name}-8*.jar"))[-1:] for name in ("core", "analyzers-common")

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from webshop_env.catalog.generate import generate_catalog
-from webshop_env.catalog.raw import index_text, iter_products
-from webshop_env.search import bm25, kernels
-from webshop_env.search.bm25 import BM25Index, build_index, lookup_code_terms
+from webshop_env.envs.webshop.catalog.generate import generate_catalog
+from webshop_env.envs.webshop.catalog.raw import index_text, iter_products
+from webshop_env.envs.webshop.search import bm25, kernels
+from webshop_env.envs.webshop.search.bm25 import BM25Index, build_index, lookup_code_terms
 
 VOCABULARY = [f"w{i}" for i in range(400)]
 

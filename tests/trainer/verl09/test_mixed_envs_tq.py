@@ -69,9 +69,9 @@ def test_a_batch_mixing_textcraft_and_webshop_rolls_out_and_passes_the_trainers_
     from agent_trainer.env_data import build_env_datasets
     from agent_trainer.preflight import agent_loop_overrides, compose_training_config
     from agent_trainer.rehearsal.local_rollout import local_transfer_queue, run_tq_rollouts
-    from webshop_env.core.env import WebShopEnv
-    from webshop_env.core.oracle import expert_actions
     from webshop_env.envs import registry
+    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from webshop_env.envs.webshop.core.oracle import expert_actions
 
     build_env_datasets(["textcraft", "webshop"], tmp_path, catalog_dir=generated_catalog_dir, train_rows=4)
     train_file = tmp_path / "train.parquet"

@@ -155,7 +155,30 @@ def nginx_maps(registrations: Sequence[Registration]) -> str:
     return "\n".join(lines)
 
 
-def _location(match: str, upstream: str, read_s: float, window_s: float, retry: str | None) -> list[str]:
+#: A location on the shared replicas: where nginx itself answers 502 (every try refused, e.g. Docker's DNS changed
+#: the servers between two tries), the request starts once more on the current servers (the template's
+#: ``@native_again``). An error_page in a location replaces all of the server's, so these repeat the server's JSON
+#: pages (the template's server block), and let the second pass's own error reach them.
+NATIVE_AGAIN = (
+    "recursive_error_pages on;",
+    "error_page 502 = @native_again;",
+    "error_page 400 /_webshop_error/bad_request;",
+    "error_page 404 /_webshop_error/not_found;",
+    "error_page 405 /_webshop_error/method_not_allowed;",
+    "error_page 408 /_webshop_error/request_timeout;",
+    "error_page 413 /_webshop_error/body_too_large;",
+    "error_page 414 494 =431 /_webshop_error/header_too_large;",
+    "error_page 500 /_webshop_error/internal_error;",
+    "error_page 503 /_webshop_error/bad_gateway;",
+    "error_page 504 /_webshop_error/gateway_timeout;",
+)
+
+
+def _location(
+    match: str, upstream: str, read_s: float, window_s: float, retry: str | None, *, again: bool = False
+) -> list[str]:
+    """One location; ``again``: on the shared replicas, nginx's own 502 starts the request once more
+    (:data:`NATIVE_AGAIN`: the native routes and the catch-all, whose second pass has the default timeouts)."""
     lines = [f"        location {match} {{", f"            proxy_pass http://{upstream};"]
     if read_s != DEFAULT_READ_S:
         lines.append(f"            proxy_read_timeout {_seconds(read_s)};")
@@ -165,6 +188,8 @@ def _location(match: str, upstream: str, read_s: float, window_s: float, retry: 
         # every replica, then every backup copy (the template's "Hung or unreachable replicas": no 502 while each
         # replica is marked failed at once), within the retry window
         lines.append("            proxy_next_upstream_tries 0;")
+    if again and upstream == UPSTREAM_ANY:
+        lines += [f"            {line}" for line in NATIVE_AGAIN]
     if window_s != DEFAULT_RETRY_WINDOW_S:
         lines.append(f"            proxy_next_upstream_timeout {_seconds(window_s)};")
     return [*lines, "        }"]
@@ -173,7 +198,7 @@ def _location(match: str, upstream: str, read_s: float, window_s: float, retry: 
 def nginx_locations(registrations: Sequence[Registration]) -> str:
     """The server-level locations of every registration: its AgentGym routes (by session, exactly once: a request
     whose replica died is re-sent, and the store answers a re-sent one with its recorded answer), its slow calls
-    and its native routes, on its placement's upstream with its timeouts."""
+    and its native routes, on its placement's upstream with its timeouts; then the catch-all ``location /``."""
     lines = [f"        # {GENERATED}"]
     for r in registrations:
         sticky = r.placement == "sticky"
@@ -190,9 +215,14 @@ def nginx_locations(registrations: Sequence[Registration]) -> str:
         if r.slow_paths:
             lines += _location(f"~ ^{prefix}/(?:{'|'.join(r.slow_paths)})$", upstream, timeouts.slow_read_s,
                                timeouts.slow_retry_window_s, native_retry)  # fmt: skip
-        lines += _location(f"/{r.id}/", upstream, timeouts.read_s, timeouts.retry_window_s, native_retry)
-        if r.root_alias:
-            lines += _location("/v1/", upstream, timeouts.read_s, timeouts.retry_window_s, native_retry)
+        for match in (f"/{r.id}/", "/v1/") if r.root_alias else (f"/{r.id}/",):
+            lines += _location(
+                match, upstream, timeouts.read_s, timeouts.retry_window_s, native_retry, again=True
+            )
+    lines.append(
+        "        # the service's own routes (/healthz, /readyz, /metrics, /openapi.json, /docs) and anything else"
+    )
+    lines += _location("/", UPSTREAM_ANY, DEFAULT_READ_S, DEFAULT_RETRY_WINDOW_S, None, again=True)
     return "\n".join(lines)
 
 

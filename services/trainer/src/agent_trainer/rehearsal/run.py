@@ -847,8 +847,8 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         if options.env == "ray":
             env.update(serve.env())
         env.update(loop_configs(work, MAX_OBSERVATION_CHARS))
-        turns = {override_key(o): o for o in [*turn_overrides(env_ids), *prompt_overrides(env_ids)]}
-        scale = [turns.get(override_key(o), o) for o, _ in SCALE]
+        env_limits = {override_key(o): o for o in [*turn_overrides(env_ids), *prompt_overrides(env_ids)]}
+        scale = [env_limits.get(override_key(o), o) for o, _ in SCALE]
         scale = [JOINED_CLUSTER.get(o, o) for o in scale] if options.env == "ray" else scale
         _every_row_fits(prepared, next(o for o in scale if o and override_key(o) == "data.max_prompt_length"))
         overrides = [*(o for o in scale if o is not None), *(WRAP_07 if line == "0.7" else ()), *ray,

@@ -1,0 +1,98 @@
+"""The native routes' second pass (`error_page 502 = @native_again` in the nginx template): where nginx itself
+answers 502 after trying every server, the request starts once more on the current servers, body and all.
+
+Why it exists: with servers resolved at run time (compose's balancer, nginx >= 1.27.3 `resolve`), a DNS change
+while a request is between two tries makes nginx refuse the next try ("no live upstreams": the request's snapshot
+of the servers is stale), and `make test-docker` saw a native step answered 502 when a replica was killed. That
+race needs Docker's DNS; this test makes nginx answer 502 on the first pass another way, deterministically: the one
+replica (listed once as a server and once as a backup) drops its first two connections."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from webshop_env import cluster
+
+
+class DropsFirstConnections:
+    """A replica that closes its first `drops` connections unanswered (nginx: "upstream prematurely closed", an
+    error it re-sends on), then answers every request with what it received."""
+
+    def __init__(self, drops: int) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.drops, self.seen = drops, 0
+        self.bodies: list[bytes] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            self.seen += 1
+            if self.seen <= self.drops:
+                connection.recv(65536)
+                connection.close()
+                continue
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += connection.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))  # fmt: skip
+            while len(body) < length:
+                body += connection.recv(65536)
+            self.bodies.append(body)
+            answer = json.dumps({"echo": json.loads(body)}).encode()
+            connection.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                               + str(len(answer)).encode() + b"\r\nconnection: close\r\n\r\n" + answer)  # fmt: skip
+
+
+def _balancer(tmp_path: Path, port: int, upstreams: str) -> subprocess.Popen:
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(cluster.render_nginx_conf({
+        "WEBSHOP_UPSTREAMS": upstreams, "WEBSHOP_SESSION_UPSTREAMS": cluster.session_upstreams(upstreams),
+        "WEBSHOP_AFFINITY_UPSTREAMS": cluster.affinity_upstreams(upstreams), "WEBSHOP_LISTEN_PORT": f"127.0.0.1:{port}",
+        "WEBSHOP_NGINX_RUNTIME_DIR": str(tmp_path), "WEBSHOP_NGINX_ACCESS_LOG": str(tmp_path / "access.log"),
+        "WEBSHOP_NGINX_ERROR_LOG": str(tmp_path / "error.log"),
+    }))  # fmt: skip
+    nginx = subprocess.Popen([cluster.nginx_binary(), "-p", str(tmp_path), "-c", str(conf)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    for _ in range(200):
+        if cluster.http_status(f"http://127.0.0.1:{port}/nginx-health") == 200:
+            return nginx
+        time.sleep(0.05)
+    raise AssertionError("nginx did not start")
+
+
+def test_a_native_step_nginx_answered_502_is_sent_once_more_with_its_body(tmp_path: Path) -> None:
+    replica = DropsFirstConnections(drops=2)
+    line = f"        server 127.0.0.1:{replica.port} max_fails=1 fail_timeout=10s;"
+    upstreams = "        zone webshop_upstreams 256k;\n" + line + "\n" + cluster.last_resort_servers(line)
+    port = cluster.free_ports(1)[0]
+    nginx = _balancer(tmp_path, port, upstreams)
+    try:
+        step = {"state": "s" * 1000, "action": "click[buy now]"}
+        answer = httpx.post(f"http://127.0.0.1:{port}/v1/step", json=step, timeout=20)
+    finally:
+        os.killpg(nginx.pid, signal.SIGTERM)
+        nginx.wait(10)
+        replica.listener.close()
+    # the first pass: the server and its backup copy both dropped (2 connections); the second: answered
+    assert (answer.status_code, answer.json()) == (200, {"echo": step}), answer.text
+    assert replica.seen == 3 and len(replica.bodies) == 1

@@ -53,7 +53,7 @@ EXTENDED: dict[str, str] = {
     "tests/integration/test_bench_envs.py::test_every_row_is_measured": "bench-envs over every row and environment "
     "(4 minutes loaded): a benchmark; its comparison beside AgentGym's servers stays in make test-all",
     "tests/openenv/test_openenv_client.py": "OpenEnv's own client against a fleet of every environment: each played "
-    "step for step, 24 sessions at once, its errors, three replicas killed under sessions (5 minutes loaded); make "
+    "step for step, 24 sessions at once, its errors, three replicas killed under sessions (3-5 minutes); make "
     "test-all keeps the protocol-drift test and make train-trl, whose episodes are OpenEnv's client's through the "
     "balancer",
 }

@@ -234,18 +234,21 @@ def _live_episodes(replica_url: str) -> int:
 def _kill_mid_run(
     driver: OpenEnvDriver, record: dict, victim_index: int, specs: list[dict], retry: bool
 ) -> list[dict[str, Any]]:
-    """Play ``specs`` at once, pause them half-way, resume and SIGKILL the victim replica's process group while their
-    steps are in flight; their results."""
+    """Play ``specs`` at once, pause them half-way, freeze the victim replica's process group (SIGSTOP), resume them
+    (the victim's sessions send a step and wait for its answer) and SIGKILL it while those steps are in flight; their
+    results."""
     paused = driver.call("episodes", specs=specs, pause=2, think_s=0.2, retry=retry)
     assert paused == len(specs)
     results_call: dict[str, Any] = {}
     import threading
 
     waiter = threading.Thread(target=lambda: results_call.update(out=driver.call("results", timeout=600)))
-    waiter.start()  # resumes every episode
-    time.sleep(0.3)  # a step of each is in flight or about to be
     replica = record["replicas"][victim_index]
-    os.killpg(replica.get("pgid", replica["pid"]), signal.SIGKILL)
+    group = replica.get("pgid", replica["pid"])
+    os.killpg(group, signal.SIGSTOP)  # frozen: the steps sent to it from now on wait there, in flight
+    waiter.start()  # resumes every episode
+    time.sleep(1.0)  # each victim's session has sent its next step (think_s later) and waits for the answer
+    os.killpg(group, signal.SIGKILL)
     waiter.join()
     return results_call["out"]
 

@@ -26,6 +26,11 @@ observation ``{"observation": {...}, "reward", "done", "metadata"}``, a state ``
 a WebSocket error ``{"type": "error", "data": {"message", "code"}}`` (and here ``error``, the service's kind, and
 ``status``). HTTP errors are the service's ``{"error", "detail"}``. ``PROTOCOL`` lists what this module speaks;
 ``tests/openenv/test_protocol_drift.py`` compares it with the installed client's.
+
+Where the schemas say more than OpenEnv's (so that what they allow is accepted, and the API fuzz agrees): an HTTP
+reset takes a JSON object (``{}``: a random task); a task or seed is a JSON integer up to ``MAX_INDEX``; a stateless
+step's action must carry ``state`` and a session's must not (its own model each); a session name matches
+``SESSION_NAME`` in the path.
 """
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations at run time
@@ -41,7 +46,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Le
 from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from fastapi import Path as PathParam
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
@@ -131,9 +136,11 @@ def _number(value: Any) -> Any:
     return value
 
 
-#: A task or a seed: a JSON integer (not ``true``) from 0 (a task past the last: 404 unknown_task); a timeout: a JSON
-#: number above 0. The bounds come before the validator, so that the schema shows them.
-Index = Annotated[int, Ge(0), BeforeValidator(json_integer)]
+#: A task or a seed: a JSON integer (not ``true``) from 0 to 2**31 - 1 (a task past the last: 404 unknown_task; a
+#: bound far from where a JSON reader's doubles round integers); a timeout: a JSON number above 0. The bounds come
+#: before the validator, so that the schema shows them.
+MAX_INDEX = 2**31 - 1
+Index = Annotated[int, Ge(0), Le(MAX_INDEX), BeforeValidator(json_integer)]
 Timeout = Annotated[float, Gt(0), BeforeValidator(_number)]
 #: A request id is visible ASCII without spaces, as a request key header is (``http.key_header``); in the schema, so
 #: what the schema allows is accepted.

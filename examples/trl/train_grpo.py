@@ -274,6 +274,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warm-start", type=int, default=0, metavar="STEPS",
                         help="first teacher-force the experts' episodes of the run's tasks into the tiny model for "
                         "STEPS steps (agent_trainer.rehearsal.warm_start), so rewards differ within a group")  # fmt: skip
+    parser.add_argument("--require-update", action="store_true",
+                        help="fail unless GRPO changed the weights (a run whose rewards differed within a group)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--show", action="store_true", help="print every reply and the action parsed from it")
     parser.add_argument("--seed", type=int, default=0)
@@ -348,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     if trainer.state.global_step != args.steps or missing:
         print(f"train-trl: FAILED (steps {trainer.state.global_step}/{args.steps}; environments without a logged "
               f"reward at some step: {missing})", file=sys.stderr)  # fmt: skip
+        return 1
+    if args.require_update and not changed:
+        print("train-trl: FAILED (--require-update: the weights did not change; every group's rewards were equal)",
+              file=sys.stderr)  # fmt: skip
         return 1
     return 0
 

@@ -52,10 +52,20 @@ EXTENDED: dict[str, str] = {
     "against PyPI (8 minutes loaded); make test-docker's CPU build runs docker/trainer-lock.py and the install for real",
     "tests/integration/test_bench_envs.py::test_every_row_is_measured": "bench-envs over every row and environment "
     "(4 minutes loaded): a benchmark; its comparison beside AgentGym's servers stays in make test-all",
-    "tests/openenv/test_openenv_client.py": "OpenEnv's own client against a fleet of every environment: each played "
-    "step for step, 24 sessions at once, its errors, three replicas killed under sessions (3-5 minutes); make "
-    "test-all keeps the protocol-drift test and make train-trl, whose episodes are OpenEnv's client's through the "
-    "balancer",
+    # For CI's time (docs/development.md), each covered in make test-all another way:
+    "tests/multinode/test_ray_serve_cluster.py": "a 3-node Ray cluster losing a node under Serve episodes (2-3 "
+    "minutes); make test-all keeps the Serve app's local runs (tests/integration/test_ray_serve_*.py)",
+    "tests/multinode/test_ray_head_loss.py": "attaching to a lost Ray head in network namespaces (about 2 minutes); "
+    "make test-all keeps the local attach-failure tests (tests/integration/test_ray_serve_attach.py)",
+    "tests/multinode/test_slurm_ray.py": "the sbatch starting Ray, the env and a training stand-in on a real two-node "
+    "Slurm (about 1.5 minutes); make test-all keeps the Slurm job's refusals and env checks",
+    "tests/trainer/test_rehearsal_bugs.py::test_make_rehearse_fails_on_a_stale_weight_sync": "a whole rehearsal "
+    "with a planted bug (about 5 minutes); make test-all runs make rehearse, and the step checks' own bug tests",
+    "tests/trainer/test_train_launch.py::test_a_finished_run_says_so_instead_of_training_nothing[8": "the resume "
+    "cases of a finished run (1 minute each); make test-all keeps the first",
+    "tests/trainer/test_train_launch.py::test_a_finished_run_says_so_instead_of_training_nothing[9": "as above",
+    "tests/trainer/test_train_on_clusters.py::test_dataset_paths_mean_the_callers_directory": "launches verl on a "
+    "local Ray cluster (about 2 minutes); make test-docker's compose jobs run the user's dataset paths",
 }
 # Marked slow in their own files, yet what every change to the API must pass (tests/faults/test_fuzz_envs.py, the
 # other environments' routes, stays in make test-all: 2 more minutes).

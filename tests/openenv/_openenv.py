@@ -5,6 +5,8 @@
   client's exception type and message (what a user of OpenEnv's client would see).
 - ``start_fleet``: the local cluster (replicas, Redis, nginx) serving some environments, from ``.venv``.
 - ``trl_python``: the interpreter of ``.venv-trl`` (or ``$TRL_PYTHON``).
+- ``play``, ``core_trace``, ``openenv_trace``: an episode through OpenEnv's client, the same by the environment's
+  core in process, and the client's answers as (observation, reward, done), to compare them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import subprocess
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +98,33 @@ class OpenEnvDriver:
             error = reply["error"]
             raise DriverError(error["type"], error["message"], error.get("traceback", ""))
         return reply["ok"]
+
+
+def core_trace(core: Any, task: int, actions: Sequence[str]) -> list[tuple[str, float, bool]]:
+    """(observation, reward, done) of the reset and of each action, by the core itself."""
+    result = core.reset(task)
+    trace = [(result.observation, float(result.reward), result.done)]
+    state = result.state
+    for action in actions:
+        result = core.step(state, action)
+        trace.append((result.observation, float(result.reward), result.done))
+        state = result.state
+        if result.done:
+            break
+    closer = getattr(core, "close", None)
+    if callable(closer):
+        closer(state)
+    return trace
+
+
+def openenv_trace(answers: Sequence[dict[str, Any]]) -> list[tuple[str, float, bool]]:
+    return [(a["observation"]["text"], float(a["reward"]), a["done"]) for a in answers]
+
+
+def play(driver: OpenEnvDriver, client: str, task: int, actions: Sequence[str]) -> list[dict[str, Any]]:
+    answers = [driver.call("reset", client=client, kwargs={"task": task})]
+    for action in actions:
+        answers.append(driver.call("step", client=client, action={"action": action}))
+        if answers[-1]["done"]:
+            break
+    return answers

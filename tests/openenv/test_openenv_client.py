@@ -25,7 +25,16 @@ from typing import Any
 
 import pytest
 import requests
-from _openenv import FLEET_ENVS, SECRET, DriverError, OpenEnvDriver, start_fleet
+from _openenv import (
+    FLEET_ENVS,
+    SECRET,
+    DriverError,
+    OpenEnvDriver,
+    core_trace,
+    openenv_trace,
+    play,
+    start_fleet,
+)
 
 from webshop_env import cluster
 from webshop_env.api.settings import Settings
@@ -55,36 +64,6 @@ def plans(cores: dict[str, Any]) -> dict[str, dict[int, list[str]]]:
     """The expert's actions (at most MAX_ACTIONS) for each environment's TASKS."""
     return {env_id: {task: list(core.expert(task) or ["look"])[:MAX_ACTIONS] for task in TASKS}
             for env_id, core in cores.items()}  # fmt: skip
-
-
-def core_trace(core: Any, task: int, actions: Sequence[str]) -> list[tuple[str, float, bool]]:
-    """(observation, reward, done) of the reset and of each action, by the core itself."""
-    result = core.reset(task)
-    trace = [(result.observation, float(result.reward), result.done)]
-    state = result.state
-    for action in actions:
-        result = core.step(state, action)
-        trace.append((result.observation, float(result.reward), result.done))
-        state = result.state
-        if result.done:
-            break
-    closer = getattr(core, "close", None)
-    if callable(closer):
-        closer(state)
-    return trace
-
-
-def openenv_trace(answers: Sequence[dict[str, Any]]) -> list[tuple[str, float, bool]]:
-    return [(a["observation"]["text"], float(a["reward"]), a["done"]) for a in answers]
-
-
-def play(driver: OpenEnvDriver, client: str, task: int, actions: Sequence[str]) -> list[dict[str, Any]]:
-    answers = [driver.call("reset", client=client, kwargs={"task": task})]
-    for action in actions:
-        answers.append(driver.call("step", client=client, action={"action": action}))
-        if answers[-1]["done"]:
-            break
-    return answers
 
 
 @pytest.mark.parametrize("env_id", ENVS)

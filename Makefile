@@ -21,6 +21,7 @@ export CATALOG_DIR
 export WEBSHOP_ENVS := $(ENVS)
 
 STAMP := $(VENV)/.installed
+comma := ,
 # The verl line that preflight and the train targets use: 0.7 (verl 0.7.1 in .venv, configs/, the interaction or
 # the agent loop) or 0.9 (verl 0.9.1 in .venv-verl09, configs/verl09/, the agent loop). verl 0.9.1 needs numpy>=2
 # and 0.7.1 numpy<2, so the 0.9 line has an environment of its own, also made by `make setup`.
@@ -110,7 +111,7 @@ test: $(STAMP) $(SPACY_STAMP) nginx redis ## what a contributor runs before a ch
 	$(VENV)/bin/pytest -m "not slow or make_test" --durations=25 $(PYTEST_ARGS)
 
 .PHONY: test-all docs
-test-all: setup nginx redis chromium lucene slurm debootstrap ## everything CI runs: lint, docs, every test on both verl lines, rehearsals, Docker
+test-all: setup venv-trl nginx redis chromium lucene slurm debootstrap ## everything CI runs: lint, docs, every test on both verl lines, rehearsals, TRL, Docker
 	$(MAKE) --no-print-directory lint docs
 	$(VENV)/bin/pytest -m "not extended" --durations=25 $(PYTEST_ARGS)
 	$(VENV09)/bin/pytest -m "not extended" --durations=25 tests/trainer/test_agent_loop.py tests/trainer/test_env_agent_loop.py tests/trainer/verl09  # the verl 0.9.1 line (its own environment)
@@ -120,7 +121,43 @@ test-all: setup nginx redis chromium lucene slurm debootstrap ## everything CI r
 	@# mixed and Ray-mode rehearsals are make test-extended's, by hand, for CI's 60 minutes (docs/development.md).
 	@started=$$SECONDS; $(MAKE) --no-print-directory rehearse VERL_LINE=0.7 ENV=webshop || exit 1; \
 	  echo "make rehearse: $$((SECONDS - started)) s"
+	@# TRL's GRPOTrainer through the OpenEnv face, 2 steps on the mix (make train-trl prints its time; ~1-2 min).
+	$(MAKE) --no-print-directory train-trl TRL_ARGS="--steps 2"
 	@started=$$SECONDS; $(MAKE) --no-print-directory test-docker && echo "make test-docker: $$((SECONDS - started)) s"
+
+# TRL's GRPOTrainer and OpenEnv's client, in an environment of their own (constraints-trl.txt: OpenEnv 0.10 and TRL
+# 1.16 need pins .venv's verl 0.7.1 cannot hold). It holds clients only: the fleet runs from .venv as everywhere else.
+# services/env for its client, services/trainer without its dependencies (no verl) for the environments' specs
+# (prompts and parsing, shared with the verl path) and the tiny model. torch==2.13.0 is the CPU wheel (pinned: PyPI's
+# default build is CUDA's, several GB). tests/openenv skips without it; examples/trl and make train-trl need it.
+VENV_TRL ?= .venv-trl
+$(VENV_TRL)/.installed: constraints-trl.txt services/env/pyproject.toml services/trainer/pyproject.toml
+	test -x $(VENV_TRL)/bin/python || $(PYTHON) -m venv $(VENV_TRL)
+	$(VENV_TRL)/bin/pip install --quiet -c constraints-trl.txt trl openenv torch -e 'services/env[python-only]'
+	$(VENV_TRL)/bin/pip install --quiet --no-deps -e services/trainer
+	touch $@
+
+.PHONY: venv-trl
+venv-trl: $(VENV_TRL)/.installed ## create .venv-trl/: TRL 1.16 + OpenEnv 0.10 (pinned in constraints-trl.txt, CPU torch) for examples/trl and tests/openenv
+
+# make train-trl: TRL's GRPOTrainer on CPU (examples/trl/train_grpo.py, the tiny model) against a fleet of its own
+# (the local cluster serving TRL_ENVS on free ports, stopped afterwards), through the environments' OpenEnv face.
+# ENV=textcraft: one environment; default: a mix. TRL_ARGS: more arguments (--steps N, --warm-start N, ...).
+TRL_DEFAULT_ENVS := textcraft,babyai,webshop
+TRL_ENVS = $(if $(ENV),$(ENV),$(TRL_DEFAULT_ENVS))
+TRL_RUN ?= run/trl
+TRL_ARGS ?=
+.PHONY: train-trl
+train-trl: $(STAMP) $(VENV_TRL)/.installed nginx redis data ## TRL's GRPOTrainer on CPU, a few steps on a mix of the served environments through OpenEnv (ENV=textcraft: one; TRL_ARGS=--steps N) -> outputs/trl[-<env>]/summary.json
+	@started=$$SECONDS; rm -rf $(TRL_RUN); \
+	WEBSHOP_ENVS=$(TRL_ENVS) $(PY) -m webshop_env.cluster up --replicas 2 --workers 1 --catalog $(CATALOG_DIR) \
+	  --port 0 --base-port 0 --run-dir $(TRL_RUN) >/dev/null || exit 1; \
+	url=$$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' $(TRL_RUN)/pids.json); \
+	echo "make train-trl: $(TRL_ENVS) served at $$url"; status=0; \
+	$(VENV_TRL)/bin/python examples/trl/train_grpo.py --url $$url --envs $(TRL_ENVS) --catalog $(CATALOG_DIR) \
+	  --out outputs/trl$(if $(ENV),-$(subst $(comma),-,$(ENV))) $(TRL_ARGS) || status=$$?; \
+	$(PY) -m webshop_env.cluster down --run-dir $(TRL_RUN) >/dev/null; \
+	echo "make train-trl: $$((SECONDS - started)) s"; exit $$status
 
 # The docs site (MkDocs + Material, pinned in requirements-docs.txt, in an environment of its own): strict, so a
 # broken link, a missing page or a bad anchor fails the build. Output: site/ (ignored by git).
@@ -134,12 +171,12 @@ docs: $(VENV_DOCS)/.installed ## build the docs site strictly into site/ (open s
 	NO_MKDOCS_2_WARNING=1 $(VENV_DOCS)/bin/mkdocs build --strict --site-dir site
 
 lint: setup ## ruff (lint + format check)
-	$(VENV)/bin/ruff check services tests scripts
-	$(VENV)/bin/ruff format --check services tests scripts
+	$(VENV)/bin/ruff check services tests scripts examples
+	$(VENV)/bin/ruff format --check services tests scripts examples
 
 format: setup ## apply ruff's fixes and formatting
-	$(VENV)/bin/ruff check --fix services tests scripts
-	$(VENV)/bin/ruff format services tests scripts
+	$(VENV)/bin/ruff check --fix services tests scripts examples
+	$(VENV)/bin/ruff format services tests scripts examples
 
 up-ray: setup data ## a one-node Ray cluster here (ray start --head, run/ray) with the env on it as a Ray Serve app on :$(WEBSHOP_RAY_PORT)
 	$(PY) -m webshop_env.ray_serve.local up --catalog $(CATALOG_DIR) --port $(WEBSHOP_RAY_PORT) --replicas-per-node $(REPLICAS)
@@ -185,7 +222,7 @@ include mk/stack.mk
 include mk/gpu.mk
 
 .PHONY: test-extended
-test-extended: setup nginx redis ## what CI leaves out for its time (by hand, ~40 min on 2 cores): the EXTENDED tests of tests/conftest.py, the mixed rehearsal on verl 0.9.1, the Ray-mode rehearsal
+test-extended: setup venv-trl nginx redis ## what CI leaves out for its time (by hand, ~40 min on 2 cores): the EXTENDED tests of tests/conftest.py, the mixed rehearsal on verl 0.9.1, the Ray-mode rehearsal
 	$(VENV)/bin/pytest -m extended --durations=25 $(PYTEST_ARGS)
 	@for args in "VERL_LINE=0.9 ENV=textcraft,webshop" "VERL_LINE=0.9 REHEARSE_ARGS=--env\ ray\ --out\ outputs/rehearsal-ray"; do \
 	  started=$$SECONDS; eval $(MAKE) --no-print-directory rehearse $$args || exit 1; \

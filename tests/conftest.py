@@ -52,6 +52,10 @@ EXTENDED: dict[str, str] = {
     "against PyPI (8 minutes loaded); make test-docker's CPU build runs docker/trainer-lock.py and the install for real",
     "tests/integration/test_bench_envs.py::test_every_row_is_measured": "bench-envs over every row and environment "
     "(4 minutes loaded): a benchmark; its comparison beside AgentGym's servers stays in make test-all",
+    "tests/openenv/test_openenv_client.py": "OpenEnv's own client against a fleet of every environment: each played "
+    "step for step, 24 sessions at once, its errors, three replicas killed under sessions (3-5 minutes); make "
+    "test-all keeps the protocol-drift test and make train-trl, whose episodes are OpenEnv's client's through the "
+    "balancer",
 }
 # Marked slow in their own files, yet what every change to the API must pass (tests/faults/test_fuzz_envs.py, the
 # other environments' routes, stays in make test-all: 2 more minutes).

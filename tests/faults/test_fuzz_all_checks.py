@@ -36,7 +36,8 @@ def fuzz_target(conformance_catalog_dir, tmp_path_factory):
 # string that is not a token the server signed is rejected with 400 invalid_token, by design; every other
 # operation uses schemathesis' default expectations.
 TOKEN_OPERATIONS = {
-    "include-path-regex": "^(/webshop)?/v1/step(_batch)?$",  # also under /webshop
+    # also under /webshop; and OpenEnv's stateless step (its action carries the token)
+    "include-path-regex": "^((/webshop)?/v1/step(_batch)?|/webshop/openenv/step)$",
     "checks": {
         "positive_data_acceptance": {"expected-statuses": ["2xx", "400", "401", "403", "404", "409", "5xx"]}
     },

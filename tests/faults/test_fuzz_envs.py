@@ -28,6 +28,10 @@ OPERATIONS = [
         "include-path-regex": r"^/(textcraft|babyai)/v1/(step|close)$",
         "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404", "409", "503"]}},
     },
+    {  # OpenEnv's stateless step (its action carries the token)
+        "include-path-regex": r"^/(textcraft|babyai)/openenv/step$",
+        "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404", "409", "503"]}},
+    },
     {
         "include-path-regex": r"^/(textcraft|babyai)/v1/(reset|tasks/.*)$",
         "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "404"]}},

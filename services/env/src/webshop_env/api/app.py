@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from . import routes_envs, routes_ops
+from . import routes_envs, routes_openenv, routes_ops
 from .errors import BodyLimitMiddleware, install_error_handlers
 from .http import package_version
 from .logs import configure_logging
@@ -90,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log_slow_s=settings.access_log_slow_ms / 1000.0,
     )
     app.fast_paths = routes_envs.include_env_routes(app, settings, recorder, metrics)
+    routes_openenv.include_openenv_routes(app, settings)  # OpenEnv's protocol of each: /<env>/openenv
     app.add_middleware(
         BodyLimitMiddleware,  # type: ignore[arg-type]
         max_bytes=settings.max_body_bytes,
@@ -142,6 +143,7 @@ async def _shut_down(app: FastAPI, sweeper: asyncio.Task[None], metrics: Metrics
         await sweeper
     for runtime in runtimes:
         await runtime.sessions.aclose()
+        await routes_openenv.aclose(runtime)
         closer = getattr(runtime.env, "shutdown", None)  # e.g. SciWorld's JVM pool
         if callable(closer):
             closer()

@@ -72,7 +72,9 @@ def test_a_posts_session_id_is_read_from_its_json_body(routed: dict) -> None:
         requests.post(base + "/step", json={"id": env_idx, "action": action}, timeout=30)  # other key order
     requests.get(f"{base}/detail", params={"id": env_idx}, timeout=30)
     lines: list[str] = []
-    for _ in range(50):  # nginx writes a request's line after its answer: the last one may come a moment later
+    for _ in range(
+        50
+    ):  # nginx writes a request's line after its answer: the last one may come a moment later
         lines = Path(routed["nginx"]["access_log"]).read_text().splitlines()[before:]
         if len(lines) >= 9:
             break

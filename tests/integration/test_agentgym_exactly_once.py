@@ -278,3 +278,53 @@ def test_copies_of_sessions_are_left_alone_where_they_do_not_pay(bare_redis: str
     alone = asyncio.run(steps([store()], 200))
     assert sum(alternating[100:]) <= 100 / 32 + 2, sum(alternating[100:])  # only the probes
     assert all(alone[1:])
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_write_the_store_runs_after_its_deadline_is_not_applied(bare_redis: str, cached: bool) -> None:
+    """A hung store (SIGSTOP) wakes up after the replica gave up on a step and answered 503: the step it had sent
+    must not take effect then (the client was told it was not). The step read the session (from this process's
+    copy, or from the store) before the store hung, so its write is what the hung store holds."""
+    import asyncio
+    import os
+    import signal
+
+    from webshop_env.api.compat_sessions import RedisSessionStore, SessionStoreUnavailable
+
+    port = int(bare_redis.rsplit(":", 1)[1].split("/")[0])
+    pid = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _listens(int(p), port))
+
+    async def scenario() -> tuple[object, object]:
+        store = RedisSessionStore(bare_redis, str, int, max_sessions=10, client_quota=10, deadline_s=0.6)
+        env_idx = store.new_id()
+        await store.create(env_idx, -1, "test")
+        state, version = await store.get(env_idx, touch=False)
+        await store.put(
+            env_idx, state + 1, version
+        )  # the write script is loaded (else the woken store refuses it)
+        state, version = await store.get(env_idx, touch=False, cached=cached)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(SessionStoreUnavailable):
+                await store.put(env_idx, state + 1, version)
+            await asyncio.sleep(0.2)  # the store wakes after the replica's deadline
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        fresh = RedisSessionStore(bare_redis, str, int, max_sessions=10, client_quota=10)
+        after, _ = await fresh.get(env_idx, touch=False)
+        await store.put(env_idx, state + 1, version)  # and the store takes the step when it is sent again
+        again, _ = await fresh.get(env_idx, touch=False)
+        return after, again
+
+    after, again = asyncio.run(scenario())
+    assert after == 0, "a step answered 503 session_store_down took effect when the store woke up"
+    assert again == 1
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` is the redis-server on ``port`` (its title: ``redis-server 127.0.0.1:PORT``)."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"redis-server" in title and f":{port}".encode() in title

@@ -8,6 +8,7 @@ one replica. No JVM starts here (no spares, no valid reset): the routing is what
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -70,6 +71,13 @@ def test_a_posts_session_id_is_read_from_its_json_body(routed: dict) -> None:
         requests.post(base + "/step", data=body, headers={"Content-Type": "application/json"}, timeout=30)
         requests.post(base + "/step", json={"id": env_idx, "action": action}, timeout=30)  # other key order
     requests.get(f"{base}/detail", params={"id": env_idx}, timeout=30)
-    lines = Path(routed["nginx"]["access_log"]).read_text().splitlines()[before:]
+    lines: list[str] = []
+    for _ in range(
+        50
+    ):  # nginx writes a request's line after its answer: the last one may come a moment later
+        lines = Path(routed["nginx"]["access_log"]).read_text().splitlines()[before:]
+        if len(lines) >= 9:
+            break
+        time.sleep(0.1)
     upstreams = {json.loads(line)["upstream_addr"] for line in lines}
     assert len(lines) == 9 and len(upstreams) == 1, lines

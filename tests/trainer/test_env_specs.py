@@ -15,7 +15,7 @@ from agent_trainer import envs, prompts
 from agent_trainer.agent_loop import max_steps_for
 from agent_trainer.envs import babyai, sciworld, textcraft, webshop
 from agent_trainer.envs.agentgym import ONE_ACTION_ONLY, clean_action, parse_reply
-from agent_trainer.interaction import TurnScore
+from agent_trainer.episode import TurnScore
 from agent_trainer.reward import episode_summary
 
 

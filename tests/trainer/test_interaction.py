@@ -18,14 +18,9 @@ pytest.importorskip(
 
 from agent_trainer import prompts
 from agent_trainer.config import InteractionSettings
-from agent_trainer.interaction import (
-    EPISODES,
-    EpisodeRegistry,
-    TurnScore,
-    WebshopInteraction,
-    close_shared_clients,
-    parse_goal,
-)
+from agent_trainer.envs.webshop import parse_goal
+from agent_trainer.episode import TurnScore
+from agent_trainer.interaction import EPISODES, EpisodeRegistry, WebshopInteraction, close_shared_clients
 from webshop_env.client import WebShopRequestError, WebShopUnavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,7 +179,7 @@ def test_expired_episode_terminates_gracefully(in_process_env) -> None:
 
 def test_registry_ttl_sweep() -> None:
     registry = EpisodeRegistry(sweep_interval=10)
-    from agent_trainer.interaction import Episode
+    from agent_trainer.episode import Episode
 
     registry.put("old", Episode(state="s", goal=1, goal_set=None, split=None))
     registry.put("new", Episode(state="s", goal=2, goal_set=None, split=None))

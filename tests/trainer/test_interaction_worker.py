@@ -75,9 +75,9 @@ def rollout(config_overrides: list[str], rows: list[dict[str, Any]], plans: Mapp
 
     from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, config_dir
     from agent_trainer.env_data import SCHEMA
+    from agent_trainer.harness import LocalAgentLoopWorker, generation_batch
     from agent_trainer.interaction import close_shared_clients
     from agent_trainer.preflight import compose_training_config
-    from agent_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
 
     train_file = tmp_path / "train.parquet"
     pq.write_table(pa.Table.from_pylist([{**r, "extra_info": {**r["extra_info"], "index": i}}

@@ -66,7 +66,7 @@ def test_a_running_service_with_the_same_catalog_is_reused(tmp_path: Path) -> No
     import http.server
     import threading
 
-    from agent_trainer.preflight import start_or_reuse_cluster
+    from agent_trainer.harness import start_or_reuse_cluster
 
     class Info(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -95,7 +95,7 @@ def test_oracle_goals_fit_the_env_steps_verl_allows_and_cover_every_plan_length(
     generated_catalog_dir: Path,
 ) -> None:
     """``max_assistant_turns = N`` gives N - 1 env steps (verl stops after the N-th reply without sending it)."""
-    from agent_trainer.preflight import PreflightError, pick_oracle_goals
+    from agent_trainer.harness import HarnessError, pick_oracle_goals
     from webshop_env.envs.webshop.catalog.store import open_catalog
     from webshop_env.envs.webshop.core.env import WebShopEnv
     from webshop_env.envs.webshop.core.oracle import expert_actions
@@ -107,7 +107,7 @@ def test_oracle_goals_fit_the_env_steps_verl_allows_and_cover_every_plan_length(
         picked_lengths = {len(plan) for plan in picked.values()}
         assert max(picked_lengths) == max_turns - 1  # a plan of exactly max_turns actions can never finish
         assert picked_lengths == {n for n in lengths if n <= max_turns - 1}
-    with pytest.raises(PreflightError, match="1 env steps"):
+    with pytest.raises(HarnessError, match="1 env steps"):
         pick_oracle_goals(generated_catalog_dir, "synthetic", "train", 2, 2, scan=50)
 
 
@@ -152,7 +152,8 @@ def test_env_configs_and_oracle_tasks() -> None:
     from agent_trainer.env_data import split_tasks
     from agent_trainer.envs.replay import replay_score
     from agent_trainer.evaluation.policies import as_agentgym_reply
-    from agent_trainer.preflight import env_config_names, env_round_overrides, pick_env_tasks
+    from agent_trainer.harness import pick_env_tasks
+    from agent_trainer.preflight import env_config_names, env_round_overrides
 
     assert env_config_names(["textcraft"], None) == ["textcraft_grpo_test", "textcraft_grpo_train"]
     assert env_config_names(["textcraft", "babyai"], "full") == ["mixed_grpo_train"]

@@ -34,7 +34,7 @@ pytest.importorskip(
     "verl.interactions", reason="the verl 0.7.1 line (tests/trainer/verl09 has the 0.9 line's)"
 )
 
-from agent_trainer.rehearsal.local_rollout import ScriptedServer
+from agent_trainer.harness import ScriptedServer
 
 PENALTY = 0.1
 REPO = Path(__file__).resolve().parents[2]
@@ -88,9 +88,9 @@ def _roll(
 
     from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, config_dir
     from agent_trainer.data import build_dataset
+    from agent_trainer.harness import LocalAgentLoopWorker, generation_batch
     from agent_trainer.interaction import close_shared_clients
     from agent_trainer.preflight import compose_training_config
-    from agent_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
 
     train_file = tmp / f"train_{agent}.parquet"
     build_dataset(catalog, "train", train_file, goal_set="synthetic", goal_ids=list(plans), progress=False,
@@ -190,12 +190,12 @@ def _server(model: Any) -> Any:
 
 def _adapter(server: Any) -> Any:
     """The rehearsal's rollout adapter (inside an FSDP worker in a run) pushing to ``server``."""
+    from agent_trainer.harness import LocalRemote
     from agent_trainer.rehearsal.cpu_rollout import CpuServerAdapter
-    from agent_trainer.rehearsal.local_rollout import _Remote
 
     adapter = CpuServerAdapter.__new__(CpuServerAdapter)
     adapter.device_mesh, adapter.rollout_rank, adapter.replica_rank = None, 0, 0
-    adapter._server = SimpleNamespace(update_weights=_Remote(server.update_weights))
+    adapter._server = SimpleNamespace(update_weights=LocalRemote(server.update_weights))
     return adapter
 
 

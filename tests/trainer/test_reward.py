@@ -11,7 +11,7 @@ pytest.importorskip(
     "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
 )
 
-from agent_trainer.interaction import TurnScore
+from agent_trainer.episode import TurnScore
 from agent_trainer.reward import METRIC_KEYS, compute_score, episode_summary
 
 

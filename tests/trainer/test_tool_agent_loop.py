@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("verl.interactions", reason="the interaction path is verl 0.7.x only")
 
-from agent_trainer.rehearsal.local_rollout import ScriptedServer
+from agent_trainer.harness import ScriptedServer
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +40,8 @@ def test_tool_agent_turns_are_capped_and_separated_as_the_chat_template_does(
 
     from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, TURN_TOKENS, config_dir
     from agent_trainer.data import build_dataset
+    from agent_trainer.harness import LocalAgentLoopWorker, generation_batch
     from agent_trainer.preflight import compose_training_config
-    from agent_trainer.rehearsal.local_rollout import LocalAgentLoopWorker, generation_batch
     from agent_trainer.tiny_model import build_tiny_model
     from agent_trainer.tool_agent_loop import WebShopToolAgentLoop
 

@@ -28,10 +28,10 @@ class PlanServer:
     the k-th turn), in the reply format of that task's environment."""
 
     def __init__(self, tokenizer: Any, plans: Mapping[str, tuple[str, list[str]]]) -> None:
-        from agent_trainer.rehearsal.local_rollout import _StandInServer
+        from agent_trainer.harness import StandInServer
 
         self.tokenizer, self.plans = tokenizer, plans
-        self._base = _StandInServer()
+        self._base = StandInServer()
 
     async def set_global_steps(self, global_steps: int) -> None:
         await self._base.set_global_steps(global_steps)
@@ -67,8 +67,8 @@ def test_a_batch_mixing_textcraft_and_webshop_rolls_out_and_passes_the_trainers_
 
     from agent_trainer.config import TRAINING_CONFIGS, training_config_dir
     from agent_trainer.env_data import build_env_datasets
+    from agent_trainer.harness import local_transfer_queue, run_tq_rollouts
     from agent_trainer.preflight import agent_loop_overrides, compose_training_config
-    from agent_trainer.rehearsal.local_rollout import local_transfer_queue, run_tq_rollouts
     from webshop_env.envs import registry
     from webshop_env.envs.webshop.core.env import WebShopEnv
     from webshop_env.envs.webshop.core.oracle import expert_actions

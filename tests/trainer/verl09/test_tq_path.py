@@ -33,8 +33,8 @@ def test_the_trainers_metric_step_accepts_the_agent_loops_trajectories(
 
     from agent_trainer.config import AGENT_LOOP_NAME, TRAINING_CONFIGS, training_config_dir
     from agent_trainer.data import build_dataset
+    from agent_trainer.harness import ScriptedServer, local_transfer_queue, run_tq_rollouts
     from agent_trainer.preflight import agent_loop_overrides, compose_training_config
-    from agent_trainer.rehearsal.local_rollout import ScriptedServer, local_transfer_queue, run_tq_rollouts
 
     monkeypatch.setenv("WEBSHOP_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
     plans = dict(list(expert_plans_generated.items())[:2])

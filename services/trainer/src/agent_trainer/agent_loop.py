@@ -54,7 +54,8 @@ from . import envs
 from . import episode as episodes
 from .agent_tokens import TurnTokens
 from .config import ENVIRONMENT_SETTINGS, ENVIRONMENTS_KEY, InteractionSettings
-from .interaction import EPISODES, Episode, TurnScore, ensure_ready, shared_client
+from .episode import Episode, TurnScore
+from .interaction import EPISODES, ensure_ready, shared_client
 from .reward import METRIC_KEYS, episode_summary
 from .turns import env_steps_for_turns
 

@@ -15,8 +15,10 @@ does to the episode is decided here, once:
   at most the fleet's simulators' worth of episodes at once, the others wait for a slot instead of evicting each
   other's simulators (each eviction costs a replay of seconds on the next step).
 
-The episode's progress (signed state token, reward so far, counters) is the ``interaction.Episode`` record that
-both routes keep in the process's ``EPISODES`` registry.
+The episode's progress (signed state token, reward so far, counters) is the :class:`Episode` record that both
+routes keep in the process's ``EPISODES`` registry (``interaction``), and each turn's reward is a
+:class:`TurnScore` (the float verl sums, carrying what the turn did): both are defined here, below every route
+that uses them.
 """
 
 from __future__ import annotations
@@ -34,9 +36,94 @@ from webshop_env.client import WebShopRequestError
 from . import envs
 from .config import InteractionSettings
 from .envs.spec import EnvSpec, Outcome, Parsed
-from .interaction import Episode, TurnScore
 
 logger = logging.getLogger(__name__)
+
+
+class TurnScore(float):
+    """A turn's reward, carrying what happened in that turn (it pickles across Ray processes).
+
+    ``purchased``: this turn bought something (the env paid a reward); ``stepped``: the env took a step (False
+    for a trajectory ended because its episode expired or the server refused it); ``success``: set by the agent
+    loop (any environment: the episode is solved if it ends here, by its spec's rule), None on the interaction
+    path (WebShop's rule then applies, ``reward.episode_summary``).
+    """
+
+    invalid: bool
+    done: bool
+    env_reward: float
+    purchased: bool
+    stepped: bool
+    success: bool | None
+
+    def __new__(
+        cls,
+        value: float,
+        *,
+        invalid: bool = False,
+        done: bool = False,
+        env_reward: float = 0.0,
+        purchased: bool = False,
+        stepped: bool = True,
+        success: bool | None = None,
+    ):
+        score = super().__new__(cls, value)
+        score.invalid = invalid
+        score.done = done
+        score.env_reward = env_reward
+        score.purchased = purchased
+        score.stepped = stepped
+        score.success = success
+        return score
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _turn_score,
+            (
+                float(self),
+                self.invalid,
+                self.done,
+                self.env_reward,
+                self.purchased,
+                self.stepped,
+                self.success,
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"TurnScore({float(self)!r}, invalid={self.invalid}, done={self.done}, env_reward={self.env_reward}, "
+            f"purchased={self.purchased}, stepped={self.stepped}, success={self.success})"
+        )
+
+
+def _turn_score(
+    value: float,
+    invalid: bool,
+    done: bool,
+    env_reward: float,
+    purchased: bool = False,
+    stepped: bool = True,
+    success: bool | None = None,
+) -> TurnScore:
+    return TurnScore(value, invalid=invalid, done=done, env_reward=env_reward, purchased=purchased, stepped=stepped,
+                     success=success)  # fmt: skip
+
+
+@dataclass
+class Episode:
+    """One trajectory's env state: the signed token and counters (nothing else is kept)."""
+
+    state: str
+    goal: int
+    goal_set: str | None
+    split: str | None
+    steps: int = 0
+    invalid: int = 0
+    unparseable: int = 0
+    reward: float = 0.0
+    last_used: float = 0.0
+
 
 #: What a step the environment refused means for the episode: it ends, unsolved, without an env step.
 REFUSED = Outcome(env_reward=0.0, done=True, success=False, valid=False, finished=False)

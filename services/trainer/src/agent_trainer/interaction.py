@@ -12,10 +12,10 @@ So, in this module:
 - per-trajectory state is tiny (the env's signed state token plus counters) and lives in one process-wide
   registry keyed by instance id; it is freed on ``done``, when the interaction object that opened it is
   garbage-collected (i.e. when verl drops the agent loop), by ``finalize_interaction``, and after an idle TTL;
-- the turn reward is a ``TurnScore``: a float (what verl sums and stores in ``turn_scores``) that also says
-  whether the reply was invalid and whether the episode ended. verl 0.7.1 drops the metrics dict that
-  ``generate_response`` returns, and ``turn_scores`` is the only per-turn channel that reaches the reward
-  function (``reward.compute_score``), which counts steps and invalid actions from it.
+- the turn reward is a ``TurnScore`` (``agent_trainer.episode``): a float (what verl sums and stores in
+  ``turn_scores``) that also says whether the reply was invalid and whether the episode ended. verl 0.7.1 drops
+  the metrics dict that ``generate_response`` returns, and ``turn_scores`` is the only per-turn channel that
+  reaches the reward function (``reward.compute_score``), which counts steps and invalid actions from it.
 
 ``EnvInteraction`` is the same for any environment the trainer has a spec for (``agent_trainer.envs``: TextCraft,
 BabyAI, SciWorld), one entry per environment in ``configs/webshop_interaction.yaml``; ``ToolAgentLoop`` picks the
@@ -34,109 +34,26 @@ import logging
 import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
 try:
     from verl.interactions.base import BaseInteraction
 except ImportError:
-    # verl >= 0.8 removed interactions; the agent loop (agent_loop.py) still shares this module's client,
-    # registry and goal parsing, so the module must import there (WebshopInteraction is unusable then).
+    # verl >= 0.8 removed interactions; the agent loop (agent_loop.py) still shares this module's client and
+    # registry, so the module must import there (WebshopInteraction is unusable then).
     BaseInteraction = object  # type: ignore[assignment,misc]
 
 from webshop_env.client import EnvClient, WebShopClient, WebShopRequestError, WebShopUnavailable
 
-from . import prompts
+from . import envs, prompts
+from . import episode as episodes
 from .actions import UNPARSEABLE_ACTION, extract_action, step_was_valid
 from .config import InteractionSettings
+from .envs.webshop import parse_goal
+from .episode import Episode, TurnScore
 
 logger = logging.getLogger(__name__)
-
-
-class TurnScore(float):
-    """A turn's reward, carrying what happened in that turn (it pickles across Ray processes).
-
-    ``purchased``: this turn bought something (the env paid a reward); ``stepped``: the env took a step (False
-    for a trajectory ended because its episode expired or the server refused it); ``success``: set by the agent
-    loop (any environment: the episode is solved if it ends here, by its spec's rule), None on the interaction
-    path (WebShop's rule then applies, ``reward.episode_summary``).
-    """
-
-    invalid: bool
-    done: bool
-    env_reward: float
-    purchased: bool
-    stepped: bool
-    success: bool | None
-
-    def __new__(
-        cls,
-        value: float,
-        *,
-        invalid: bool = False,
-        done: bool = False,
-        env_reward: float = 0.0,
-        purchased: bool = False,
-        stepped: bool = True,
-        success: bool | None = None,
-    ):
-        score = super().__new__(cls, value)
-        score.invalid = invalid
-        score.done = done
-        score.env_reward = env_reward
-        score.purchased = purchased
-        score.stepped = stepped
-        score.success = success
-        return score
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            _turn_score,
-            (
-                float(self),
-                self.invalid,
-                self.done,
-                self.env_reward,
-                self.purchased,
-                self.stepped,
-                self.success,
-            ),
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"TurnScore({float(self)!r}, invalid={self.invalid}, done={self.done}, env_reward={self.env_reward}, "
-            f"purchased={self.purchased}, stepped={self.stepped}, success={self.success})"
-        )
-
-
-def _turn_score(
-    value: float,
-    invalid: bool,
-    done: bool,
-    env_reward: float,
-    purchased: bool = False,
-    stepped: bool = True,
-    success: bool | None = None,
-) -> TurnScore:
-    return TurnScore(value, invalid=invalid, done=done, env_reward=env_reward, purchased=purchased, stepped=stepped,
-                     success=success)  # fmt: skip
-
-
-@dataclass
-class Episode:
-    """One trajectory's env state: the signed token and counters (nothing else is kept)."""
-
-    state: str
-    goal: int
-    goal_set: str | None
-    split: str | None
-    steps: int = 0
-    invalid: int = 0
-    unparseable: int = 0
-    reward: float = 0.0
-    last_used: float = 0.0
 
 
 class EpisodeRegistry:
@@ -282,28 +199,6 @@ async def ensure_ready(settings: InteractionSettings, client: WebShopClient) -> 
         ready.add(client.base_url)
 
 
-def parse_goal(kwargs: Mapping[str, Any]) -> int:
-    """The goal index from ``goal`` (or ``session_id``/``goal_id``; int, ``"12"`` or ``"webshop_12"``)."""
-    for key in ("goal", "session_id", "goal_id"):
-        value = kwargs.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            break
-        if isinstance(value, int):
-            return value
-        text = str(value).strip().rsplit("_", 1)[-1]
-        if text.isdigit():
-            return int(text)
-        raise ValueError(
-            f"interaction_kwargs[{key!r}] = {value!r} is not a goal index (int or 'webshop_<N>')"
-        )
-    raise ValueError(
-        f"interaction_kwargs has no goal: expected 'goal' (or 'session_id'), got keys {sorted(kwargs)}; "
-        "rebuild the dataset with `agent-train data`"
-    )
-
-
 class WebshopInteraction(BaseInteraction):
     """verl interaction that plays one WebShop episode per trajectory through the balancer."""
 
@@ -447,9 +342,6 @@ class EnvInteraction(BaseInteraction):
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
-        # imported here: envs imports this module (WebShop's spec reads its goals with parse_goal)
-        from . import envs
-
         values = dict(config)
         env_id = values.pop("env_id", None) or values.get("name")
         max_rounds = values.pop("max_rounds", None)
@@ -468,8 +360,6 @@ class EnvInteraction(BaseInteraction):
     # ---- verl API --------------------------------------------------------------------------------------
     async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:
         """Reset the environment on the row's task (``task``; WebShop: ``goal``); returns the instance id."""
-        from . import episode as episodes
-
         instance_id = instance_id or uuid4().hex
         task = self.spec.task_of(kwargs)
         split = kwargs.get("split") or None
@@ -491,8 +381,6 @@ class EnvInteraction(BaseInteraction):
         self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
     ) -> tuple[bool, str, float, dict[str, Any]]:
         """Play the last assistant message; returns ``(done, next user message, turn score, metrics)``."""
-        from . import episode as episodes
-
         episode = self.registry.get(instance_id)
         if episode is None:
             logger.warning("no %s episode for %s (expired after %.0f s idle, or already finished)",
@@ -550,8 +438,6 @@ class EnvInteraction(BaseInteraction):
         )
 
     async def _finish(self, instance_id: str) -> None:
-        from . import episode as episodes
-
         episode = self.registry.get(instance_id)
         self.registry.drop(instance_id)
         self._owned.discard(instance_id)

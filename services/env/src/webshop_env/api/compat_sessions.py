@@ -84,6 +84,14 @@ RETRY_WINDOW_S = 300
 # copy and a current one saves one store call, so copies pay below one stale in two; a margin for the computation.
 STALE_COPIES_AT_MOST = 0.3
 COPY_PROBE_EVERY = 32
+# A write (create, step, close) that the store runs later than its sender's deadline less this margin is not
+# applied (the scripts' last argument): a replica that gave up on a hung store has answered 503
+# session_store_down, and the write it had sent must not take effect when the store wakes up. The margin is for
+# the answer's way back to the replica (an answer slower than that still makes a 503 whose write was applied).
+WRITE_MARGIN_S = 0.5
+# How often a replica measures the offset between its clock and the store's (one TIME call): the deadline is on
+# the store's clock, so hosts whose clocks disagree still agree on it.
+CLOCK_REFRESH_S = 60.0
 
 
 class UnknownSession(KeyError):
@@ -424,9 +432,11 @@ class MemorySessionStore:
 # Redis keys: PREFIX + "s:" + id (hash: t = token, c = client, r = the request key of the write that made t, a =
 # that request's answer; '' for none), PREFIX + "all" (zset id -> last use, ms), PREFIX + "c:" + client (zset id ->
 # last use, ms), PREFIX + "q:" + request key (the answer of a create or a close, for RETRY_WINDOW_S).
-# Times come from Redis' own clock (replicas may disagree). A TTL of 0 means none: no key expires by age.
+# Times come from Redis' own clock (replicas may disagree). A TTL of 0 means none: no key expires by age. The
+# scripts that write take a deadline in that clock as their last argument, and change nothing after it (-3).
 # The scripts touch keys they derive from arguments, which is fine on one Redis server (not Redis Cluster).
 _NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+_IN_TIME = "if now > tonumber(ARGV[#ARGV]) then return {-3} end\n"
 _TOUCH = """
 local function touch(prefix, id, client, key, ttl, now)
   redis.call('ZADD', prefix .. 'all', now, id)
@@ -437,9 +447,10 @@ local function touch(prefix, id, client, key, ttl, now)
   end
 end
 """
-# -> {1, live, evictions...} | {2, recorded answer} | {-2}; evictions: reason, id, client, idle ms (flattened)
+# -> {1, live, evictions...} | {2, recorded answer} | {-2} | {-3} late; evictions: reason, id, client, idle ms
 _CREATE = (
     _NOW
+    + _IN_TIME
     + _TOUCH
     + """
 local prefix, id, token, client = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -497,9 +508,10 @@ if touching then touch(prefix, id, entry[2], key, ttl, now) end
 return {1, entry[1]}
 """
 )
-# -> {1} | {2, recorded answer} | {0} unknown | {-1} conflict
+# -> {1} | {2, recorded answer} | {0} unknown | {-1} conflict | {-3} late
 _PUT = (
     _NOW
+    + _IN_TIME
     + _TOUCH
     + """
 local prefix, id, expected, token, ttl, rkey, answer = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
@@ -513,8 +525,11 @@ touch(prefix, id, entry[2], key, ttl, now)
 return {1}
 """
 )
-# -> {1} closed | {0} unknown | {2, recorded answer}
-_CLOSE = """
+# -> {1} closed | {0} unknown | {2, recorded answer} | {-3} late
+_CLOSE = (
+    _NOW
+    + _IN_TIME
+    + """
 local prefix, id, rkey, answer, window = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 if rkey ~= '' then
   local recorded = redis.call('GET', prefix .. 'q:' .. rkey)
@@ -529,6 +544,7 @@ redis.call('ZREM', prefix .. 'c:' .. client, id)
 if rkey ~= '' then redis.call('SET', prefix .. 'q:' .. rkey, answer, 'PX', window) end
 return {1}
 """
+)
 _IDS = (
     _NOW
     + """
@@ -592,6 +608,8 @@ class RedisSessionStore:
         self._cache_size = cache_size
         self._stale = 0.0  # the recent share of copies that were stale when a write checked them (see get)
         self._copies_offered = 0
+        self._clock_offset_ms: float | None = None  # the store's clock less ours (see _write_deadline_ms)
+        self._clock_measured = 0.0
         self._redis = aioredis.Redis.from_url(
             url,
             socket_timeout=timeout_s,
@@ -613,13 +631,39 @@ class RedisSessionStore:
         }
 
     async def _run(self, name: str, *args: object) -> Any:
+        return await self._within_deadline(self._scripts[name](args=list(args)))
+
+    async def _write(self, name: str, *args: object) -> Any:
+        """A script that writes, with its deadline: not applied if the store runs it too late (``_IN_TIME``)."""
+        result = await self._run(name, *args, await self._write_deadline_ms())
+        if int(result[0]) == -3:
+            raise SessionStoreUnavailable(
+                f"the AgentGym session store (Redis at {_redact(self.url)}) ran a write after its deadline; it was "
+                "not applied: retry shortly, the session is kept"
+            )
+        return result
+
+    async def _write_deadline_ms(self) -> int:
+        """When, on the store's clock, a write sent now stops applying: this replica's own deadline less
+        WRITE_MARGIN_S (a third of the deadline at most). The offset between the clocks is measured by a TIME call every CLOCK_REFRESH_S (its error:
+        half the round trip)."""
+        sent = time.time()
+        if self._clock_offset_ms is None or time.monotonic() - self._clock_measured > CLOCK_REFRESH_S:
+            seconds, micros = await self._within_deadline(self._redis.time())
+            answered = time.time()
+            self._clock_offset_ms = seconds * 1000 + micros / 1000 - (sent + answered) * 500
+            self._clock_measured = time.monotonic()
+        margin_s = min(WRITE_MARGIN_S, self._deadline_s / 3)
+        return int(sent * 1000 + self._clock_offset_ms + (self._deadline_s - margin_s) * 1000)
+
+    async def _within_deadline(self, call: Any) -> Any:
         from redis.exceptions import RedisError
 
         try:
             if _timeout is None:  # Python 3.10
-                return await asyncio.wait_for(self._scripts[name](args=list(args)), self._deadline_s)
+                return await asyncio.wait_for(call, self._deadline_s)
             async with _timeout(self._deadline_s):  # no task per call, unlike wait_for: a store call is hot
-                return await self._scripts[name](args=list(args))
+                return await call
         except (RedisError, asyncio.TimeoutError) as error:
             reason = (
                 f"{type(error).__name__}: {error}" if str(error) else f"no answer within {self._deadline_s} s"
@@ -646,7 +690,7 @@ class RedisSessionStore:
         self, env_idx: int, state: Any, client: str, key: str | None = None, answer: Answer | None = None
     ) -> None:
         token = self._encode(state)
-        result = await self._run(
+        result = await self._write(
             "create", self._prefix, env_idx, token, client, self._ttl_ms, self.client_quota,
             self.max_sessions, key or "", answer.pack() if answer else "", RETRY_WINDOW_S * 1000,
         )  # fmt: skip
@@ -704,7 +748,7 @@ class RedisSessionStore:
         self, env_idx: int, state: Any, version: Version, key: str | None = None, answer: Answer | None = None
     ) -> None:
         token = self._encode(state)
-        result = await self._run(
+        result = await self._write(
             "put", self._prefix, env_idx, version.value, token, self._ttl_ms, key or "",
             answer.pack() if answer else "",
         )  # fmt: skip
@@ -734,7 +778,7 @@ class RedisSessionStore:
 
     async def close(self, env_idx: int, key: str | None = None, answer: Answer | None = None) -> bool:
         self._cache.pop(env_idx, None)
-        result = await self._run(
+        result = await self._write(
             "close", self._prefix, env_idx, key or "", answer.pack() if answer else "", RETRY_WINDOW_S * 1000
         )
         if int(result[0]) == 2:

@@ -9,9 +9,30 @@ from typing import Any
 
 from .. import prompts
 from ..actions import UNPARSEABLE_ACTION, extract_action
-from ..interaction import parse_goal
 from ..reward import is_success
 from .spec import EnvSpec, Outcome, Parsed
+
+
+def parse_goal(kwargs: Mapping[str, Any]) -> int:
+    """The goal index from ``goal`` (or ``session_id``/``goal_id``; int, ``"12"`` or ``"webshop_12"``)."""
+    for key in ("goal", "session_id", "goal_id"):
+        value = kwargs.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            break
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().rsplit("_", 1)[-1]
+        if text.isdigit():
+            return int(text)
+        raise ValueError(
+            f"interaction_kwargs[{key!r}] = {value!r} is not a goal index (int or 'webshop_<N>')"
+        )
+    raise ValueError(
+        f"interaction_kwargs has no goal: expected 'goal' (or 'session_id'), got keys {sorted(kwargs)}; "
+        "rebuild the dataset with `agent-train data`"
+    )
 
 
 def parse(reply: str) -> Parsed:

@@ -33,7 +33,7 @@ from webshop_env.client import EnvClient, WebShopError, WebShopRequestError
 
 from .. import envs, episode
 from ..config import InteractionSettings
-from ..interaction import Episode, TurnScore
+from ..episode import Episode, TurnScore
 from ..reward import episode_summary
 from .budget import training_budget
 from .metrics import summarize, summarize_mix

@@ -594,9 +594,9 @@ def run_learn(options: LearnOptions) -> dict[str, Any]:
     from importlib.metadata import version
 
     from ..evaluation.model_path import resolve_model_path
-    from ..preflight import _default_catalog
+    from ..harness.catalog import default_catalog
+    from ..harness.cluster import start_cluster
     from .inject import injected
-    from .run import start_env_cluster
 
     started = time.monotonic()
     recipe = options.recipe()
@@ -618,8 +618,8 @@ def run_learn(options: LearnOptions) -> dict[str, Any]:
             "train_tasks": len(plans),
             "seconds": round(time.monotonic() - phase),
         }
-        catalog = _default_catalog(work).resolve()
-        cluster = start_env_cluster(catalog, work / "cluster", [options.env])
+        catalog = default_catalog(work).resolve()
+        cluster = start_cluster(catalog, work / "cluster", served=[options.env])
         stop = cluster.stop
         env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         tasks = heldout_tasks(options, recipe)

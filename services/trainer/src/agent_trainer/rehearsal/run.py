@@ -297,11 +297,12 @@ def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]
     from webshop_env.envs.webshop.catalog.store import open_catalog
 
     from ..data import build_dataset
-    from ..preflight import _default_catalog, pick_oracle_goals
+    from ..harness.catalog import default_catalog
+    from ..harness.tasks import pick_oracle_goals
     from ..tiny_model import build_tiny_model
     from .warm_start import stale, warm_start
 
-    catalog = (options.catalog or _default_catalog(work)).resolve()
+    catalog = (options.catalog or default_catalog(work)).resolve()
     plans = pick_oracle_goals(catalog, "synthetic", "train", options.goals + 2, max_turns=5)
     cap = MAX_OBSERVATION_CHARS
     model_dir = (options.model_dir or options.out_dir / "tiny_model").resolve()
@@ -404,12 +405,13 @@ def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str,
     from webshop_env.envs.webshop.catalog.store import open_catalog
 
     from .. import env_data, envs
-    from ..preflight import _default_catalog, pick_oracle_goals
+    from ..harness.catalog import default_catalog
+    from ..harness.tasks import pick_oracle_goals
     from ..tiny_model import build_tiny_model
     from .warm_start import recipe_stale, solvable_tasks, tasks_recipe, warm_start_tasks
 
     env_ids = list(options.envs)
-    catalog = (options.catalog or _default_catalog(work)).resolve()
+    catalog = (options.catalog or default_catalog(work)).resolve()
     cap = MAX_OBSERVATION_CHARS
     share = {e: options.goals // len(env_ids) + (1 if k < options.goals % len(env_ids) else 0)
              for k, e in enumerate(env_ids)}  # fmt: skip
@@ -591,24 +593,6 @@ class ServeEnv:
         from webshop_env.ray_serve import local
 
         local.down(self.run_dir)
-
-
-@dataclass
-class EnvCluster:
-    url: str
-    stop: Callable[[], None]
-
-
-def start_env_cluster(catalog: Path, run_dir: Path, env_ids: Sequence[str], replicas: int = 2) -> EnvCluster:
-    """``make up-local``'s topology (replicas + nginx + redis) on free ports, serving ``env_ids``
-    (``WEBSHOP_ENVS``)."""
-    from webshop_env import cluster
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cluster.down(run_dir, quiet=True)  # a previous run that was killed
-    record = cluster.up(replicas=replicas, catalog=catalog, base_port=0, port=0, workers=1, run_dir=run_dir,
-                        env={"WEBSHOP_ENVS": ",".join(env_ids)}, timeout=180.0, quiet=True)  # fmt: skip
-    return EnvCluster(url=record["url"], stop=lambda: cluster.down(run_dir, quiet=True))
 
 
 #: ``--env ray``'s WEBSHOP_URL: nothing may reach the env another way (a request there is refused at once).
@@ -793,7 +777,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
     from webshop_env import cluster
 
     from ..evaluation.model_path import resolve_model_path
-    from ..preflight import start_or_reuse_cluster
+    from ..harness.cluster import start_cluster, start_or_reuse_cluster
 
     started = time.monotonic()
     line = installed_verl_line()
@@ -827,7 +811,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         if not options.webshop_only:
             summary["tasks"], summary["train_routes"] = prepared["tasks"], prepared["routes"]
         if not options.webshop_only:  # a local cluster serving exactly the run's environments
-            running = start_env_cluster(prepared["catalog"], work / "cluster", env_ids)
+            running = start_cluster(prepared["catalog"], work / "cluster", served=env_ids)
             stop = running.stop
             url, replicas = running.url, cluster_replicas(work / "cluster")
         elif options.env == "ray":

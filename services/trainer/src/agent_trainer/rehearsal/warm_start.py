@@ -106,9 +106,8 @@ def sampled_episode(env_id: str, task: int, reply_for: Any, *, core: Any, max_st
 
     from .. import envs
     from ..config import InteractionSettings
-    from ..episode import next_message, play_turn
+    from ..episode import Episode, next_message, play_turn
     from ..episode import reset as reset_episode
-    from ..interaction import Episode
 
     spec = envs.get(env_id)
     client = InProcessClient(env_id, core)

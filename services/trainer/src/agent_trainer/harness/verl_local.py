@@ -1,6 +1,7 @@
-"""verl's real agent-loop path on CPU, without GPU workers or an inference server.
+"""verl's real agent-loop worker on CPU, in this process: no GPU workers, no inference server, no Ray actors.
 
-Each verl line's own default worker runs in this process:
+Each verl line's own default worker runs here, generating with a stand-in model server
+(:mod:`.model_servers`):
 
 - verl 0.7.1: ``LocalAgentLoopWorker`` (its ``AgentLoopWorker``, returning a ``DataProto``);
 - verl 0.9.1: ``run_tq_rollouts``: its ``AgentLoopWorkerTQ`` (the class behind the Ray actor that
@@ -10,13 +11,10 @@ Each verl line's own default worker runs in this process:
 
 The seams filled in-process:
 
-- the LLM server manager: anything with ``async generate(request_id, *, prompt_ids, sampling_params,
-  image_data=None, video_data=None) -> TokenOutput``; here ``TinyModelServer`` (a tiny HF model, torch on
-  CPU) or ``ScriptedServer`` (replies with a fixed plan of actions per goal, e.g. the oracle's);
+- the LLM server manager: any stand-in model server;
 - the reward-loop worker handle: verl's own ``RewardLoopWorker`` behind a shim whose ``.remote()`` is a
   coroutine. The data goes through a pickle round trip first, as it would through Ray;
-- 0.9.1's load balancer actor (``LocalLoadBalancer``), which hands ``LLMServerClient`` the one server; the
-  servers report the weights version (``global_steps``) in ``extra_fields`` as verl's sglang server does.
+- 0.9.1's load balancer actor (``LocalLoadBalancer``), which hands ``LLMServerClient`` the one server.
 
 Everything else is verl's code: ``generate_sequences`` picks the agent loop by the row's ``agent_name``,
 instantiates ``ToolAgentLoop`` per trajectory (which builds our interaction from the interaction config),
@@ -30,11 +28,9 @@ import contextlib
 import copy
 import inspect
 import pickle
-import re
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -45,121 +41,11 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 from verl.protocol import DataProto
 from verl.utils.dataset.rl_dataset import collate_fn
-from verl.workers.rollout.replica import TokenOutput
 
-from .device import LOCAL_STORAGE_UNITS
-
-_INSTRUCTION = re.compile(r"<\|im_start\|>user\nInstruction: (.*?)\n")
-_ASSISTANT_TURN = "<|im_start|>assistant\n"
+from ..rehearsal.device import LOCAL_STORAGE_UNITS
 
 
-class _StandInServer:
-    """What both in-process rollout servers share: the weights version (verl 0.9.1 tells its servers at every
-    weight sync, and they report it in each ``TokenOutput``) and a call count."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.global_steps: int | None = None
-
-    async def set_global_steps(self, global_steps: int) -> None:
-        self.global_steps = global_steps
-
-    def _output(self, token_ids: list[int], log_probs: list[float] | None) -> TokenOutput:
-        return TokenOutput(token_ids=token_ids, log_probs=log_probs, stop_reason="completed",
-                           extra_fields=_version_fields(self.global_steps))  # fmt: skip
-
-
-class TinyModelServer(_StandInServer):
-    """Generates with a local HF causal LM on CPU (one generation at a time; greedy or sampled)."""
-
-    def __init__(self, model_dir: str, max_new_tokens: int = 24, seed: int = 0) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        super().__init__()
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_dir, attn_implementation="sdpa", dtype=torch.float32
-        )
-        self.model.eval()
-        self.max_new_tokens = max_new_tokens
-        self.generator = torch.Generator().manual_seed(seed)
-        self._lock = threading.Lock()
-
-    async def generate(
-        self,
-        request_id: str,
-        *,
-        prompt_ids: list[int],
-        sampling_params: Mapping[str, Any],
-        image_data: Any = None,
-        video_data: Any = None,
-        **kwargs: Any,  # verl 0.9.1 adds audio_data, mm_processor_kwargs
-    ) -> TokenOutput:
-        loop = asyncio.get_running_loop()
-        token_ids, log_probs = await loop.run_in_executor(
-            None, self._generate, list(prompt_ids), dict(sampling_params)
-        )
-        wanted = bool(sampling_params.get("logprobs"))  # verl 0.9.1 asks by default (calculate_log_probs)
-        return self._output(token_ids, log_probs if wanted else None)
-
-    def _generate(
-        self, prompt_ids: list[int], sampling_params: dict[str, Any]
-    ) -> tuple[list[int], list[float]]:
-        from .generation import generate_tokens
-
-        limit = min(self.max_new_tokens, int(sampling_params.get("max_tokens") or self.max_new_tokens))
-        with self._lock:
-            self.calls += 1
-            tokens, log_probs, _ = generate_tokens(
-                self.model, prompt_ids, limit, temperature=float(sampling_params.get("temperature") or 0.0),
-                top_k=int(sampling_params.get("top_k") or -1), top_p=float(sampling_params.get("top_p") or 1.0),
-                generator=self.generator, eos_ids={self.tokenizer.eos_token_id},
-            )  # fmt: skip
-        return tokens, log_probs
-
-
-class ScriptedServer(_StandInServer):
-    """Replies ``Action: <plan[k]>`` at the k-th assistant turn of the goal whose instruction the prompt shows.
-
-    ``plans`` maps instruction text -> actions; after the plan it keeps clicking ``buy now``.
-    """
-
-    def __init__(self, tokenizer: Any, plans: Mapping[str, Sequence[str]]) -> None:
-        super().__init__()
-        self.tokenizer = tokenizer
-        self.plans = {k: list(v) for k, v in plans.items()}
-
-    async def generate(
-        self,
-        request_id: str,
-        *,
-        prompt_ids: list[int],
-        sampling_params: Mapping[str, Any],
-        image_data: Any = None,
-        video_data: Any = None,
-        **kwargs: Any,
-    ) -> TokenOutput:
-        self.calls += 1
-        text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
-        match = _INSTRUCTION.search(text)
-        if match is None or match.group(1) not in self.plans:
-            raise RuntimeError(f"scripted policy: no plan for the prompt of request {request_id}")
-        plan = self.plans[match.group(1)]
-        turn = max(0, text.count(_ASSISTANT_TURN) - 1)
-        action = plan[turn] if turn < len(plan) else "click[buy now]"
-        reply = f"I will do this next.\nAction: {action}"
-        token_ids = [*self.tokenizer.encode(reply, add_special_tokens=False), self.tokenizer.eos_token_id]
-        log_probs = [0.0] * len(token_ids) if sampling_params.get("logprobs") else None
-        return self._output(token_ids, log_probs)
-
-
-def _version_fields(global_steps: int | None) -> dict[str, Any]:
-    """What verl 0.9.1's sglang server puts into every ``TokenOutput.extra_fields`` once it knows the weights
-    version (``{"global_steps": N}``); nothing before (verl 0.7.1's server reports none)."""
-    return {} if global_steps is None else {"global_steps": global_steps}
-
-
-class _Remote:
+class LocalRemote:
     """``handle.method.remote(...)`` in-process: the coroutine of an async method, else a finished future
     (awaitable, and harmless when the caller fires and forgets, as ``LLMServerClient`` does on release)."""
 
@@ -180,11 +66,11 @@ class LocalLoadBalancer:
     for a server per request: every request goes to ``server`` (one in-process rollout server)."""
 
     def __init__(self, server: Any) -> None:
-        handle = SimpleNamespace(generate=_Remote(server.generate))
-        self.require_acquire_fields = _Remote(lambda: [])
-        self.require_release_fields = _Remote(lambda: [])
-        self.acquire_server = _Remote(lambda request_id, **fields: ("local", handle))
-        self.release_server = _Remote(lambda server_id, **fields: None)
+        handle = SimpleNamespace(generate=LocalRemote(server.generate))
+        self.require_acquire_fields = LocalRemote(lambda: [])
+        self.require_release_fields = LocalRemote(lambda: [])
+        self.acquire_server = LocalRemote(lambda request_id, **fields: ("local", handle))
+        self.release_server = LocalRemote(lambda server_id, **fields: None)
 
 
 class LocalRewardHandle:
@@ -192,7 +78,7 @@ class LocalRewardHandle:
 
     def __init__(self, worker: RewardLoopWorker) -> None:
         self.worker = worker
-        self.compute_score = _Remote(self._compute_score)
+        self.compute_score = LocalRemote(self._compute_score)
 
     async def _compute_score(self, data: DataProto) -> dict[str, Any]:
         copied = pickle.loads(pickle.dumps(data))  # what Ray's serialization would do

@@ -1,0 +1,198 @@
+"""The WebShop agent loop (``webshop_agent``) through the worker verl itself runs, on both verl lines: the stage
+that plays the preflight's goals with the tiny model and with the scripted oracle, and the whole preflight on
+verl >= 0.8 (the 0.9 line), which has no interaction route: configs, data, cluster, this stage."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import (
+    AGENT_LOOP_CONFIG,
+    AGENT_LOOP_NAME,
+    TRAINING_CONFIGS,
+    config_dir,
+    installed_verl_line,
+    training_config_dir,
+)
+from ..harness.catalog import default_catalog
+from ..harness.cluster import Cluster, start_or_reuse_cluster
+from ..harness.tasks import pick_oracle_goals
+from .configs import agent_loop_overrides, check_training_config, compose_training_config
+from .options import PreflightOptions
+from .rollouts import run_agent_loop_rollouts, token_stream_report
+from .summary import line_dir, rounded_mean, write_summary
+
+
+def run_agent_loop_stage(options: PreflightOptions, directory: Path, out_dir: Path, catalog_dir: Path,
+                         model_dir: Path, plans: Mapping[int, Sequence[str]]) -> dict[str, Any]:  # fmt: skip
+    """The WebShop agent loop through verl's real AgentLoopWorker: tiny model, then the scripted oracle.
+
+    Needs the env cluster's URL in ``WEBSHOP_URL``. Returns results, ``checks`` and ``errors`` (never raises
+    for a failed check; raises for a broken setup).
+    """
+    from omegaconf import OmegaConf
+    from verl.utils import hf_tokenizer
+
+    try:
+        from verl.trainer.ppo.utils import create_rl_dataset  # verl 0.9
+    except ImportError:
+        from verl.trainer.main_ppo import create_rl_dataset  # verl 0.7.1
+
+    from ..data import build_dataset
+    from ..harness.model_servers import ScriptedServer, TinyModelServer
+    from ..interaction import EPISODES
+
+    result: dict[str, Any] = {"agent_loop": AGENT_LOOP_NAME, "errors": [], "checks": {}}
+    errors, checks = result["errors"], result["checks"]
+    train_file = out_dir / "data" / "train_agent_loop.parquet"
+    built = build_dataset(catalog_dir, "train", train_file, goal_set=options.goal_set, goal_ids=list(plans),
+                          progress=False, agent_name=AGENT_LOOP_NAME)  # fmt: skip
+    # the training run's own overrides first, then the preflight's small sizes (as the interaction path does)
+    overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
+                 *options.extra_overrides]  # fmt: skip
+    _, config = compose_training_config(TRAINING_CONFIGS[options.config or "test"], overrides, directory)
+    OmegaConf.resolve(config)
+    tokenizer = hf_tokenizer(str(model_dir))
+    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
+    samples = [dataset[i] for i in range(len(dataset))]
+    checks["agent_loop_dataset"] = len(samples) == built["rows"] and all(
+        s.get("agent_name") == AGENT_LOOP_NAME for s in samples
+    )
+    if not checks["agent_loop_dataset"]:
+        errors.append(
+            f"agent loop: verl's dataset kept {len(samples)} of {built['rows']} rows or lost agent_name"
+        )
+
+    EPISODES.clear()
+    tiny = asyncio.run(run_agent_loop_rollouts(config, samples, options.rollouts,
+                                                TinyModelServer(str(model_dir), options.max_new_tokens)))  # fmt: skip
+    result["agent_loop_worker"] = tiny["agent_loop_worker"]
+    instruction_plans = {s["extra_info"]["instruction"]: plans[int(s["extra_info"]["goal"])] for s in samples}
+    oracle = asyncio.run(run_agent_loop_rollouts(config, samples, options.rollouts,
+                                                  ScriptedServer(tokenizer, instruction_plans)))  # fmt: skip
+    gc.collect()
+    result["rollouts"] = len(tiny["scores"])
+    result["mean_reward"] = rounded_mean(tiny["scores"])
+    # the trainer's own per-step metric computation accepted both steps' trajectories
+    result["step_metrics"] = oracle["step_metrics"]
+    result["step_metrics_ok"] = checks["agent_loop_step_metrics"] = bool(oracle["step_metrics"]) and not any(
+        run["step_metrics_error"] for run in (tiny, oracle)
+    )
+    for label, run in (("tiny model", tiny), ("oracle", oracle)):
+        if run["step_metrics_error"]:
+            errors.append(f"agent loop ({label}): {result['agent_loop_worker']}'s trajectories failed the trainer's "
+                          f"per-step metric computation: {run['step_metrics_error']}")  # fmt: skip
+    result["oracle_rollouts"] = len(oracle["scores"])
+    result["oracle_mean_reward"] = rounded_mean(oracle["scores"])
+    result["leaked_states"] = len(EPISODES)
+    records = tiny["records"] + oracle["records"]
+    report = token_stream_report(records, tokenizer)
+    result["token_stream"] = report
+    result["tokenization"] = sorted({r["mode"] for r in records})
+    result["token_stream_ok"] = report["ok"] and tiny["padded_mask_ok"] and oracle["padded_mask_ok"]
+    result["tiny_model"] = {
+        "mean_turns": rounded_mean(tiny["num_turns"]),
+        "mean_steps": rounded_mean(tiny["extras"].get("steps", [])),
+        "invalid_rate": rounded_mean(tiny["extras"].get("invalid_rate", [])),
+        "stops": sorted({r["stop"] for r in tiny["records"]}),
+    }
+    result["oracle"] = {
+        "success_rate": rounded_mean(oracle["extras"].get("success", [])),
+        "mean_steps": rounded_mean(oracle["extras"].get("steps", [])),
+        "invalid_actions": sum(oracle["extras"].get("invalid_actions", [])),
+        "stops": sorted({r["stop"] for r in oracle["records"]}),
+    }
+    expected = len(samples) * options.rollouts
+    checks["agent_loop_tiny_rollouts"] = result["rollouts"] == expected and all(
+        s >= 2 for s in tiny["extras"].get("steps", [0])
+    )
+    if not checks["agent_loop_tiny_rollouts"]:
+        errors.append(
+            f"agent loop: tiny-model rollouts incomplete or single-turn: {tiny['extras'].get('steps')}"
+        )
+    checks["agent_loop_oracle_reward"] = len(oracle["scores"]) == expected and all(
+        s == 1.0 for s in oracle["scores"]
+    )
+    if not checks["agent_loop_oracle_reward"]:
+        errors.append(
+            f"agent loop: the scripted oracle did not earn 1.0 on every trajectory: {oracle['scores']}"
+        )
+    checks["agent_loop_reward_extra_info"] = all(
+        len(oracle["extras"].get(k, [])) == expected for k in ("success", "steps", "invalid_actions")
+    )
+    if not checks["agent_loop_reward_extra_info"]:
+        errors.append(
+            f"agent loop: reward_extra_info lacks success/steps/invalid_actions: {sorted(oracle['extras'])}"
+        )
+    checks["agent_loop_token_stream"] = result["token_stream_ok"]
+    if not result["token_stream_ok"]:
+        errors.append(f"agent loop: token stream check failed: {report['problems'] or report}")
+    checks["agent_loop_no_leaked_states"] = result["leaked_states"] == 0
+    if result["leaked_states"]:
+        errors.append(f"agent loop: {result['leaked_states']} episode state(s) left behind")
+    return result
+
+
+def run_agent_loop_preflight(options: PreflightOptions) -> dict[str, Any]:
+    """The preflight on verl >= 0.8 (the 0.9 line): configs, data, cluster, the agent loop; no interaction."""
+    from importlib.metadata import version
+
+    started = time.monotonic()
+    out_dir = line_dir(options.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {"ok": False, "verl_version": version("verl"), "verl_line": installed_verl_line(),
+                               "agent_loop": AGENT_LOOP_NAME, "config_valid": False, "rollouts": 0,
+                               "mean_reward": None, "oracle_mean_reward": None, "leaked_states": None,
+                               "token_stream_ok": False, "errors": [], "checks": {}, "timings": {}}  # fmt: skip
+    errors: list[str] = summary["errors"]
+    checks: dict[str, bool] = summary["checks"]
+    cluster: Cluster | None = None
+    directory = (options.config_dir or training_config_dir()).resolve()
+    t = time.monotonic()
+    try:
+        names = [options.config] if options.config else list(TRAINING_CONFIGS)
+        # the configs name the agent-loop file relative to the repository; found from any working directory
+        os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(config_dir() / AGENT_LOOP_CONFIG))
+        reports = [
+            check_training_config(TRAINING_CONFIGS[n], options.overrides, directory=directory) for n in names
+        ]
+        summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
+        for report in reports:
+            errors.extend(f"{report['name']}: {e}" for e in report["errors"])
+        summary["config_valid"] = checks["config_valid"] = all(r["valid"] for r in reports)
+        summary["timings"]["configs"] = round(time.monotonic() - t, 2)
+
+        from webshop_env.envs.webshop.catalog.store import open_catalog
+
+        from ..tiny_model import build_tiny_model
+
+        catalog_dir = (options.catalog or default_catalog(out_dir)).resolve()
+        fingerprint = open_catalog(catalog_dir).fingerprint
+        summary["catalog"] = {"dir": str(catalog_dir), "fingerprint": fingerprint}
+        model_dir = build_tiny_model(out_dir / "tiny_model", catalog_dir)
+        plans = pick_oracle_goals(catalog_dir, options.goal_set, "train", options.goals, options.max_turns)
+        cluster = start_or_reuse_cluster(
+            catalog_dir, fingerprint, out_dir / "cluster", options.reuse_url(), options.replicas
+        )
+        os.environ["WEBSHOP_URL"] = cluster.url  # the agent-loop config reads ${oc.env:WEBSHOP_URL}
+        summary["cluster"] = {"url": cluster.url, "reused": cluster.reused}
+        t = time.monotonic()
+        stage = run_agent_loop_stage(options, directory, out_dir, catalog_dir, model_dir, plans)
+        summary["timings"]["agent_loop_rollouts"] = round(time.monotonic() - t, 2)
+        errors.extend(stage.pop("errors"))
+        checks.update(stage.pop("checks"))
+        summary.update(stage)
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}")
+        summary["traceback"] = traceback.format_exc(limit=8)
+    finally:
+        if cluster is not None and cluster.stop is not None:
+            cluster.stop()
+    return write_summary(summary, errors, checks, started, out_dir)

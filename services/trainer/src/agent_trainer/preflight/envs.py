@@ -1,0 +1,341 @@
+"""Another environment, or a mix: ``make preflight ENV=textcraft`` / ``ENV=textcraft,webshop``.
+
+The environments' configs through Hydra and verl's checks, their rows (``env_data``'s builder) loaded by verl's
+dataset class, a cluster serving them, and their agent loops through the installed line's worker with the tiny
+model and with the scripted oracle (each environment's expert plan, which must succeed on every trajectory); on
+verl 0.7.1 the interaction route too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import (
+    AGENT_LOOP_CONFIG,
+    AGENT_NAME,
+    INTERACTION_CONFIG,
+    config_dir,
+    installed_verl_line,
+    training_config_dir,
+)
+from ..harness.catalog import default_catalog
+from ..harness.cluster import Cluster, start_or_reuse_env_cluster
+from ..harness.tasks import pick_env_tasks, pick_oracle_goals
+from .configs import agent_loop_overrides, check_training_config, compose_training_config
+from .options import PreflightOptions
+from .rollouts import run_agent_loop_rollouts, run_interaction_rollouts, token_stream_report
+from .summary import line_dir, rounded_mean, write_summary
+
+
+def env_config_names(env_ids: Sequence[str], config: str | None) -> list[str]:
+    """The training configs of ``env_ids``: ``<env>_grpo_test`` / ``_train`` (``mixed_grpo_*`` for several
+    environments); ``config`` (test | full) picks one, the first is what the rollouts use."""
+    name = env_ids[0] if len(env_ids) == 1 else "mixed"
+    runs = {"test": f"{name}_grpo_test", "full": f"{name}_grpo_train"}
+    return [runs[config]] if config else [runs["test"], runs["full"]]
+
+
+def run_env_preflight(options: PreflightOptions) -> dict[str, Any]:
+    """``agent-train preflight --env textcraft`` (or a mix): the environment's configs through Hydra and verl's
+    checks, its rows (``env_data``'s builder) loaded by verl's dataset class, a cluster serving it, and its agent loop
+    through the installed line's worker, with the tiny model and with the scripted oracle (each environment's expert
+    plan, which must succeed on every trajectory), with per-environment metrics, token streams and leaks checked."""
+    from importlib.metadata import version
+
+    from .. import envs
+
+    started = time.monotonic()
+    env_ids = list(options.envs or [])
+    out_dir = line_dir(options.out_dir) / "+".join(env_ids)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {"ok": False, "verl_version": version("verl"), "verl_line": installed_verl_line(),
+                               "envs": env_ids, "config_valid": False, "rollouts": 0, "mean_reward": None,
+                               "oracle_mean_reward": None, "leaked_states": None, "token_stream_ok": False,
+                               "errors": [], "checks": {}, "timings": {}}  # fmt: skip
+    errors: list[str] = summary["errors"]
+    checks: dict[str, bool] = summary["checks"]
+    cluster: Cluster | None = None
+    directory = (options.config_dir or training_config_dir()).resolve()
+    try:
+        t = time.monotonic()
+        os.environ.setdefault("WEBSHOP_INTERACTION_CONFIG", str(config_dir() / INTERACTION_CONFIG))
+        os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(config_dir() / AGENT_LOOP_CONFIG))
+        names = env_config_names(env_ids, options.config)
+        reports = [check_training_config(n, options.overrides, directory=directory) for n in names]
+        summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
+        for report in reports:
+            errors.extend(f"{report['name']}: {e}" for e in report["errors"])
+        summary["config_valid"] = checks["config_valid"] = all(r["valid"] for r in reports)
+        summary["timings"]["configs"] = round(time.monotonic() - t, 2)
+
+        t = time.monotonic()
+        from webshop_env.envs.webshop.catalog.store import open_catalog
+
+        from ..tiny_model import build_tiny_model
+
+        catalog_dir = (options.catalog or default_catalog(out_dir)).resolve()
+        catalog = open_catalog(catalog_dir)
+        summary["catalog"] = {"dir": str(catalog_dir), "fingerprint": catalog.fingerprint}
+        model_dir = build_tiny_model(line_dir(options.out_dir) / "tiny_model", catalog_dir)
+        summary["timings"]["model"] = round(time.monotonic() - t, 2)
+
+        t = time.monotonic()
+        cluster = start_or_reuse_env_cluster(
+            catalog_dir,
+            catalog.fingerprint,
+            env_ids,
+            out_dir / "cluster",
+            options.reuse_url(),
+            options.replicas,
+        )
+        os.environ["WEBSHOP_URL"] = cluster.url  # the agent-loop config reads ${oc.env:WEBSHOP_URL}
+        summary["cluster"] = {"url": cluster.url, "reused": cluster.reused}
+        summary["timings"]["cluster"] = round(time.monotonic() - t, 2)
+
+        t = time.monotonic()
+        from webshop_env.client.served import core_or_served
+
+        plans: dict[str, dict[int, list[str]]] = {}
+        summary["cores"] = {}
+        for env_id in env_ids:
+            if env_id == envs.WEBSHOP:
+                plans[env_id] = pick_oracle_goals(
+                    catalog_dir, options.goal_set, "train", options.goals, options.max_turns
+                )
+            else:  # the trainer images have no environment extras: the served core plans and replays there
+                summary["cores"][env_id] = core_or_served(env_id, cluster.url)[1]
+                plans[env_id] = pick_env_tasks(env_id, options.goals, options.max_turns - 1, cluster.url)
+        train_file = out_dir / "data" / "train.parquet"
+        rows, openings = write_env_rows(
+            env_ids, plans, catalog, options.goal_set, train_file, env_url=cluster.url
+        )
+        summary["dataset"] = {"rows": len(rows), "tasks": {e: sorted(p) for e, p in plans.items()},
+                              "plan_lengths": {e: sorted(len(p) for p in ps.values()) for e, ps in plans.items()}}  # fmt: skip
+        summary["timings"]["data"] = round(time.monotonic() - t, 2)
+
+        t = time.monotonic()
+        summary.update(_env_agent_loop_stage(options, directory, names[0], model_dir, train_file, rows, openings,
+                                             env_ids, errors, checks))  # fmt: skip
+        summary["timings"]["agent_loop_rollouts"] = round(time.monotonic() - t, 2)
+        if installed_verl_line() == "0.7":  # the interaction route too (the 0.7 configs' default: tool_agent)
+            t = time.monotonic()
+            interaction_file = out_dir / "data" / "train_interaction.parquet"
+            rows, _ = write_env_rows(
+                env_ids,
+                plans,
+                catalog,
+                options.goal_set,
+                interaction_file,
+                interaction=True,
+                env_url=cluster.url,
+            )
+            summary["interaction"] = _env_interaction_stage(options, directory, names[0], model_dir,
+                                                            interaction_file, rows, openings, errors, checks)  # fmt: skip
+            summary["timings"]["interaction_rollouts"] = round(time.monotonic() - t, 2)
+    except Exception as error:
+        errors.append(f"{type(error).__name__}: {error}")
+        summary["traceback"] = traceback.format_exc(limit=8)
+    finally:
+        if cluster is not None and cluster.stop is not None:
+            cluster.stop()
+    return write_summary(summary, errors, checks, started, out_dir)
+
+
+def write_env_rows(env_ids: Sequence[str], plans: Mapping[str, Mapping[int, Sequence[str]]], catalog: Any,
+                   goal_set: str, path: Path, interaction: bool = False, env_url: str | None = None
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+    """The rows of the picked tasks (``env_data.RowBuilder``: what ``agent-train data --env`` writes; the
+    interaction route's with ``interaction``; resets in process, else the service's at ``env_url``) into ``path``;
+    the rows and each row's first user turn -> its plan."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..env_data import SCHEMA, RowBuilder
+
+    rows: list[dict[str, Any]] = []
+    openings: dict[str, Sequence[str]] = {}
+    for env_id in env_ids:
+        builder = RowBuilder(env_id, catalog, goal_set, interaction=interaction, env_url=env_url)
+        for task, plan in plans[env_id].items():
+            row = builder.row(task, "train", len(rows))
+            rows.append(row)
+            openings[next(m["content"] for m in row["prompt"] if m["role"] == "user")] = plan
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+    return rows, openings
+
+
+def env_round_overrides(env_ids: Sequence[str], max_turns: int) -> list[str]:
+    """Each environment's rounds capped at ``max_turns - 1`` for the CPU rollouts (WebShop's preflight plays as few
+    turns; the expert plans picked fit them): a tiny model would otherwise play 30 TextCraft rounds per trajectory."""
+    return [f"++environments.{e}.max_rounds={max_turns - 1}" for e in env_ids]
+
+
+def _env_interaction_stage(options: PreflightOptions, directory: Path, name: str, model_dir: Path, train_file: Path,
+                           rows: Sequence[Mapping[str, Any]], openings: Mapping[str, Sequence[str]],
+                           errors: list[str], checks: dict[str, bool]) -> dict[str, Any]:  # fmt: skip
+    """verl 0.7.1's interaction route for the same tasks: ``ToolAgentLoop`` -> the environment's interaction
+    (configs/webshop_interaction.yaml, chosen by ``interaction_kwargs.name``) -> the reward function; the scripted
+    oracle must earn every trajectory's success."""
+    from omegaconf import OmegaConf
+    from verl.trainer.main_ppo import create_rl_dataset
+    from verl.utils import hf_tokenizer
+
+    from ..harness.model_servers import PlanByOpeningServer
+    from ..interaction import EPISODES
+
+    interaction_file = config_dir() / INTERACTION_CONFIG
+    overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
+                 f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interaction_file}",
+                 f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
+                 *env_round_overrides([str(r["data_source"]) for r in rows], options.max_turns),
+                 *options.extra_overrides]  # fmt: skip
+    _, config = compose_training_config(name, overrides, directory)
+    OmegaConf.resolve(config)
+    tokenizer = hf_tokenizer(str(model_dir))
+    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
+    samples = [dataset[i] for i in range(len(dataset))]
+    checks["interaction_dataset"] = len(samples) == len(rows) and all(
+        s.get("agent_name") == AGENT_NAME and s["interaction_kwargs"].get("name") == s.get("data_source")
+        for s in samples
+    )  # fmt: skip
+    if not checks["interaction_dataset"]:
+        errors.append("interaction route: verl's dataset lost rows, agent_name or interaction_kwargs.name")
+    EPISODES.clear()
+    oracle = asyncio.run(
+        run_interaction_rollouts(config, samples, options.rollouts, PlanByOpeningServer(tokenizer, openings))
+    )
+    gc.collect()
+    expected = len(samples) * options.rollouts
+    success = oracle["extras"].get("success", [])
+    result = {"worker": oracle.get("agent_loop_worker"), "oracle_rollouts": len(oracle["scores"]),
+              "oracle_mean_reward": rounded_mean(oracle["scores"]), "oracle_success_rate": rounded_mean(success),
+              "leaked_states": len(EPISODES), "step_metrics_error": oracle["step_metrics_error"]}  # fmt: skip
+    checks["interaction_oracle_success"] = len(success) == expected and all(x == 1.0 for x in success)
+    if not checks["interaction_oracle_success"]:
+        errors.append(f"interaction route: the scripted oracle did not succeed on every trajectory: {success} "
+                      f"(scores {oracle['scores']})")  # fmt: skip
+    checks["interaction_step_metrics"] = not oracle["step_metrics_error"]
+    if oracle["step_metrics_error"]:
+        errors.append(
+            f"interaction route: the per-step metric computation failed: {oracle['step_metrics_error']}"
+        )
+    checks["interaction_no_leaked_states"] = result["leaked_states"] == 0
+    return result
+
+
+def _env_agent_loop_stage(options: PreflightOptions, directory: Path, name: str, model_dir: Path, train_file: Path,
+                          rows: Sequence[Mapping[str, Any]], openings: Mapping[str, Sequence[str]],
+                          env_ids: Sequence[str], errors: list[str], checks: dict[str, bool]) -> dict[str, Any]:  # fmt: skip
+    """The rows through verl's dataset class and the installed line's agent-loop worker: the tiny model, then the
+    scripted oracle; what it found (``errors``/``checks`` filled in place)."""
+    from omegaconf import OmegaConf
+    from verl.utils import hf_tokenizer
+
+    try:
+        from verl.trainer.ppo.utils import create_rl_dataset  # verl 0.9
+    except ImportError:
+        from verl.trainer.main_ppo import create_rl_dataset  # verl 0.7.1
+
+    from ..harness.model_servers import PlanByOpeningServer, TinyModelServer
+    from ..interaction import EPISODES
+
+    overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
+                 *env_round_overrides(env_ids, options.max_turns), *options.extra_overrides]  # fmt: skip
+    _, config = compose_training_config(name, overrides, directory)
+    OmegaConf.resolve(config)
+    tokenizer = hf_tokenizer(str(model_dir))
+    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
+    samples = [dataset[i] for i in range(len(dataset))]
+    by_env = [str(s.get("data_source")) for s in samples]
+    checks["env_dataset"] = len(samples) == len(rows) and all(
+        s.get("agent_name") == f"{s.get('data_source')}_agent" for s in samples
+    ) and sorted(set(by_env)) == sorted(env_ids)  # fmt: skip
+    if not checks["env_dataset"]:
+        errors.append(
+            f"verl's dataset kept {len(samples)} of {len(rows)} rows or lost agent_name/data_source"
+        )
+    EPISODES.clear()
+    tiny = asyncio.run(run_agent_loop_rollouts(config, samples, options.rollouts,
+                                                TinyModelServer(str(model_dir), options.max_new_tokens)))  # fmt: skip
+    oracle = asyncio.run(run_agent_loop_rollouts(config, samples, options.rollouts,
+                                                  PlanByOpeningServer(tokenizer, openings)))  # fmt: skip
+    gc.collect()
+    expected = len(samples) * options.rollouts
+    result: dict[str, Any] = {"config_used": name, "agent_loop_worker": tiny.get("agent_loop_worker"),
+                              "rollouts": len(tiny["scores"]), "mean_reward": rounded_mean(tiny["scores"]),
+                              "oracle_rollouts": len(oracle["scores"]),
+                              "oracle_mean_reward": rounded_mean(oracle["scores"]),
+                              "leaked_states": len(EPISODES), "step_metrics": oracle["step_metrics"]}  # fmt: skip
+    result["per_env"] = {"tiny_model": per_env_records(tiny["records"], env_ids),
+                         "oracle": per_env_records(oracle["records"], env_ids)}  # fmt: skip
+    result["oracle"] = {"success_rate": rounded_mean(oracle["extras"].get("success", [])),
+                        "mean_steps": rounded_mean(oracle["extras"].get("steps", [])),
+                        "invalid_actions": sum(oracle["extras"].get("invalid_actions", []))}  # fmt: skip
+    checks["env_tiny_rollouts"] = result["rollouts"] == expected and sorted(result["per_env"]["tiny_model"]) == sorted(
+        env_ids)  # fmt: skip
+    if not checks["env_tiny_rollouts"]:
+        errors.append(f"tiny-model rollouts: {result['rollouts']} of {expected}, per environment "
+                      f"{result['per_env']['tiny_model']}")  # fmt: skip
+    success = oracle["extras"].get("success", [])
+    checks["env_oracle_success"] = (
+        len(success) == expected and all(s == 1.0 for s in success)
+        and sorted(result["per_env"]["oracle"]) == sorted(env_ids)
+    )  # fmt: skip
+    if not checks["env_oracle_success"]:
+        errors.append(f"the scripted oracle's expert plans did not succeed on every trajectory: success {success}, "
+                      f"per environment {result['per_env']['oracle']}")  # fmt: skip
+    result["step_metrics_ok"] = checks["env_step_metrics"] = bool(oracle["step_metrics"]) and not any(
+        run["step_metrics_error"] for run in (tiny, oracle)
+    )
+    for label, run in (("tiny model", tiny), ("oracle", oracle)):
+        if run["step_metrics_error"]:
+            errors.append(
+                f"{label}: the trainer's per-step metric computation failed: {run['step_metrics_error']}"
+            )
+    # the per-environment figures every training step logs (verl_main), from the oracle's batch: all solved
+    per_env_metrics = {e: {k.rsplit("/", 1)[1]: v for k, v in oracle["step_metrics"].items()
+                           if k.startswith(f"env/{e}/")} for e in env_ids}  # fmt: skip
+    result["step_metrics_per_env"] = per_env_metrics
+    oracle_counts = {e: r["trajectories"] for e, r in result["per_env"]["oracle"].items()}
+    checks["env_step_metrics_per_env"] = all(
+        m.get("success_rate") == 1.0 and m.get("trajectories") == oracle_counts.get(e)
+        for e, m in per_env_metrics.items()
+    )
+    if not checks["env_step_metrics_per_env"]:
+        errors.append(
+            f"the step's per-environment metrics (env/<env>/...) are missing or wrong: {per_env_metrics}"
+        )
+    report = token_stream_report(tiny["records"] + oracle["records"], tokenizer)
+    result["token_stream"] = report
+    result["token_stream_ok"] = checks["env_token_stream"] = report["ok"] and tiny["padded_mask_ok"] and oracle[
+        "padded_mask_ok"]  # fmt: skip
+    if not result["token_stream_ok"]:
+        errors.append(f"token stream check failed: {report['problems'] or report}")
+    checks["env_no_leaked_states"] = result["leaked_states"] == 0
+    if result["leaked_states"]:
+        errors.append(f"{result['leaked_states']} episode state(s) left behind")
+    return result
+
+
+def per_env_records(
+    records: Sequence[Mapping[str, Any]], env_ids: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Trajectories per environment (the agent loop's records carry their environment): count, mean score, mean
+    model turns, and how they stopped."""
+    out: dict[str, dict[str, Any]] = {}
+    for env_id in env_ids:
+        mine = [r for r in records if r.get("env") == env_id]
+        if mine:
+            out[env_id] = {"trajectories": len(mine),
+                           "mean_score": rounded_mean([float(r["reward"]) for r in mine]),
+                           "mean_turns": rounded_mean([len(r["generated"]) for r in mine]),
+                           "stops": sorted({str(r["stop"]) for r in mine})}  # fmt: skip
+    return out

@@ -319,9 +319,9 @@ def check_training_config(
     return report
 
 
-def agent_loop_overrides(model_dir: Path, train_file: Path, rollouts: int, max_turns: int) -> list[str]:
-    """Overrides that point a training config at the tiny model, the small dataset and the agent loop."""
-    agent_file = (config_dir() / AGENT_LOOP_CONFIG).resolve()
+def tiny_run_overrides(model_dir: Path, train_file: Path, rollouts: int, max_turns: int) -> list[str]:
+    """Overrides that point a training config at the tiny model and the small dataset, with the preflight's rounds
+    (either route: the agent loop's or the interaction's file comes after them)."""
     return [
         f"actor_rollout_ref.model.path={model_dir}",
         f"data.train_files={train_file}",
@@ -333,6 +333,14 @@ def agent_loop_overrides(model_dir: Path, train_file: Path, rollouts: int, max_t
         f"actor_rollout_ref.rollout.n={rollouts}",
         f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={max_turns}",
         f"actor_rollout_ref.rollout.multi_turn.max_user_turns={max_turns}",
+    ]
+
+
+def agent_loop_overrides(model_dir: Path, train_file: Path, rollouts: int, max_turns: int) -> list[str]:
+    """Overrides that point a training config at the tiny model, the small dataset and the agent loop."""
+    agent_file = (config_dir() / AGENT_LOOP_CONFIG).resolve()
+    return [
+        *tiny_run_overrides(model_dir, train_file, rollouts, max_turns),
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_file}",
         f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
     ]

@@ -28,7 +28,7 @@ from ..harness.catalog import default_catalog
 from ..harness.cluster import Cluster, start_or_reuse_cluster
 from ..harness.tasks import pick_oracle_goals
 from .agent_loop import run_agent_loop_preflight, run_agent_loop_stage
-from .configs import check_training_config, compose_training_config
+from .configs import check_training_config, compose_training_config, tiny_run_overrides
 from .envs import run_env_preflight
 from .options import PreflightOptions
 from .rollouts import run_interaction_rollouts
@@ -98,16 +98,7 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         summary["env_step_limit"] = options.max_turns - 1
         overrides = [
             *options.overrides,
-            f"actor_rollout_ref.model.path={model_dir}",
-            f"data.train_files={train_file}",
-            f"data.val_files={train_file}",
-            "data.train_max_samples=-1",
-            "data.val_max_samples=-1",
-            "data.max_prompt_length=2048",
-            "data.max_response_length=8192",
-            f"actor_rollout_ref.rollout.n={options.rollouts}",
-            f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={options.max_turns}",
-            f"actor_rollout_ref.rollout.multi_turn.max_user_turns={options.max_turns}",
+            *tiny_run_overrides(model_dir, train_file, options.rollouts, options.max_turns),
             f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interaction_file}",
             *options.extra_overrides,
         ]

@@ -24,7 +24,7 @@ from ..config import (
 from ..harness.catalog import default_catalog
 from ..harness.cluster import Cluster, start_or_reuse_cluster
 from ..harness.tasks import pick_oracle_goals
-from .configs import agent_loop_overrides, check_training_config, compose_training_config
+from .configs import agent_loop_overrides, check_training_configs, compose_training_config
 from .options import PreflightOptions
 from .rollouts import run_agent_loop_rollouts, token_stream_report
 from .summary import line_dir, rounded_mean, write_summary
@@ -157,16 +157,9 @@ def run_agent_loop_preflight(options: PreflightOptions) -> dict[str, Any]:
     directory = (options.config_dir or training_config_dir()).resolve()
     t = time.monotonic()
     try:
-        names = [options.config] if options.config else list(TRAINING_CONFIGS)
         # the configs name the agent-loop file relative to the repository; found from any working directory
         os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(config_dir() / AGENT_LOOP_CONFIG))
-        reports = [
-            check_training_config(TRAINING_CONFIGS[n], options.overrides, directory=directory) for n in names
-        ]
-        summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
-        for report in reports:
-            errors.extend(f"{report['name']}: {e}" for e in report["errors"])
-        summary["config_valid"] = checks["config_valid"] = all(r["valid"] for r in reports)
+        check_training_configs(options.config, options.overrides, directory, summary, errors)
         summary["timings"]["configs"] = round(time.monotonic() - t, 2)
 
         from webshop_env.envs.webshop.catalog.store import open_catalog

@@ -20,6 +20,7 @@ from ..config import (
     ENVIRONMENT_SETTINGS,
     ENVIRONMENTS_KEY,
     INTERACTION_NAME,
+    TRAINING_CONFIGS,
     config_dir,
     installed_verl_line,
 )
@@ -317,6 +318,20 @@ def check_training_config(
     }
     report["valid"] = not errors
     return report
+
+
+def check_training_configs(
+    config: str | None, overrides: Sequence[str], directory: Path, summary: dict[str, Any], errors: list[str]
+) -> None:
+    """Step 1 of a preflight: ``config`` (else every training config) checked; the reports go into
+    ``summary["configs"]``, their errors into ``errors``, and whether all are valid into ``summary["config_valid"]``
+    and ``summary["checks"]["config_valid"]``."""
+    names = [config] if config else list(TRAINING_CONFIGS)
+    reports = [check_training_config(TRAINING_CONFIGS[n], overrides, directory=directory) for n in names]
+    summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
+    for report in reports:
+        errors.extend(f"{report['name']}: {e}" for e in report["errors"])
+    summary["config_valid"] = summary["checks"]["config_valid"] = all(r["valid"] for r in reports)
 
 
 def tiny_run_overrides(model_dir: Path, train_file: Path, rollouts: int, max_turns: int) -> list[str]:

@@ -28,7 +28,7 @@ from ..harness.catalog import default_catalog
 from ..harness.cluster import Cluster, start_or_reuse_cluster
 from ..harness.tasks import pick_oracle_goals
 from .agent_loop import run_agent_loop_preflight, run_agent_loop_stage
-from .configs import check_training_config, compose_training_config, tiny_run_overrides
+from .configs import check_training_configs, compose_training_config, tiny_run_overrides
 from .envs import run_env_preflight
 from .options import PreflightOptions
 from .rollouts import run_interaction_rollouts
@@ -64,16 +64,9 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
     try:
         # 1. configs
         t = time.monotonic()
-        names = [options.config] if options.config else list(TRAINING_CONFIGS)
         os.environ.setdefault("WEBSHOP_INTERACTION_CONFIG", str(directory / INTERACTION_CONFIG))
         os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(config_dir() / AGENT_LOOP_CONFIG))
-        reports = [
-            check_training_config(TRAINING_CONFIGS[n], options.overrides, directory=directory) for n in names
-        ]
-        summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
-        for report in reports:
-            errors.extend(f"{report['name']}: {e}" for e in report["errors"])
-        summary["config_valid"] = checks["config_valid"] = all(r["valid"] for r in reports)
+        check_training_configs(options.config, options.overrides, directory, summary, errors)
         t = lap("configs", t)
 
         # 2. data + tiny model

@@ -454,3 +454,28 @@ def test_expert_solves_its_task(env: SciWorldEnv, episodes: dict[int, dict[str, 
     for action in expert:
         result = env.step(result.state, action)
     assert result.done and result.info["score"] == 100
+
+
+@needs_jvm
+def test_an_app_stopped_in_a_process_leaves_the_next_app_a_running_core(generated_catalog_dir: Path) -> None:
+    """The core is one per process (``registry.make``); an app's shutdown stops its JVM pool, and a second app in
+    the same process (a restarted worker, the next test) must get a core that runs, not the stopped one that
+    answers every reset 503 "shutting down"."""
+    from fastapi.testclient import TestClient
+
+    from webshop_env.api.app import create_app
+    from webshop_env.api.settings import Settings
+
+    def first_reset() -> Any:
+        settings = Settings(
+            catalog=generated_catalog_dir,
+            state_secret=os.urandom(32).hex(),
+            access_log=False,
+            envs="sciworld",
+        )
+        with TestClient(create_app(settings)) as client:
+            created = client.post("/sciworld/v1/reset", json={"task": 3500})
+            assert created.status_code == 200, created.text
+            return created.json()["observation"]
+
+    assert first_reset() == first_reset()

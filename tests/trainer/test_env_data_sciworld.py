@@ -229,8 +229,7 @@ def test_without_a_simulator_here_the_rows_come_from_the_services_resets(
         assert json.loads(capsys.readouterr().out)["sources"] == {"sciworld": "http://env.test"}
         assert served.pool.stats()["idle"] == 0  # every episode closed at once
     finally:
-        served.shutdown()
-        registry._made.cache_clear()  # later tests get a core whose pool runs
+        registry.shut_down(served)  # later tests get a core whose pool runs
     for split in SPLITS:
         for row in rows(tmp_path / f"{split}.parquet"):
             assert row["prompt"][1]["content"] == opening_of(core, row["extra_info"]["task"])

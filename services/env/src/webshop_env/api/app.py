@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
+from ..envs import registry
 from . import routes_envs, routes_openenv, routes_ops
 from .errors import BodyLimitMiddleware, install_error_handlers
 from .http import package_version
@@ -144,9 +145,7 @@ async def _shut_down(app: FastAPI, sweeper: asyncio.Task[None], metrics: Metrics
     for runtime in runtimes:
         await runtime.sessions.aclose()
         await routes_openenv.aclose(runtime)
-        closer = getattr(runtime.env, "shutdown", None)  # e.g. SciWorld's JVM pool
-        if callable(closer):
-            closer()
+        registry.shut_down(runtime.env)  # e.g. SciWorld's JVM pool; a later app in this process makes a new one
     metrics.process_exit()
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import threading
 from collections.abc import Mapping
 from functools import cache
 from importlib import metadata
@@ -141,12 +142,28 @@ def make(env_id: str, settings: Any = None) -> TextEnv:
     factory = package(env_id).make
     if inspect.signature(factory).parameters:
         return factory(settings) if settings is not None else factory()
-    return _made(env_id)
+    with _cores_lock:
+        core = _cores.get(env_id)
+        if core is None:
+            core = _cores[env_id] = factory()
+        return core
 
 
-@cache
-def _made(env_id: str) -> TextEnv:
-    return package(env_id).make()
+def shut_down(core: TextEnv) -> None:
+    """Stop ``core`` (its ``shutdown()``, e.g. SciWorld's JVM pool) and forget it: the next ``make()`` of its id
+    builds a new one. Why: the process-wide core outlives an app that serves it (a second app in the same process,
+    tests, a restarted worker), and a stopped core handed out again answers every reset "shutting down"."""
+    with _cores_lock:
+        for env_id, held in list(_cores.items()):
+            if held is core:
+                del _cores[env_id]
+    closer = getattr(core, "shutdown", None)
+    if callable(closer):
+        closer()
+
+
+_cores: dict[str, TextEnv] = {}  # make()'s one core per process and id, for factories without parameters
+_cores_lock = threading.Lock()
 
 
 def agentgym_routes(env_id: str) -> tuple[CompatRoute, ...]:
@@ -154,4 +171,4 @@ def agentgym_routes(env_id: str) -> tuple[CompatRoute, ...]:
 
 
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "EXPERT_PATH", "Registration", "RegistrationError", "Timeouts",
-           "UnknownEnv", "agentgym_routes", "contract_ids", "ids", "make", "package", "registration", "registrations", "resolve"]  # fmt: skip
+           "UnknownEnv", "agentgym_routes", "contract_ids", "ids", "make", "package", "registration", "registrations", "resolve", "shut_down"]  # fmt: skip

@@ -145,7 +145,9 @@ async def _shut_down(app: FastAPI, sweeper: asyncio.Task[None], metrics: Metrics
     for runtime in runtimes:
         await runtime.sessions.aclose()
         await routes_openenv.aclose(runtime)
-        registry.shut_down(runtime.env)  # e.g. SciWorld's JVM pool; a later app in this process makes a new one
+        registry.shut_down(
+            runtime.env
+        )  # e.g. SciWorld's JVM pool; a later app in this process makes a new one
     metrics.process_exit()
 
 

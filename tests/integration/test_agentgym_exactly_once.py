@@ -328,3 +328,34 @@ def _listens(pid: int, port: int) -> bool:
     except OSError:
         return False
     return b"redis-server" in title and f":{port}".encode() in title
+
+
+def test_a_slow_clock_measurement_does_not_refuse_the_write_that_follows(bare_redis: str) -> None:
+    """The write deadline is on the store's clock, its offset measured by a TIME call. A TIME call that is slow
+    (a busy host; the store's answer sat in the socket) must not eat the write's own deadline nor leave an offset
+    off by half its round trip: the first write after it is applied, and the next write measures again."""
+    import asyncio
+
+    from webshop_env.api.compat_sessions import RedisSessionStore
+
+    async def scenario() -> tuple[int, int]:
+        store = RedisSessionStore(bare_redis, str, int, max_sessions=10, client_quota=10, deadline_s=1.5)
+        real_time, calls = store._redis.time, []
+
+        async def slow_answer() -> object:
+            answer = await real_time()  # the store's clock when it answered, then a slow way back
+            calls.append(answer)
+            if len(calls) == 1:
+                await asyncio.sleep(1.2)
+            return answer
+
+        store._redis.time = slow_answer  # type: ignore[method-assign]
+        env_idx = store.new_id()
+        await store.create(env_idx, 0, "test")
+        state, version = await store.get(env_idx, touch=False)
+        await store.put(env_idx, state + 1, version)
+        return (await store.get(env_idx, touch=False))[0], len(calls)
+
+    state, measurements = asyncio.run(scenario())
+    assert state == 1
+    assert measurements == 2  # the slow measurement was taken again, the precise one kept

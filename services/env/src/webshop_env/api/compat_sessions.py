@@ -61,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import random
 import threading
 import time
@@ -92,6 +93,8 @@ WRITE_MARGIN_S = 0.5
 # How often a replica measures the offset between its clock and the store's (one TIME call): the deadline is on
 # the store's clock, so hosts whose clocks disagree still agree on it.
 CLOCK_REFRESH_S = 60.0
+# A TIME call slower than this measured the offset with too much error (half its round trip): measure again.
+CLOCK_MAX_RTT_S = 0.1
 
 
 class UnknownSession(KeyError):
@@ -645,14 +648,17 @@ class RedisSessionStore:
 
     async def _write_deadline_ms(self) -> int:
         """When, on the store's clock, a write sent now stops applying: this replica's own deadline less
-        WRITE_MARGIN_S (a third of the deadline at most). The offset between the clocks is measured by a TIME call every CLOCK_REFRESH_S (its error:
-        half the round trip)."""
-        sent = time.time()
+        WRITE_MARGIN_S (a third of the deadline at most). The offset between the clocks is measured by a TIME
+        call every CLOCK_REFRESH_S; its error is up to half that call's round trip, so a measurement slower than
+        CLOCK_MAX_RTT_S (a busy host or store) is used once and taken again on the next write."""
         if self._clock_offset_ms is None or time.monotonic() - self._clock_measured > CLOCK_REFRESH_S:
+            asked = time.time()
             seconds, micros = await self._within_deadline(self._redis.time())
             answered = time.time()
-            self._clock_offset_ms = seconds * 1000 + micros / 1000 - (sent + answered) * 500
-            self._clock_measured = time.monotonic()
+            self._clock_offset_ms = seconds * 1000 + micros / 1000 - (asked + answered) * 500
+            precise = answered - asked <= CLOCK_MAX_RTT_S
+            self._clock_measured = time.monotonic() if precise else -math.inf
+        sent = time.time()  # the write's own deadline starts now, after the measurement
         margin_s = min(WRITE_MARGIN_S, self._deadline_s / 3)
         return int(sent * 1000 + self._clock_offset_ms + (self._deadline_s - margin_s) * 1000)
 

@@ -44,9 +44,10 @@ def make(**config: Any) -> WebshopInteraction:
 
 
 def reply(text: str) -> list[dict[str, str]]:
+    """The conversation so far as verl passes it, without the row's first user turn (which the interaction checks
+    against the environment's: test_a_row_whose_first_turn_is_another_tasks_is_refused)."""
     return [
         {"role": "system", "content": "s"},
-        {"role": "user", "content": "u"},
         {"role": "assistant", "content": text},
     ]
 
@@ -261,3 +262,19 @@ def test_verl_builds_it_from_the_repository_interaction_config(monkeypatch: pyte
     assert isinstance(interaction, WebshopInteraction)
     assert interaction.settings.env_url == "http://10.0.0.1:1234"
     assert interaction.settings.invalid_action_penalty == 0.0
+
+
+def test_a_row_whose_first_turn_is_another_tasks_is_refused(in_process_env) -> None:
+    """WebShop's interaction is the generic one: a row whose first user turn is not what the service shows for its
+    goal (rows built for another goal, catalog or version) stops at the first reply instead of training on it."""
+
+    async def main() -> None:
+        interaction = make()
+        await interaction.start_interaction("w", name="webshop", goal=1500, goal_set="synthetic")
+        conversation = reply("Action: search[tea]")
+        conversation.insert(1, {"role": "user", "content": "Instruction: a page of another goal"})
+        await interaction.generate_response("w", conversation)
+
+    with pytest.raises(ValueError, match="webshop task 1500: the row's first user turn is not what"):
+        run(main())
+    assert len(EPISODES) == 0

@@ -175,17 +175,16 @@ class EnvAgentLoop(AgentLoopBase):
         extra = _as_dict(kwargs.get("extra_info"))
         fields = {**_as_dict(extra.get("interaction_kwargs")), **extra}
         task = self.spec.task_of(fields)
-        webshop = self.spec.env_id == envs.WEBSHOP
-        goal_set = (extra.get("goal_set") or self.settings.goal_set) if webshop else None
-        split = extra.get("split") or None
+        options = episodes.reset_options(self.spec, fields, self.settings)
         client = shared_client(self.settings, self.spec.env_id)
         await ensure_ready(self.settings, client)
         session = uuid4().hex  # the env episode's key here and the LLM server's sticky request id
         metrics: dict[str, float] = {}
         async with episodes.episode_slot(self.spec, self.config):  # SciWorld: one of the fleet's JVMs
             with simple_timer("tool_calls", metrics):
-                first = await episodes.reset(self.spec, client, task, goal_set=goal_set, split=split)
-            episode = Episode(state=first["state"], goal=task, goal_set=goal_set, split=split)
+                first = await episodes.reset(self.spec, client, task, options)
+            episode = Episode(state=first["state"], goal=task, goal_set=options.get("goal_set"),
+                              split=options.get("split"))  # fmt: skip
             EPISODES.put(session, episode)
             try:
                 return await self._play(session, episode, first, kwargs, sampling_params, metrics)

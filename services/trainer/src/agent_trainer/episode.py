@@ -33,7 +33,6 @@ from typing import Any
 
 from webshop_env.client import WebShopRequestError
 
-from . import envs
 from .config import InteractionSettings
 from .envs.spec import EnvSpec, Outcome, Parsed
 
@@ -146,13 +145,18 @@ class Turn:
         return self.outcome.done
 
 
+def reset_options(spec: EnvSpec, row: Mapping[str, Any], settings: Any) -> dict[str, Any]:
+    """What the environment's reset takes besides the task (``spec.reset_fields``): the row's value, else the
+    setting of that name (WebShop's ``goal_set``), else None (the server's default)."""
+    return {name: row.get(name) or getattr(settings, name, None) for name in spec.reset_fields}
+
+
 async def reset(
-    spec: EnvSpec, client: Any, task: int, *, goal_set: str | None = None, split: str | None = None
+    spec: EnvSpec, client: Any, task: int, options: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The environment's first answer for ``task`` (WebShop's reset also takes the goal set and split)."""
-    if spec.env_id == envs.WEBSHOP:
-        return await client.reset(task, goal_set=goal_set, split=split)
-    return await client.reset(task)
+    """The environment's first answer for ``task``, with ``options`` (``reset_options``) where its spec takes any."""
+    chosen = {name: (options or {}).get(name) for name in spec.reset_fields}
+    return await client.reset(task, **chosen)
 
 
 async def play_turn(

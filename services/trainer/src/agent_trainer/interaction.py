@@ -1,4 +1,4 @@
-"""``WebshopInteraction``: verl 0.7.x's ``BaseInteraction`` over the stateless WebShop service.
+"""``EnvInteraction``: verl 0.7.x's ``BaseInteraction`` over any environment the stateless service serves.
 
 How verl 0.7.1 drives it (``ToolAgentLoop``): one new agent loop, and so one new interaction object, per
 trajectory, inside the agent-loop worker processes; ``start_interaction(request_id, **interaction_kwargs)``
@@ -17,12 +17,13 @@ So, in this module:
   the metrics dict that ``generate_response`` returns, and ``turn_scores`` is the only per-turn channel that
   reaches the reward function (``reward.compute_score``), which counts steps and invalid actions from it.
 
-``EnvInteraction`` is the same for any environment the trainer has a spec for (``agent_trainer.envs``: TextCraft,
-BabyAI, SciWorld), one entry per environment in ``configs/webshop_interaction.yaml``; ``ToolAgentLoop`` picks the
+One class for every environment the trainer has a spec for (``agent_trainer.envs``: WebShop, TextCraft, BabyAI,
+SciWorld, installed packages'; ``WebshopInteraction`` is it on WebShop's spec), one entry per environment in
+``configs/webshop_interaction.yaml``; ``ToolAgentLoop`` picks the
 entry by the row's ``interaction_kwargs["name"]``, so one 0.7.1 run can mix environments. What a reply does to an
 episode is ``agent_trainer.episode``'s, shared with the agent loop (``agent_loop.EnvAgentLoop``).
 
-Both honour ``interaction_kwargs["max_rounds"]`` (model turns per episode), which
+It honours ``interaction_kwargs["max_rounds"]`` (model turns per episode), which
 ``tool_agent_loop.WebShopToolAgentLoop`` sets from the training config's ``environments.<env>.max_rounds``: the
 run's own file sets each environment's episode length on both routes, whatever ``max_assistant_turns`` allows.
 """
@@ -44,13 +45,11 @@ except ImportError:
     # registry, so the module must import there (WebshopInteraction is unusable then).
     BaseInteraction = object  # type: ignore[assignment,misc]
 
-from webshop_env.client import EnvClient, WebShopClient, WebShopRequestError, WebShopUnavailable
+from webshop_env.client import EnvClient, WebShopClient
 
 from . import envs, prompts
 from . import episode as episodes
-from .actions import UNPARSEABLE_ACTION, extract_action, step_was_valid
 from .config import InteractionSettings
-from .envs.webshop import parse_goal
 from .episode import Episode, TurnScore
 
 logger = logging.getLogger(__name__)
@@ -199,126 +198,6 @@ async def ensure_ready(settings: InteractionSettings, client: WebShopClient) -> 
         ready.add(client.base_url)
 
 
-class WebshopInteraction(BaseInteraction):
-    """verl interaction that plays one WebShop episode per trajectory through the balancer."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__(config)
-        self.settings = InteractionSettings.from_config(config)
-        self.registry = EPISODES
-        # The instance ids this object opened; dropped from the registry when verl drops this object.
-        self._owned: set[str] = set()
-        weakref.finalize(self, EPISODES.drop_many, self._owned)
-
-    # ---- verl API --------------------------------------------------------------------------------------
-    async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:
-        """Reset the env on the row's goal; returns the instance id that keys this trajectory."""
-        instance_id = instance_id or uuid4().hex
-        goal = parse_goal(kwargs)
-        goal_set = kwargs.get("goal_set") or self.settings.goal_set
-        split = kwargs.get("split") or None
-        self.registry.sweep(self.settings.state_ttl_s)
-        client = shared_client(self.settings)
-        await ensure_ready(self.settings, client)
-        first = await client.reset(goal, goal_set=goal_set, split=split)
-        self.registry.put(
-            instance_id, Episode(state=first["state"], goal=goal, goal_set=goal_set, split=split)
-        )
-        self._owned.add(instance_id)
-        return instance_id
-
-    async def generate_response(
-        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
-    ) -> tuple[bool, str, float, dict[str, Any]]:
-        """Step the env with the action in the last assistant message.
-
-        Returns ``(done, next user message, turn reward, metrics)``.
-        """
-        episode = self.registry.get(instance_id)
-        if episode is None:
-            logger.warning("no WebShop episode for %s (expired after %.0f s idle, or already finished)",
-                           instance_id, self.settings.state_ttl_s)  # fmt: skip
-            return (
-                True,
-                "The episode has expired.",
-                TurnScore(0.0, done=True, stepped=False),
-                {"expired": True},
-            )
-        reply = prompts.last_assistant_text(messages)
-        action = extract_action(reply)
-        try:
-            result = await shared_client(self.settings).step(episode.state, action or UNPARSEABLE_ACTION)
-        except WebShopRequestError as error:
-            self._finish(instance_id)
-            if self.settings.on_env_error == "raise":
-                raise
-            logger.warning("WebShop refused a step of %s (goal %s): %s; ending the trajectory with reward 0",
-                           instance_id, episode.goal, error)  # fmt: skip
-            return (
-                True,
-                f"The environment ended the episode: {error.detail}",
-                TurnScore(0.0, done=True, stepped=False),
-                {"env_error": error.error},
-            )
-        except WebShopUnavailable:
-            self._finish(instance_id)
-            raise
-
-        info = result.get("info") or {}
-        valid = step_was_valid(action, info)
-        done = bool(result.get("done"))
-        truncated = bool(info.get("truncated"))
-        env_reward = float(result.get("reward") or 0.0)
-        episode.state = result["state"]
-        episode.steps += 1
-        episode.invalid += 0 if valid else 1
-        episode.unparseable += 1 if action is None else 0
-        episode.reward = env_reward if done else episode.reward
-        penalty = self.settings.invalid_action_penalty if action is None else 0.0
-        purchased = done and "reward_info" in info  # not a truncation: the env paid for a purchase
-        score = TurnScore(
-            env_reward - penalty, invalid=not valid, done=done, env_reward=env_reward, purchased=purchased
-        )
-        message = prompts.step_message(
-            result.get("observation", ""),
-            result.get("available_actions") or {},
-            action=action,
-            valid=valid,
-            done=done,
-            truncated=truncated,
-            max_observation_chars=self.settings.max_observation_chars,
-        )
-        metrics = {
-            "action": action,
-            "valid": valid,
-            "steps": episode.steps,
-            "invalid_actions": episode.invalid,
-            "env_reward": env_reward,
-            "truncated": truncated,
-        }
-        if done or reached_rounds(episode.steps, kwargs):
-            done = True
-            self._finish(instance_id)
-        return done, message, score, metrics
-
-    async def calculate_score(self, instance_id: str | None = None, **kwargs: Any) -> float:
-        """The episode's env reward so far (0 until the purchase)."""
-        episode = self.registry.get(instance_id) if instance_id else None
-        return episode.reward if episode else 0.0
-
-    async def finalize_interaction(self, instance_id: str | None = None, **kwargs: Any) -> None:
-        """Free one trajectory's state, or all of this object's when no id is given (0.7.1 never calls it)."""
-        if instance_id is None:
-            self.registry.drop_many(self._owned)
-        else:
-            self._finish(instance_id)
-
-    # ---- helpers ---------------------------------------------------------------------------------------
-    def _finish(self, instance_id: str) -> None:
-        self.registry.drop(instance_id)
-        self._owned.discard(instance_id)
-
-
 def reached_rounds(steps: int, kwargs: Mapping[str, Any], default: int | None = None) -> bool:
     """Whether an episode that has played ``steps`` model turns has used up its rounds: the row's
     ``max_rounds`` (set by ``WebShopToolAgentLoop`` from the training config), else ``default`` (None: no limit
@@ -340,10 +219,13 @@ class EnvInteraction(BaseInteraction):
     environment or version fail at once rather than train the model on a task it does not play.
     """
 
+    #: The environment when the config names none (``env_id``, else the entry's ``name``): WebShop's class sets it.
+    default_env_id: str | None = None
+
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         values = dict(config)
-        env_id = values.pop("env_id", None) or values.get("name")
+        env_id = values.pop("env_id", None) or self.default_env_id or values.get("name")
         max_rounds = values.pop("max_rounds", None)
         self.spec = envs.get(str(env_id))
         self.settings = InteractionSettings.from_config(values)
@@ -362,16 +244,16 @@ class EnvInteraction(BaseInteraction):
         """Reset the environment on the row's task (``task``; WebShop: ``goal``); returns the instance id."""
         instance_id = instance_id or uuid4().hex
         task = self.spec.task_of(kwargs)
-        split = kwargs.get("split") or None
-        goal_set = (
-            (kwargs.get("goal_set") or self.settings.goal_set) if self.spec.env_id == "webshop" else None
-        )
+        options = episodes.reset_options(self.spec, kwargs, self.settings)
         self.registry.sweep(self.settings.state_ttl_s)
         client = shared_client(self.settings, self.spec.env_id)
         await ensure_ready(self.settings, client)
-        first = await episodes.reset(self.spec, client, task, goal_set=goal_set, split=split)
+        first = await episodes.reset(self.spec, client, task, options)
         self.registry.put(
-            instance_id, Episode(state=first["state"], goal=task, goal_set=goal_set, split=split)
+            instance_id,
+            Episode(
+                state=first["state"], goal=task, goal_set=options.get("goal_set"), split=options.get("split")
+            ),
         )
         self._owned.add(instance_id)
         self._openings[instance_id] = self.spec.first_message(first)
@@ -402,9 +284,11 @@ class EnvInteraction(BaseInteraction):
             await self._finish(instance_id)
             raise
         done = turn.done or reached_rounds(episode.steps, kwargs, self.max_rounds)
-        metrics: dict[str, Any] = {"action": turn.parsed.action, "valid": turn.outcome.valid, "steps": episode.steps,
+        action = turn.parsed.action if turn.parsed.well_formed else None  # None: the reply named no action
+        metrics: dict[str, Any] = {"action": action, "valid": turn.outcome.valid, "steps": episode.steps,
                                    "invalid_actions": episode.invalid, "env_reward": turn.outcome.env_reward,
-                                   "success": turn.outcome.success}  # fmt: skip
+                                   "success": turn.outcome.success,
+                                   "truncated": bool((turn.result.get("info") or {}).get("truncated"))}  # fmt: skip
         if turn.error is not None:
             metrics["env_error"] = turn.error.error
         message = episodes.next_message(self.spec, turn, self.settings)
@@ -444,3 +328,10 @@ class EnvInteraction(BaseInteraction):
         self._openings.pop(instance_id, None)
         if self.spec.holds_simulator and episode is not None:
             await episodes.close_quietly(shared_client(self.settings, self.spec.env_id), episode.state)
+
+
+class WebshopInteraction(EnvInteraction):
+    """WebShop's entry (``configs/webshop_interaction.yaml``, the name verl's guides use): ``EnvInteraction`` on
+    the WebShop spec (its prompts, parser, goal sets and splits), as ``WebShopAgentLoop`` is ``EnvAgentLoop``."""
+
+    default_env_id = envs.WEBSHOP

@@ -93,6 +93,9 @@ class EnvSpec:
         holds_simulator: the service keeps a live simulator per episode (SciWorld's JVM): the loop closes the
             episode when it ends, so the simulator is freed at once rather than when the server reaps it.
         reward_rule, success_rule: the definitions, in words (docs, ``agent-train envs``).
+        reset_fields: the row's fields (``interaction_kwargs`` / ``extra_info``) that the environment's reset also
+            takes, by name; each defaults to the interaction setting of that name where there is one (WebShop:
+            ``goal_set``, ``split``; the others: none, a task is all their reset takes).
         task_count, split_of: the task pool (tasks ``0 .. task_count - 1``) and the split of a task (``train``,
             ``val`` or ``test``), for an environment the dataset builder has no rule of its own for (an installed
             environment package's: ``agent_trainer.env_data.split_tasks``); None: the builder's rule.
@@ -112,6 +115,7 @@ class EnvSpec:
     holds_simulator: bool = False
     task_count: int | None = None
     split_of: Callable[[int], str] | None = None
+    reset_fields: tuple[str, ...] = ()
 
     @property
     def agent_name(self) -> str:

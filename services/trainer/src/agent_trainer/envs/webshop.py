@@ -54,6 +54,8 @@ def step_message(
         result.get("available_actions") or {},
         action=parsed.action if parsed.well_formed else None,
         valid=outcome.valid,
+        done=outcome.done,
+        truncated=bool((result.get("info") or {}).get("truncated")),
         max_observation_chars=max_observation_chars,
     )
 
@@ -84,4 +86,5 @@ SPEC = EnvSpec(
     '"buy now" is clicked; 0 without a purchase',
     success_rule="the purchase earned the full reward 1.0",
     task_of=parse_goal,  # goal (or session_id/goal_id; "webshop_12" works), as the interaction reads it
+    reset_fields=("goal_set", "split"),  # a row's goal list and split (the interaction's goal_set by default)
 )

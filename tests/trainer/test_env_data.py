@@ -33,7 +33,8 @@ def rows(path: str | Path) -> list[dict]:
     return pq.read_table(path).to_pylist()
 
 
-@pytest.mark.parametrize(("env_id", "sizes"), [("textcraft", (442, 34, 68)), ("babyai", (1760, 40, 200))])
+@pytest.mark.parametrize(("env_id", "sizes"), [("textcraft", (442, 34, 68)), ("babyai", (1760, 40, 200)),
+                                             ("sokoban", (9000, 500, 500))])  # fmt: skip
 def test_the_splits_partition_the_task_pool(env_id: str, sizes: tuple[int, int, int]) -> None:
     splits = {s: split_tasks(env_id, s) for s in SPLITS}
     assert tuple(len(splits[s]) for s in SPLITS) == sizes
@@ -41,6 +42,8 @@ def test_the_splits_partition_the_task_pool(env_id: str, sizes: tuple[int, int, 
     assert len(every) == len(set(every)) == sum(sizes)  # disjoint, and together the whole pool
     if env_id == "babyai":  # every level in every split
         assert all(len({t % 40 for t in splits[s]}) == 40 for s in SPLITS)
+    elif env_id == "sokoban":  # its spec's rule (from its registration): ranges of the 10,000 rooms
+        assert (splits["test"][-1], splits["val"][0], splits["train"][0]) == (499, 500, 1000)
     else:  # every crafting depth (goals 0-124 depth 1, ..., 533-543 depth 4) in train and test
         for low, high in ((0, 125), (125, 416), (416, 533), (533, 544)):
             assert any(low <= t < high for t in splits["test"]) and any(
@@ -113,6 +116,33 @@ def test_a_mixed_dataset_has_each_environments_rows_splits_and_first_turns(
                 assert extra["goal"] == extra["task"] and row["prompt"][1]["content"].startswith(
                     "Instruction: "
                 )
+
+
+def test_sokobans_rows_come_from_the_spec_its_registration_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """An environment whose trainer spec its registration names (no line in env_data.RULES): its splits, its
+    agent loop and its first turns, beside TextCraft's."""
+    import importlib.util
+
+    if importlib.util.find_spec("gym_sokoban") is None:
+        pytest.skip("Sokoban's rooms: pip install -e 'services/env[sokoban]'")
+    from webshop_env.envs import registry
+
+    code = main(["data", "--env", "sokoban,textcraft", "--agent-loop", "--out-dir", str(tmp_path),
+                 "--train-rows", "6", "--val-rows", "2", "--test-rows", "2"])  # fmt: skip
+    assert code == 0
+    assert "sokoban            3       2       2   9000/500/500" in capsys.readouterr().err
+    spec, core = envs.get("sokoban"), registry.make("sokoban")
+    for split in SPLITS:
+        table = [r for r in rows(tmp_path / f"{split}.parquet") if r["data_source"] == "sokoban"]
+        assert table and {r["extra_info"]["task"] for r in table} <= set(split_tasks("sokoban", split))
+        for row in table:
+            task = row["extra_info"]["task"]
+            first = core.reset(task)
+            assert row["agent_name"] == "sokoban_agent" and row["prompt"][0]["content"] == spec.system_prompt
+            assert row["prompt"][1]["content"] == spec.first_message({"observation": first.observation})
+            assert row["extra_info"]["instruction"] == "Goal: push the box onto the target."
 
 
 @pytest.mark.parametrize(("flag", "agent_names"), [("--agent-loop", ["textcraft_agent", "babyai_agent"]),

@@ -214,7 +214,8 @@ def test_webshop_spec_is_todays_prompts_and_parser() -> None:
 
 # ---- registry, prompts, budgets --------------------------------------------------------------------------------
 def test_each_environment_has_its_own_agent_name_data_source_and_prompt() -> None:
-    assert envs.ids() == ["webshop", "textcraft", "babyai", "sciworld"]
+    # sokoban: the spec its registration names (no line in SPECS)
+    assert envs.ids() == ["webshop", "textcraft", "babyai", "sciworld", "sokoban"]
     specs = [envs.get(i) for i in envs.ids()]
     assert len({s.agent_name for s in specs}) == len({s.system_prompt for s in specs}) == len(specs)
     assert [s.data_source for s in specs] == envs.ids()

@@ -39,7 +39,7 @@ def test_the_generic_code_names_no_environment(path: Path) -> None:
     come from its registration, its code through the registry)."""
     tree = ast.parse(path.read_text())
     where = str(path.relative_to(PACKAGE))
-    ids = {"webshop", "textcraft", "babyai", "sciworld"}
+    ids = {"webshop", "textcraft", "babyai", "sciworld", "sokoban"}
     literals = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and node.value in ids}
     assert {(where, value) for value in literals} <= ALLOWED, literals
     packages = [name for name in _imports(tree) if any(f"envs.{env_id}" in name for env_id in ids)]

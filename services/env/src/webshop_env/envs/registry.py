@@ -67,6 +67,11 @@ BUILTIN: tuple[Registration, ...] = (
                          "action_hint", "object_tree", "state", "close"),
         max_steps=300, docs="environments/sciworld.md",
     ),
+    Registration(
+        id="sokoban", module="webshop_env.envs.sokoban", extra="sokoban",
+        title="Sokoban: push the box onto its target in a 6x6 room (gym-sokoban's rooms, as RAGEN); 10,000 rooms",
+        max_steps=100, trainer="agent_trainer.envs.sokoban:SPEC", docs="environments/sokoban.md",
+    ),
 )  # fmt: skip
 
 

@@ -16,7 +16,8 @@ STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config",
                  "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker", "host-checks"]  # fmt: skip
 FILES = ["Makefile", "mk/stack.mk", "mk/gpu.mk", ".env.example", "compose.yaml", "services/trainer/src/agent_trainer/gpu_plan.py",
          "scripts/host_checks.py", "configs/nginx/environments/placements.txt",
-         "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml"]  # fmt: skip
+         "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml", "configs/base/grpo_test.yaml",
+         "configs/base/grpo_train.yaml"]  # fmt: skip
 
 
 def _included() -> bool:

@@ -8,7 +8,8 @@
    env's Serve app (WEBSHOP_ENV=ray: webshop-env[ray] on the training cluster; its fastapi/starlette must suit
    the image's Ray), the merger, the WebShop trainer modules, TensorBoard's writer. flash_attn is required when a
    training config asks for it (attn_implementation flash_attention_2, verl's default, or use_remove_padding,
-   which imports flash_attn.bert_padding). A missing or broken module fails the build, not the first GPU hour.
+   which imports flash_attn.bert_padding), as each config composes (its environment's file over its base). A
+   missing or broken module fails the build, not the first GPU hour.
    Ray Serve is also put through what it does when it deploys, short of a cluster: a deployment config to
    protobuf and back (Ray 2.49's Serve imports under protobuf 7 but cannot deploy anything).
 2. Reads `pip check`'s output and fails on any conflict that is not listed, with its reason, in the accepted
@@ -101,15 +102,21 @@ FLASH_ATTN_MODULES = ("flash_attn", "flash_attn.bert_padding")
 
 
 def configs_need_flash_attn(config_dir: Path) -> list[str]:
-    """The training configs (webshop_grpo_*.yaml) that would import flash_attn on a GPU, and why."""
+    """The training configs (``*_grpo_*.yaml``) that would import flash_attn on a GPU, and why: each as Hydra
+    composes it (the environment's file over its base, ``base/grpo_{test,train}.yaml``; the project's files only,
+    where a key none of them sets is verl's default: ``agent_trainer.config.load_training_config``)."""
+    from omegaconf import OmegaConf
+
+    from agent_trainer.config import load_training_config
+
     reasons: list[str] = []
-    for config in sorted(config_dir.glob("webshop_grpo_*.yaml")):
-        text = config.read_text()
-        remove_padding = re.search(r"^\s*use_remove_padding:\s*true\b", text, re.MULTILINE)
-        attn = re.search(r"^\s*attn_implementation:\s*(\S+)", text, re.MULTILINE)
-        if remove_padding:
+    for config in sorted(config_dir.glob("*_grpo_*.yaml")):
+        composed = load_training_config(config.stem, directory=config_dir, with_verl=False)
+        model = OmegaConf.select(composed, "actor_rollout_ref.model") or {}
+        attn = OmegaConf.select(composed, "actor_rollout_ref.model.override_config.attn_implementation")
+        if model.get("use_remove_padding") is True:
             reasons.append(f"{config.name}: use_remove_padding true imports flash_attn.bert_padding")
-        if attn is None or attn.group(1).strip("'\"") == "flash_attention_2":
+        if attn is None or attn == "flash_attention_2":
             reasons.append(f"{config.name}: attention flash_attention_2 (verl's default when none is set)")
     return reasons
 

@@ -94,7 +94,8 @@ assert Version(m.version('TransferQueue')) >= Version('0.1.10'), 'verl 0.9.1 nee
 print('torch', torch.__version__, '| sglang', ([d.version for d in m.distributions(name='sglang')] or ['none: CPU build'])[0], '| verl', verl.__version__, '| numpy', \
 numpy.__version__, '| TransferQueue', m.version('TransferQueue'))"
 
-# The Hydra configs: configs/verl09/ (training) and configs/webshop_agent_loop.yaml (the agent loop);
+# The Hydra configs: configs/verl09/ (training: each environment's file over verl09/base/) and
+# configs/webshop_agent_loop.yaml (the agent loop), copied whole;
 # agent-train finds them through WEBSHOP_CONFIG_DIR and picks verl09/ because verl 0.9 is installed.
 # The code of the two packages, installed over step 2's metadata-only installs (their dependencies are in).
 COPY services/env/ services/env/

@@ -85,7 +85,8 @@ RUN --mount=type=secret,id=build_ca \
         ./services/env ./services/trainer verl==0.7.1 cachetools \
  && rm -f /tmp/build-ca.pem
 
-# verl's Hydra configs (test and full runs, interaction config); agent-train finds them through
+# verl's Hydra configs (each environment's test and full runs, small files over base/: copied whole, as they compose
+# from the directory; the agent-loop and interaction configs); agent-train finds them through
 # WEBSHOP_CONFIG_DIR and passes main_ppo the absolute --config-path it needs.
 # The code of the two packages, installed over step 2's metadata-only installs (their dependencies are in).
 COPY services/env/ services/env/

@@ -198,9 +198,9 @@ define STACK_CPU_BASE
 $(if $(filter cpu,$(DEVICE)),DOCKER="$(DOCKER)" COMPOSE="$(COMPOSE)" $(HOST_CHECKS_PY) docker/standins/build.py ensure --no-pull \
   "$$($(GPU_PLAN) --config eval --cpu-base-image)" >/dev/null,true)
 endef
-# ENV=webshop (default) | textcraft | babyai | sciworld: train on that environment (configs/<env>_grpo_test.yaml /
-# _train.yaml; WebShop keeps test / full); ENV=mixed or a list (ENV=textcraft,webshop): the mixed config on those
-# environments (mixed: textcraft,babyai,webshop). The trainer container builds that data (TRAIN_ENVS) and `make up`
+# ENV=webshop (default) | any registered environment: train on that environment (configs/<env>_grpo_test.yaml /
+# _train.yaml, each a small file over the line's base, configs/base/; WebShop keeps test / full); ENV=mixed or a list
+# (ENV=textcraft,webshop): the mixed config on those environments (mixed: textcraft,babyai,webshop). The trainer container builds that data (TRAIN_ENVS) and `make up`
 # serves those environments next to the ones it serves already (SciWorld's rows come from the served SciWorld's
 # resets: the trainer image has no Java).
 STACK_SPACE := $(subst ,, )
@@ -210,9 +210,23 @@ TRAIN_DATA_ENVS = $(if $(filter mixed,$(TRAIN_ENV_LIST)),textcraft$(STACK_COMMA)
 TRAIN_SERVE_ENVS = $(subst $(STACK_SPACE),$(STACK_COMMA),$(sort webshop $(subst $(STACK_COMMA), ,$(STACK_ENVS) $(TRAIN_DATA_ENVS))))
 # test|full: the config of a run (WebShop: test / full, as ever; the others: <env>_grpo_test / <env>_grpo_train)
 TRAIN_CONFIG_OF = $(if $(filter webshop,$(TRAIN_ENV_NAME)),$(1),$(TRAIN_ENV_NAME)_grpo_$(if $(filter full,$(1)),train,test))
+# The environments ENV may name: every registered one (configs/nginx/environments/placements.txt, which
+# `webshop-env envs --write-deploy` writes from the registry: read here without Python), and mixed.
+STACK_REGISTERED_ENVS := $(shell awk '$$2 == "any" || $$2 == "sticky" { print $$1 }' configs/nginx/environments/placements.txt 2>/dev/null)
 define STACK_TRAIN_ENV_CHECK
-for e in $(TRAIN_ENV_LIST); do case "$$e" in webshop|textcraft|babyai|sciworld|mixed) ;; \
-  *) echo "make $@: ENV names webshop, textcraft, babyai, sciworld, mixed or a comma list of them, not '$$e'" >&2; exit 2;; esac; done
+for e in $(TRAIN_ENV_LIST); do case " $(STACK_REGISTERED_ENVS) mixed " in *" $$e "*) ;; \
+  *) echo "make $@: ENV names a registered environment ($(STACK_REGISTERED_ENVS)), mixed or a comma list of them, not '$$e'" >&2; exit 2;; esac; done
+endef
+# The file of a run's training config (test|full) on VERL_LINE. A registered environment without one is refused
+# before anything runs, naming the file to write (an environment's recipe over the line's base).
+TRAIN_CONFIG_DIR = configs$(if $(filter 0.9,$(VERL_LINE)),/verl09)
+TRAIN_CONFIG_FILE = $(TRAIN_CONFIG_DIR)/$(patsubst test,webshop_grpo_test,$(patsubst full,webshop_grpo_train,$(call TRAIN_CONFIG_OF,$(1)))).yaml
+define STACK_TRAIN_CONFIG_CHECK
+[ -f $(call TRAIN_CONFIG_FILE,$(1)) ] || { printf '%s\n' \
+  "make $@: ENV=$(ENV) has no training config $(call TRAIN_CONFIG_FILE,$(1)) (verl $(VERL_LINE) line)." \
+  "Write it: the environment's recipe (data files, batch, lengths, lr, rollouts, turns, its environments: entry) over" \
+  "$(TRAIN_CONFIG_DIR)/base/grpo_$(if $(filter full,$(1)),train,test).yaml, as $(TRAIN_CONFIG_DIR)/textcraft_grpo_$(if $(filter full,$(1)),train,test).yaml does" \
+  "(docs/environments/adding.md, \"Training it\"); agent-train preflight --config $(call TRAIN_CONFIG_OF,$(1)) checks it." >&2; exit 2; }
 endef
 # HOST_PREFLIGHT=1: also run `make preflight` on the host first (needs the CPU venv and nginx). Without it the
 # preflight runs inside the trainer container, before training (it has everything the preflight needs).
@@ -225,10 +239,11 @@ TRAIN_RUN = WEBSHOP_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(G
   -e WEBSHOP_N_GPUS="$$($(GPU_PLAN) --config $(1) --compose-override $(GPU_COMPOSE))" -e TRAIN_CONFIG=$(1) \
   -e TRAIN_ENVS=$(TRAIN_DATA_ENVS) $(TRAINER_SERVICE)
 
-train-test: ## GRPO test run in the trainer container, saves its last step for make eval (GPU + Docker, or DEVICE=cpu; VERL_LINE=0.7|0.9; ENV=webshop|textcraft|babyai|sciworld|mixed|a,b)
+train-test: ## GRPO test run in the trainer container, saves its last step for make eval (GPU + Docker, or DEVICE=cpu; VERL_LINE=0.7|0.9; ENV=webshop|<a registered environment>|mixed|a,b)
 	@$(STACK_VERL_LINE_CHECK)
 	@$(STACK_DEVICE_CHECK)
 	@$(STACK_TRAIN_ENV_CHECK)
+	@$(call STACK_TRAIN_CONFIG_CHECK,test)
 	@$(call STACK_GPU_PLAN,$(call TRAIN_CONFIG_OF,test))
 	@$(STACK_GPU_CHECK)
 	@$(STACK_CPU_BASE)
@@ -242,6 +257,7 @@ train-full: ## full GRPO run (configs/webshop_grpo_train.yaml, 4 GPUs: GPU_IDS=0
 	@$(STACK_VERL_LINE_CHECK)
 	@$(STACK_DEVICE_CHECK)
 	@$(STACK_TRAIN_ENV_CHECK)
+	@$(call STACK_TRAIN_CONFIG_CHECK,full)
 	@$(call STACK_GPU_PLAN,$(call TRAIN_CONFIG_OF,full))
 	@$(STACK_GPU_CHECK)
 	@$(STACK_CPU_BASE)
@@ -255,6 +271,7 @@ train-preflight: ## the preflight inside the trainer container (CONFIG=test|full
 	@$(STACK_DEVICE_CHECK)
 	@$(STACK_TRAIN_ENV_CHECK)
 	@case "$(or $(CONFIG),test)" in test|full) ;; *) echo "make $@: CONFIG must be test or full, not '$(CONFIG)'" >&2; exit 2;; esac
+	@$(call STACK_TRAIN_CONFIG_CHECK,$(or $(CONFIG),test))
 	@$(call STACK_GPU_PLAN,$(call TRAIN_CONFIG_OF,$(or $(CONFIG),test)))
 	@$(STACK_GPU_CHECK)
 	@$(STACK_CPU_BASE)

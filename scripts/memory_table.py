@@ -3,7 +3,8 @@
 
     .venv/bin/python scripts/memory_table.py [--config-dir configs] [--card 80]
 
-Per config (its defaults: the knobs' ``${oc.env:NAME,default}`` values), per GPU:
+Per config, as Hydra composes it (its environment's file over its base), with its defaults (the knobs'
+``${oc.env:NAME,default}`` values), per GPU:
 
 - weights + gradients (fp32) + Adam: parameters x 16 B, over the GPUs (FSDP2 shards them); offloaded to the host
   where the config offloads the actor (``param_offload``);
@@ -22,9 +23,10 @@ states, sglang's share of the card, the 6 GB). A config "fits" a card when both 
 from __future__ import annotations
 
 import argparse
-import re
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 #: Parameters and vocabulary of the models the configs name (Qwen2.5's model cards).
 MODELS = {"Qwen/Qwen2.5-0.5B-Instruct": 0.49e9, "Qwen/Qwen2.5-1.5B-Instruct": 1.54e9,
@@ -34,39 +36,49 @@ OTHER_GB = 6.0  # activations (checkpointed), CUDA context, allocator fragmentat
 GB = 1e9
 
 
-def _value(text: str, key: str) -> str | None:
-    """A key's value in a config's YAML (the first match under its section, its oc.env default resolved)."""
-    match = re.search(rf"^\s+{re.escape(key)}:\s*(.+?)\s*(#.*)?$", text, re.MULTILINE)
-    if match is None:
-        return None
-    raw = match.group(1)
-    default = re.search(r"oc\.env:\w+,([^}]*)}", raw)
-    return (default.group(1) if default else raw).strip().strip("'\"")
+def defaults_of(path: Path) -> Any:
+    """The config at ``path`` as Hydra composes it (its environment's file over its base; the project's files only),
+    resolved with every ``WEBSHOP_*`` knob unset: its defaults."""
+    from omegaconf import OmegaConf
+
+    from agent_trainer.config import load_training_config
+
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("WEBSHOP_")}
+    try:
+        config = load_training_config(path.stem, directory=path.parent, with_verl=False, resolve=True)
+    finally:
+        os.environ.update(saved)
+    return OmegaConf.to_container(config)
 
 
-def _section(text: str, name: str) -> str:
-    """The indented block under ``name:`` (e.g. ``actor:``), so that keys shared by sections are read right."""
-    match = re.search(rf"^(\s*){name}:\s*\n((?:\1\s+.*\n|\s*\n)+)", text, re.MULTILINE)
-    return match.group(2) if match else ""
+def _get(config: dict[str, Any], key: str, default: Any = None) -> Any:
+    """A dotted key's value, else ``default`` (verl's, where the project's files do not set it)."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return default if node is None else node
 
 
 def estimate(path: Path, card_gb: float) -> dict[str, object]:
-    text = path.read_text()
-    model = _value(text, "path") or "?"
+    config = defaults_of(path)
+    model = str(_get(config, "actor_rollout_ref.model.path", "?"))
     params = MODELS.get(model, 0.0)
-    gpus = int(_value(_section(text, "trainer"), "n_gpus_per_node") or 1)
-    sequence = int(_value(text, "max_prompt_length") or 0) + int(_value(text, "max_response_length") or 0)
-    actor, ref, rollout = (_section(text, s) for s in ("actor", "ref", "rollout"))
-    micro_update = int(_value(actor, "ppo_micro_batch_size_per_gpu") or 1)
-    micro_logprob = max(int(_value(ref, "log_prob_micro_batch_size_per_gpu") or 1),
-                        int(_value(rollout, "log_prob_micro_batch_size_per_gpu") or 1))  # fmt: skip
-    offload = (_value(_section(actor, "fsdp_config"), "param_offload") or "false").lower() == "true"
-    sglang = float(_value(rollout, "gpu_memory_utilization") or 0.5)
+    gpus = int(_get(config, "trainer.n_gpus_per_node", 1))
+    sequence = int(_get(config, "data.max_prompt_length", 0)) + int(
+        _get(config, "data.max_response_length", 0)
+    )
+    micro_update = int(_get(config, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1))
+    micro_logprob = max(int(_get(config, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", 1)),
+                        int(_get(config, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 1)))  # fmt: skip
+    offload = bool(_get(config, "actor_rollout_ref.actor.fsdp_config.param_offload", False))
+    sglang = float(_get(config, "actor_rollout_ref.rollout.gpu_memory_utilization", 0.5))
     states = params * 16 / gpus / GB
     update = micro_update * sequence * VOCAB * 10 / GB
     logprob = micro_logprob * sequence * VOCAB * 6 / GB
     kept = 0.0 if offload else states
-    tp = int(_value(rollout, "tensor_model_parallel_size") or 1)
+    tp = int(_get(config, "actor_rollout_ref.rollout.tensor_model_parallel_size", 1))
     serving = params * 2 / tp / GB * 1.3  # sglang's bf16 weights (its tensor-parallel share) and a KV cache
 
     def peak(card: float) -> float:

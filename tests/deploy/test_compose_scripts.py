@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from omegaconf import OmegaConf
+
+from agent_trainer.config import load_training_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -228,8 +231,9 @@ def test_the_configs_knobs_reach_the_trainer(rendered: dict, stubs: dict[str, An
 
     configs = Path(__file__).resolve().parents[2] / "configs"
     knobs = set()
-    for config in configs.glob("webshop_grpo_*.yaml"):
-        knobs |= set(re.findall(r"oc\.env:(WEBSHOP_\w+)", config.read_text()))
+    for config in configs.glob("*_grpo_*.yaml"):  # as composed: each environment's file and its base
+        composed = load_training_config(config.stem, directory=configs, with_verl=False)
+        knobs |= set(re.findall(r"oc\.env:(WEBSHOP_\w+)", OmegaConf.to_yaml(composed)))
     # set by the job script itself (data files), by `agent-train train` (output dir, interaction config)
     knobs -= {
         "WEBSHOP_TRAIN_FILE",

@@ -16,7 +16,8 @@ STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config",
                  "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker", "host-checks"]  # fmt: skip
 FILES = ["Makefile", "mk/stack.mk", "mk/gpu.mk", ".env.example", "compose.yaml", "services/trainer/src/agent_trainer/gpu_plan.py",
          "scripts/host_checks.py", "configs/nginx/environments/placements.txt",
-         "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml"]  # fmt: skip
+         "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml", "configs/base/grpo_test.yaml",
+         "configs/base/grpo_train.yaml"]  # fmt: skip
 
 
 def _included() -> bool:
@@ -289,6 +290,40 @@ def test_env_picks_the_environments_config_data_and_served_environments(
 def test_an_unknown_env_is_refused_before_anything_runs() -> None:
     result = _make("train-test", "ENV=textcraft,alfworld")
     assert result.returncode == 2 and "not 'alfworld'" in result.stderr
+    # the registered environments, as configs/nginx/environments/placements.txt lists them (from the registry)
+    assert "a registered environment (webshop textcraft babyai sciworld)" in result.stderr
+
+
+@pytest.mark.skipif(
+    _can_train_here(), reason="this machine has a GPU and a Docker engine: it would really train"
+)
+def test_any_registered_environment_is_accepted_and_one_without_a_config_is_told_which_file(
+    stack_copy: Path,
+) -> None:
+    """ENV takes any environment the registry lists (a plugin's, once `webshop-env envs --write-deploy` wrote it
+    into placements.txt); without a training config of its own on that line, the run stops before anything else,
+    naming the file to write. With the file there, the run goes on (here: to the GPU check)."""
+    placements = stack_copy / "configs" / "nginx" / "environments" / "placements.txt"
+    placements.write_text(placements.read_text() + "sokoban any\n")
+    for target, line, expected in (("train-test", "0.7", "configs/sokoban_grpo_test.yaml"),
+                                   ("train-full", "0.9", "configs/verl09/sokoban_grpo_train.yaml")):  # fmt: skip
+        result = _make(target, "ENV=sokoban", f"VERL_LINE={line}", cwd=stack_copy)
+        assert result.returncode == 2, result.stderr
+        assert (
+            f"make {target}: ENV=sokoban has no training config {expected} (verl {line} line)"
+            in result.stderr
+        )
+        assert "docs/environments/adding.md" in result.stderr and "this machine cannot" not in result.stderr
+    preflight = _make("train-preflight", "ENV=sokoban", "CONFIG=full", cwd=stack_copy)
+    assert (
+        preflight.returncode == 2 and "no training config configs/sokoban_grpo_train.yaml" in preflight.stderr
+    )
+    shutil.copy(
+        REPO / "configs" / "textcraft_grpo_test.yaml", stack_copy / "configs" / "sokoban_grpo_test.yaml"
+    )
+    result = _make("train-test", "ENV=sokoban", cwd=stack_copy)
+    assert result.returncode != 0 and "make train-test: this machine cannot run the GPU job" in result.stderr
+    assert "no training config" not in result.stderr
 
 
 def test_make_up_serves_the_environments_named(stack_copy: Path) -> None:

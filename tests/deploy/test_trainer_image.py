@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "docker" / "trainer.Dockerfile"
 SCRIPT = REPO / "docker" / "trainer-image-check.py"
 ACCEPTED = REPO / "docker" / "trainer-accepted-conflicts.txt"
+#: A training config of its own (no base) that needs no flash_attn: what a check of the rest is given.
+SDPA_CONFIG = "actor_rollout_ref:\n  model:\n    override_config:\n      attn_implementation: sdpa\n"
 # sglang is the one GPU-image package the CPU venv does not have
 NOT_ON_CPU = ["sglang", "sglang.launch_server", "verl.workers.rollout.sglang_rollout.async_sglang_server"]
 
@@ -65,21 +67,25 @@ def test_the_cpu_builds_module_list_imports_here_with_nothing_skipped() -> None:
 
 
 def test_a_config_that_needs_flash_attn_makes_it_required(tmp_path: Path) -> None:
+    """Each training config as it composes: an environment's file that turns remove-padding on, or a base that
+    drops the attention choice (every config on it then gets verl's default, flash_attention_2)."""
     check = _check_module()
-    for name in ("webshop_grpo_test.yaml", "webshop_grpo_train.yaml"):
-        shutil.copy(REPO / "configs" / name, tmp_path / name)
-    assert check.configs_need_flash_attn(tmp_path) == []
-    text = (tmp_path / "webshop_grpo_test.yaml").read_text()
-    (tmp_path / "webshop_grpo_test.yaml").write_text(
-        text.replace("use_remove_padding: false", "use_remove_padding: true")
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    configs = tmp_path / "configs"
+    assert check.configs_need_flash_attn(configs) == []
+    overlay = configs / "webshop_grpo_test.yaml"
+    overlay.write_text(
+        overlay.read_text().replace(
+            "actor_rollout_ref:\n", "actor_rollout_ref:\n  model:\n    use_remove_padding: true\n", 1
+        )
     )
-    assert check.configs_need_flash_attn(tmp_path) == [
+    assert check.configs_need_flash_attn(configs) == [
         "webshop_grpo_test.yaml: use_remove_padding true imports flash_attn.bert_padding"
     ]
-    (tmp_path / "webshop_grpo_train.yaml").write_text(
-        (tmp_path / "webshop_grpo_train.yaml").read_text().replace("attn_implementation: sdpa\n", "")
-    )
-    assert any("flash_attention_2 (verl's default" in r for r in check.configs_need_flash_attn(tmp_path))
+    base = configs / "base" / "grpo_train.yaml"
+    base.write_text(base.read_text().replace("      attn_implementation: sdpa\n", ""))
+    train = [r for r in check.configs_need_flash_attn(configs) if "flash_attention_2 (verl's default" in r]
+    assert sorted(r.split(":")[0] for r in train) == sorted(p.name for p in configs.glob("*_grpo_train.yaml"))
     if importlib.util.find_spec("flash_attn") is None:
         assert check.import_errors(check.FLASH_ATTN_MODULES)[0].startswith("import flash_attn:")
 
@@ -116,11 +122,11 @@ def test_a_serve_that_does_not_fit_the_images_web_stack_fails_the_build(tmp_path
     fake = tmp_path / "site" / "fastapi"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('fastapi 0.0.0: outside what Ray Serve supports')\n")
-    (tmp_path / "webshop_grpo_test.yaml").write_text("attn_implementation: sdpa\n")
+    (tmp_path / "webshop_grpo_test.yaml").write_text(SDPA_CONFIG)
     others = [m for m in check.GPU_RUN_MODULES["0.7"] if m not in serve]
     result = subprocess.run([sys.executable, str(SCRIPT), "--configs", str(tmp_path), "--verl-line", "0.7",
                              "--skip", *others], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})  # fmt: skip
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))})  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
     for module in serve:
         assert f"FAILED: import {module}: ImportError: fastapi 0.0.0" in result.stderr, result.stderr
@@ -211,7 +217,7 @@ def test_the_images_skip_list_reaches_the_jobs_rerun(tmp_path: Path) -> None:
         assert "ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}" in (REPO / "docker" / name).read_text(), (
             name
         )
-    (tmp_path / "webshop_grpo_test.yaml").write_text("attn_implementation: sdpa\n")
+    (tmp_path / "webshop_grpo_test.yaml").write_text(SDPA_CONFIG)
     env = {**os.environ, "WEBSHOP_IMAGE_CHECK_SKIP": " ".join(_check_module().GPU_RUN_MODULES["0.7"])}
     result = subprocess.run([sys.executable, str(SCRIPT), "--configs", str(tmp_path), "--verl-line", "0.7",
                              "--require-driver"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip

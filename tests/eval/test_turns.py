@@ -5,17 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
+from agent_trainer.config import load_training_config
 from agent_trainer.eval_cli import max_env_steps
 from agent_trainer.turns import TRAINING_ENV_STEPS, TRAINING_MAX_ASSISTANT_TURNS, env_steps_for_turns
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["webshop_grpo_test.yaml", "webshop_grpo_train.yaml"])
-def test_eval_default_is_what_each_training_config_allows(name: str) -> None:
-    multi_turn = yaml.safe_load((CONFIGS / name).read_text())["actor_rollout_ref"]["rollout"]["multi_turn"]
+@pytest.mark.parametrize("line", ["", "verl09"])
+@pytest.mark.parametrize("name", ["webshop_grpo_test", "webshop_grpo_train"])
+def test_eval_default_is_what_each_training_config_allows(name: str, line: str) -> None:
+    config = load_training_config(
+        name, directory=CONFIGS / line, with_verl=False
+    )  # as composed (file + base)
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
     assert multi_turn["max_assistant_turns"] == TRAINING_MAX_ASSISTANT_TURNS
     assert (
         env_steps_for_turns(multi_turn["max_assistant_turns"])

@@ -73,13 +73,21 @@ def test_environment_variables_size_the_run(monkeypatch: pytest.MonkeyPatch) -> 
     assert config.trainer.default_local_dir == "/out/webshop_grpo_test/checkpoints"
 
 
+def _copy(tmp_path: Path) -> Path:
+    """A copy of configs/ (every environment's file and the bases they start from)."""
+    shutil.copytree(CONFIGS, tmp_path / "configs")
+    return tmp_path / "configs"
+
+
 def test_misspelled_keys_are_rejected(tmp_path: Path) -> None:
-    text = (CONFIGS / "webshop_grpo_test.yaml").read_text()
-    text = text.replace("    enable_gradient_checkpointing: true\n",
-                        "    enable_gradient_checkpointing: true\n    enable_activation_offloading: true\n")  # fmt: skip
-    text = text.replace("  total_epochs: 1\n", "  total_epochs: 1\n  learning_rate: 1.0e-06\n")
-    (tmp_path / "webshop_grpo_test.yaml").write_text(text)
-    report = check_training_config("webshop_grpo_test", directory=tmp_path)
+    """In the base or in an environment's file: the composed config is checked."""
+    configs = _copy(tmp_path)
+    base = configs / "base" / "grpo_test.yaml"
+    base.write_text(base.read_text().replace("    enable_gradient_checkpointing: true\n",
+                    "    enable_gradient_checkpointing: true\n    enable_activation_offloading: true\n"))  # fmt: skip
+    overlay = configs / "webshop_grpo_test.yaml"
+    overlay.write_text(overlay.read_text().replace("  project_name: webshop-grpo\n", "  project_name: webshop-grpo\n  learning_rate: 1.0e-06\n"))  # fmt: skip
+    report = check_training_config("webshop_grpo_test", directory=configs)
     assert not report["valid"]
     unknown = [e for e in report["errors"] if e.startswith("unknown key")]
     assert any(e.endswith("actor_rollout_ref.model.enable_activation_offloading") for e in unknown)
@@ -96,22 +104,32 @@ def test_batch_rules(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_agent_worker_divisibility(tmp_path: Path) -> None:
-    text = (
-        (CONFIGS / "webshop_grpo_test.yaml")
-        .read_text()
-        .replace("      num_workers: 4\n", "      num_workers: 5\n")
-    )
-    (tmp_path / "webshop_grpo_test.yaml").write_text(text)
-    report = check_training_config("webshop_grpo_test", directory=tmp_path)
+    configs = _copy(tmp_path)
+    base = configs / "base" / "grpo_test.yaml"
+    base.write_text(base.read_text().replace("      num_workers: 4\n", "      num_workers: 5\n"))
+    report = check_training_config("webshop_grpo_test", directory=configs)
     assert any("rollout.agent.num_workers = 5" in e for e in report["errors"])
 
 
 def test_single_turn_default_is_rejected(tmp_path: Path) -> None:
-    text = (CONFIGS / "webshop_grpo_test.yaml").read_text().replace("default_agent_loop: tool_agent",
-                                                                     "default_agent_loop: single_turn_agent")  # fmt: skip
-    (tmp_path / "webshop_grpo_test.yaml").write_text(text)
-    report = check_training_config("webshop_grpo_test", directory=tmp_path)
+    configs = _copy(tmp_path)
+    base = configs / "base" / "grpo_test.yaml"
+    base.write_text(
+        base.read_text().replace("default_agent_loop: tool_agent", "default_agent_loop: single_turn_agent")
+    )
+    report = check_training_config("webshop_grpo_test", directory=configs)
     assert any("silently run single-turn" in e for e in report["errors"])
+
+
+def test_an_environments_file_wins_over_its_base(tmp_path: Path) -> None:
+    """Hydra's defaults list: verl's ppo_trainer, then the base, then the environment's own file (``_self_``)."""
+    configs = _copy(tmp_path)
+    overlay = configs / "textcraft_grpo_test.yaml"
+    overlay.write_text(overlay.read_text().replace("trainer:\n", "trainer:\n  test_freq: 7\n", 1))
+    _, config = compose_training_config("textcraft_grpo_test", directory=configs)
+    assert config.trainer.test_freq == 7  # the base says ${WEBSHOP_TEST_FREQ,4}
+    _, other = compose_training_config("babyai_grpo_test", directory=configs)
+    assert other.trainer.test_freq == 4
 
 
 def test_interaction_config_in_the_guides_format_is_rejected(
@@ -143,10 +161,9 @@ def test_train_launcher_command_and_output_layout(tmp_path: Path) -> None:
 
 
 def test_configs_copy_is_self_contained(tmp_path: Path) -> None:
-    """The configs compose from any absolute directory (as in the Docker image), not only from the checkout."""
-    for name in ("webshop_grpo_test.yaml", "webshop_grpo_train.yaml"):
-        shutil.copy(CONFIGS / name, tmp_path / name)
-    _, config = compose_training_config("webshop_grpo_train", directory=tmp_path)
+    """The configs compose from any absolute directory (as in the Docker image, which copies configs/ whole, the
+    bases included), not only from the checkout."""
+    _, config = compose_training_config("webshop_grpo_train", directory=_copy(tmp_path))
     assert config.data.train_batch_size == 128
 
 
@@ -280,24 +297,6 @@ def test_the_mixed_configs_keep_each_environments_episode_shape(no_size_settings
         assert shapes == {"textcraft": (30, 512), "babyai": (20, 200), "webshop": (24, 512)}
         assert config.data.max_response_length == max(v[3] for v in AGENTGYM_RL.values())
         assert config.data.max_prompt_length == 2048  # WebShop's first turn, the longest
-
-
-@pytest.mark.parametrize("name", ENV_CONFIGS)
-def test_both_lines_run_the_same_hyper_parameters(name: str, no_size_settings: None) -> None:
-    """configs/verl09/<name>.yaml differs from configs/<name>.yaml only where verl 0.8+ needs it: no interaction
-    config, no reward function (the agent loop returns the reward), the environment's agent loop by default."""
-    text = {
-        line: (CONFIGS / sub / f"{name}.yaml").read_text() for line, sub in (("0.7", "."), ("0.9", "verl09"))
-    }
-    body = {}
-    for line, content in text.items():
-        lines = content[content.index("hydra:") :].splitlines()
-        body[line] = [row for row in lines if not row.lstrip().startswith("#")]
-    only_07 = set(body["0.7"]) - set(body["0.9"])
-    only_09 = set(body["0.9"]) - set(body["0.7"])
-    assert {row.strip().split(":")[0] for row in only_07} <= {"interaction_config_path", "default_agent_loop",
-                                                               "custom_reward_function", "path", "name"}  # fmt: skip
-    assert {row.strip().split(":")[0] for row in only_09} == {"default_agent_loop"}
 
 
 def test_the_launcher_runs_an_environment_config_by_name_on_this_line(

@@ -16,22 +16,23 @@ CONFIGS = REPO / "configs"
 SCRIPT = REPO / "services" / "trainer" / "src" / "agent_trainer" / "gpu_plan.py"
 
 
-@pytest.mark.parametrize("config", ["test", "full"])
+ALL_CONFIGS = [
+    (sub, path.stem) for sub in ("", "verl09") for path in sorted((CONFIGS / sub).glob("*_grpo_*.yaml"))
+]
+
+
+@pytest.mark.parametrize(("sub", "name"), ALL_CONFIGS, ids=[f"{s or '0.7'}/{n}" for s, n in ALL_CONFIGS])
 def test_defaults_read_from_the_yaml_are_what_hydra_composes(
-    config: str, monkeypatch: pytest.MonkeyPatch
+    sub: str, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("verl")
-    from omegaconf import OmegaConf
+    """The host's reading (the config's file and its base, no Hydra) gives each knob's default that Hydra's
+    composition gives, for every config of both lines (the project's files only: verl's defaults set no knob)."""
+    from agent_trainer.config import load_training_config
 
-    from agent_trainer.preflight import compose_training_config
-
-    for name in gpu_plan.KNOBS.values():
-        monkeypatch.delenv(name, raising=False)
-    _, composed = compose_training_config(
-        gpu_plan.CONFIG_FILES[config].removesuffix(".yaml"), directory=CONFIGS
-    )
-    OmegaConf.resolve(composed)
-    defaults = gpu_plan.config_defaults(CONFIGS / gpu_plan.CONFIG_FILES[config])
+    for variable in gpu_plan.KNOBS.values():
+        monkeypatch.delenv(variable, raising=False)
+    composed = load_training_config(name, directory=CONFIGS / sub, with_verl=False, resolve=True)
+    defaults = gpu_plan.config_defaults(CONFIGS / sub / f"{name}.yaml")
     rollout = composed.actor_rollout_ref.rollout
     assert defaults == {
         "WEBSHOP_N_GPUS": composed.trainer.n_gpus_per_node,
@@ -39,6 +40,41 @@ def test_defaults_read_from_the_yaml_are_what_hydra_composes(
         "WEBSHOP_TRAIN_BATCH_SIZE": composed.data.train_batch_size,
         "WEBSHOP_ROLLOUT_N": rollout.n,
     }
+
+
+def test_the_files_read_are_the_config_and_the_bases_its_defaults_list_names(tmp_path: Path) -> None:
+    """A knob the environment's file sets wins over its base's; a base of a base is read; verl's ppo_trainer (not
+    in the config directory) is skipped; a default listed after _self_ wins over the file."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "outer.yaml").write_text(
+        "defaults:\n  - /ppo_trainer\n  - inner\n  - _self_\nn: ${oc.env:WEBSHOP_ROLLOUT_N,3}\n"
+    )
+    (tmp_path / "base" / "inner.yaml").write_text(
+        "a: ${oc.env:WEBSHOP_N_GPUS,2}\nn: ${oc.env:WEBSHOP_ROLLOUT_N,5}\n"
+    )
+    (tmp_path / "x_grpo_test.yaml").write_text(
+        "defaults:\n  - base/outer\n  - _self_\n"
+        "b: ${oc.env:WEBSHOP_TRAIN_BATCH_SIZE,8}\ntp: ${oc.env:WEBSHOP_ROLLOUT_TP,1}\n"
+    )
+    files = gpu_plan.config_files(tmp_path / "x_grpo_test.yaml")
+    assert [p.relative_to(tmp_path).as_posix() for p in files] == [
+        "x_grpo_test.yaml",
+        "base/outer.yaml",
+        "base/inner.yaml",
+    ]
+    assert gpu_plan.config_defaults(tmp_path / "x_grpo_test.yaml") == {
+        "WEBSHOP_TRAIN_BATCH_SIZE": 8,
+        "WEBSHOP_ROLLOUT_TP": 1,
+        "WEBSHOP_ROLLOUT_N": 3,
+        "WEBSHOP_N_GPUS": 2,
+    }
+    (tmp_path / "y_grpo_test.yaml").write_text(
+        "defaults:\n  - _self_\n  - base/inner\nn: ${oc.env:WEBSHOP_ROLLOUT_N,9}\n"
+    )
+    assert [p.name for p in gpu_plan.config_files(tmp_path / "y_grpo_test.yaml")] == [
+        "inner.yaml",
+        "y_grpo_test.yaml",
+    ]
 
 
 def test_env_example_defaults_run_the_test_config_and_say_what_the_full_one_needs() -> None:

@@ -4,6 +4,8 @@ agent-train data --catalog DIR --split train --out data/verl/webshop_train.parqu
 agent-train data --catalog DIR --split train --out FILE --from-agentgym webshop_train.json
 agent-train data --env textcraft,babyai,webshop --weights 1,1,2 --catalog DIR --out-dir data/verl/mix
 agent-train envs                                     # the environments the trainer knows
+agent-train configs [--write|--check]                # the registry's entries of the agent-loop/interaction files
+agent-train configs --show NAME [overrides...]       # a training config as Hydra composes it
 agent-train preflight [--config test|full]          # CPU; writes outputs/preflight/summary.json
 agent-train train --config test|full [overrides...] # verl's main_ppo (agent_trainer.verl_main) with our config
 agent-train tiny-model --catalog DIR --out DIR
@@ -29,10 +31,12 @@ from .config import (
     AGENT_NAME,
     INTERACTION_CONFIG,
     TRAINING_CONFIGS,
+    VERL_LINES,
     config_dir,
     installed_verl_line,
     training_config_dir,
     training_config_name,
+    training_config_names,
     worker_env,
     worker_secrets,
 )
@@ -120,6 +124,52 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configs(args: argparse.Namespace) -> int:
+    """``agent-train configs``: the generated entries of the agent-loop and interaction files (``--write`` /
+    ``--check``), or a training config as Hydra composes it (``--show``)."""
+    from .envs import entries
+
+    directory = (args.config_dir or config_dir()).resolve()
+    if args.show:
+        return _show_config(args)
+    try:
+        stale = entries.stale_files(directory, write=args.write)
+    except (entries.StaleEntries, FileNotFoundError) as error:
+        print(f"agent-train configs: {error}", file=sys.stderr)
+        return 2
+    for path in stale:
+        print(f"{'wrote' if args.write else 'stale'}: {path}")
+    if stale and not args.write:
+        print("agent-train configs: the generated entries differ from the registered environments: run "
+              "`agent-train configs --write`", file=sys.stderr)  # fmt: skip
+        return 1
+    if not stale:
+        print(f"up to date: {directory / entries.AGENT_LOOP_FILE}, {directory / entries.INTERACTION_FILE}")
+    return 0
+
+
+def _show_config(args: argparse.Namespace) -> int:
+    """``agent-train configs --show NAME``: the training config as ``main_ppo`` gets it (YAML on stdout)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from .config import load_training_config
+
+    line = args.verl_line
+    with_verl = not args.without_verl and (line is None or line == installed_verl_line())
+    directory = training_config_dir(line) if args.config_dir is None else args.config_dir.resolve()
+    try:
+        config = load_training_config(args.show, overrides=args.overrides, directory=directory,
+                                      with_verl=with_verl, resolve=args.resolve)  # fmt: skip
+    except (FileNotFoundError, OmegaConfBaseException) as error:
+        print(f"agent-train configs: {error}", file=sys.stderr)
+        return 2
+    if not with_verl:
+        print(f"# {args.show} of {directory}: the project's files only (verl's own defaults left out)")
+    print(OmegaConf.to_yaml(config), end="")
+    return 0
+
+
 #: A training config's own name: ``<env>_grpo_test`` / ``<env>_grpo_train`` (``mixed_`` for several environments).
 CONFIG_NAME = re.compile(r"(?P<env>[a-z0-9]+)_grpo_(?P<run>test|train)")
 #: ``mixed``: the environments of ``make train-test ENV=mixed``.
@@ -136,7 +186,7 @@ def preflight_target(config: str | None, env: str | None) -> tuple[str | None, s
     match = CONFIG_NAME.fullmatch(config)
     directory = training_config_dir()
     if match is None or not (directory / f"{config}.yaml").is_file():
-        known = sorted(p.stem for p in directory.glob("*_grpo_*.yaml"))
+        known = training_config_names(directory)
         raise ValueError(
             f"no training config {config!r} in {directory}: test, full or one of {', '.join(known)}"
         )
@@ -249,12 +299,10 @@ def train_environment(output_root: Path, experiment: str, directory: Path) -> di
     }
 
 
-def _config_train_file(config_file: Path) -> str | None:
-    """The default of a config's ``data.train_files`` (``${oc.env:WEBSHOP_TRAIN_FILE,<default>}``), if it has one."""
-    import re
-
-    match = re.search(r"^\s*train_files:.*?oc\.env:\w+,([^}]*)}", config_file.read_text(), re.MULTILINE)
-    return match.group(1).strip() if match else None
+def _config_train_file(config: Any) -> str | None:
+    """The composed config's ``data.train_files`` (its ``WEBSHOP_TRAIN_FILE`` or default), when it names one file."""
+    value = config.data.get("train_files") if config is not None else None
+    return value if isinstance(value, str) else None
 
 
 def _training_catalog_line(env: dict[str, str], overrides: Sequence[str], default: str | None = None) -> str:
@@ -520,7 +568,7 @@ def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
 def _train(args: argparse.Namespace) -> int:
     directory = (args.config_dir or training_config_dir()).resolve()
     if not (directory / f"{training_config_name(args.config)}.yaml").is_file():
-        known = sorted(p.stem for p in directory.glob("*_grpo_*.yaml"))
+        known = training_config_names(directory)
         print(f"agent-train train: no training config {args.config!r} in {directory} (test, full, or one of "
               f"{', '.join(known)})", file=sys.stderr)  # fmt: skip
         return 2
@@ -593,11 +641,13 @@ def _train(args: argparse.Namespace) -> int:
     log_path = run_dir / "logs" / "train.log"
     print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
     print(f"  logs: {log_path}   metrics: {env['VERL_FILE_LOGGER_PATH']}", file=sys.stderr)
+    print(f"  config: {training_config_name(args.config)} of {directory} (its file over its base over verl's "
+          f"ppo_trainer; `agent-train configs --show {args.config}` prints it): verl's task runner prints it resolved as it "
+          f"starts ({log_path.name}), Hydra saves it in {run_dir / 'logs' / 'hydra'}/<time>/.hydra/config.yaml", file=sys.stderr)  # fmt: skip
     if secrets_file is not None:
         print(f"  secrets for the workers ({', '.join(worker_secrets(env))}): in {secrets_file} (mode 0600) "
               "while verl runs", file=sys.stderr)  # fmt: skip
-    config_file = directory / f"{training_config_name(args.config)}.yaml"
-    catalog_line = _training_catalog_line(env, overrides, _config_train_file(config_file))
+    catalog_line = _training_catalog_line(env, overrides, _config_train_file(config))
     print(f"  {catalog_line}", file=sys.stderr)
     overlong = _report_overlong_prompts(config, run_dir) if config is not None else ""
     problems = batch_problems(config) if config is not None else []
@@ -783,6 +833,44 @@ def build_parser() -> argparse.ArgumentParser:
         "envs", help="the environments the trainer knows: agent loop, rounds, reward, success"
     )
     p.set_defaults(func=_envs)
+
+    p = commands.add_parser(
+        "configs",
+        help="the files derived from the registered environments (--write, --check), or a training config as it "
+        "composes (--show NAME)",
+        description="Each environment but WebShop has an entry <id>_agent in configs/webshop_agent_loop.yaml (its "
+        "agent loop) and <id> in configs/webshop_interaction.yaml (its verl 0.7.1 interaction), generated between "
+        "two marker lines from what it registers: its trainer spec (agent_trainer.envs; a plugin's through its "
+        "registration's trainer=) and the balancer's timeouts of its registration (the client waits at least the "
+        "balancer's retry window). --write rewrites them after an environment is registered; --check (the "
+        "default) exits 1 naming the stale files. --show NAME prints the training config NAME (test, full or "
+        "<env>_grpo_test/_train) as Hydra composes it for main_ppo: the environment's file over its base "
+        "(configs/base/grpo_{test,train}.yaml; configs/verl09/ on verl 0.9) over verl's ppo_trainer, with the "
+        "overrides given; every hyper-parameter of that run.",
+        epilog="examples: agent-train configs --write | agent-train configs --show textcraft_grpo_test | "
+        "agent-train configs --show full --resolve trainer.total_epochs=2 | agent-train configs --show "
+        "mixed_grpo_test --verl-line 0.9 --without-verl",
+    )  # fmt: skip
+    action = p.add_mutually_exclusive_group()
+    action.add_argument(
+        "--write", action="store_true", help="rewrite the generated entries from the registry"
+    )
+    action.add_argument("--check", action="store_true",
+                        help="exit 1 when a generated entry differs from the registry (the default action)")  # fmt: skip
+    action.add_argument("--show", metavar="NAME", default=None,
+                        help="print the training config NAME as Hydra composes it (YAML)")  # fmt: skip
+    p.add_argument("--config-dir", type=Path, default=None,
+                   help="the configs directory (default: $WEBSHOP_CONFIG_DIR, else the checkout's configs/); with "
+                   "--show: the line's training config directory itself")  # fmt: skip
+    p.add_argument("--verl-line", choices=VERL_LINES, default=None,
+                   help="with --show: the line whose configs (default: the installed verl's); the other line's "
+                   "compose without verl's defaults")  # fmt: skip
+    p.add_argument("--without-verl", action="store_true",
+                   help="with --show: only what the project's files set (verl's ppo_trainer left out)")  # fmt: skip
+    p.add_argument("--resolve", action="store_true",
+                   help="with --show: interpolations resolved (${oc.env:...} from this environment)")  # fmt: skip
+    p.add_argument("overrides", nargs="*", help="with --show: Hydra overrides, e.g. trainer.total_epochs=2")
+    p.set_defaults(func=_configs)
 
     p = commands.add_parser("preflight", help="CPU checks of configs, data, env and verl's agent loop")
     p.add_argument("--config", default=None,

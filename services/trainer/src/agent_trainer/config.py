@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,3 +207,73 @@ def training_config_dir(line: str | None = None) -> Path:
     if line not in VERL_LINES:
         raise ValueError(f"unknown verl line {line!r}; expected one of {', '.join(VERL_LINES)}")
     return config_dir() / VERL09_CONFIG_SUBDIR if line == "0.9" else config_dir()
+
+
+#: Where a line's shared settings live, under its training config directory: ``base/grpo_test.yaml`` (every test
+#: run's) and ``base/grpo_train.yaml`` (every full run's); each ``<env>_grpo_{test,train}.yaml`` is an overlay on one
+#: of them (Hydra's ``defaults: [base/grpo_test, _self_]``).
+BASE_CONFIG_SUBDIR = "base"
+
+
+def training_config_file(name: str, line: str | None = None, directory: Path | None = None) -> Path:
+    """The file of the training config ``name`` (``test``/``full`` or a config's own name) in ``directory``, else
+    in the training config directory of ``line`` (default: the installed verl's)."""
+    return (directory or training_config_dir(line)) / f"{training_config_name(name)}.yaml"
+
+
+def training_config_names(directory: Path) -> list[str]:
+    """The training configs of a directory (``<env>_grpo_test``, ``mixed_grpo_train``, ...), sorted."""
+    return sorted(p.stem for p in directory.glob("*_grpo_*.yaml"))
+
+
+def load_training_config(
+    name: str,
+    line: str | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    directory: Path | None = None,
+    with_verl: bool = True,
+    resolve: bool = False,
+) -> Any:
+    """The training config ``name`` (``test``/``full`` or a config's own name) as Hydra composes it for verl's
+    ``main_ppo``: the environment's file over its base (``base/grpo_{test,train}.yaml``) over verl's own
+    ``ppo_trainer`` config, then ``overrides`` (Hydra's syntax). The one way this package reads a training config:
+    never the YAML of one file, which holds only an environment's differences.
+
+    ``line``: the verl line whose configs (``configs/`` or ``configs/verl09/``, :func:`training_config_dir`);
+    default the installed verl's. ``directory``: that directory itself (a copy of the configs, a test's).
+    ``with_verl=False``: verl's ``ppo_trainer`` is replaced by an empty config, so the result holds exactly what the
+    project's files set (and verl's defaults are absent): no verl needed, and either line's files compose in any
+    environment (the checks of the files themselves, the host's tools). With verl, ``line`` must be the installed
+    one (the other line's files would be composed against the wrong ``ppo_trainer``).
+    ``resolve``: interpolations resolved (``${oc.env:...}`` from this process's environment); by default they stay,
+    as ``main_ppo`` receives them. Raises FileNotFoundError naming the directory's configs when there is none.
+    """
+    import tempfile
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    if with_verl and line is not None and directory is None and line != installed_verl_line():
+        raise ValueError(
+            f"the verl {line} line's configs compose against verl {line}'s ppo_trainer, and verl "
+            f"{installed_verl_line()} is installed here: use that line's environment, or with_verl=False"
+        )
+    folder = (directory or training_config_dir(line)).resolve()
+    file = training_config_file(name, directory=folder)
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"no training config {file} (there: test, full or one of {', '.join(training_config_names(folder))})"
+        )
+    with tempfile.TemporaryDirectory(prefix="no-verl-") as stub:
+        extra = []
+        if (
+            not with_verl
+        ):  # an empty ppo_trainer, found first: the primary config's own search path is replaced
+            (Path(stub) / "ppo_trainer.yaml").write_text("")
+            extra = [f"hydra.searchpath=[file://{stub}]"]
+        with initialize_config_dir(config_dir=str(folder), version_base=None):
+            config = compose(config_name=file.stem, overrides=[*extra, *overrides])
+    if resolve:
+        OmegaConf.resolve(config)
+    return config

@@ -2,9 +2,11 @@
 built or pulled: ``python3 services/trainer/src/agent_trainer/gpu_plan.py --config test|full|<name>`` (``<name>``:
 a config of ``--config-dir``, e.g. ``textcraft_grpo_test``).
 
-Standard library only (the host needs no venv). It reads the knobs the configs take from the environment
-(``${oc.env:NAME,default}`` in configs/webshop_grpo_*.yaml) with their defaults from the YAML itself, the
-settings from ``.env`` and the process environment (the process wins, as in compose), and checks:
+Standard library only (the host needs no venv, no Hydra, no verl). It reads the knobs the configs take from the
+environment (``${oc.env:NAME,default}``) with their defaults from the YAML itself: the config's file and the
+files its Hydra ``defaults:`` list names in the config directory (its base, ``base/grpo_{test,train}.yaml``), each
+knob from the file Hydra lets win (:func:`config_files`; a test keeps this equal to the composed config). Then
+the settings from ``.env`` and the process environment (the process wins, as in compose), and checks:
 
 - ``GPU_IDS`` is a list of distinct device numbers, each one listed by ``nvidia-smi -L`` when given;
 - ``WEBSHOP_N_GPUS``, if set, equals the number of ids (compose hands exactly those devices to the container);
@@ -65,13 +67,40 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
+_DEFAULTS_LIST = re.compile(r"^defaults:[ \t]*\n((?:[ \t]+-[^\n]*\n?)+)", re.MULTILINE)
+
+
+def config_files(config_file: Path, root: Path | None = None) -> list[Path]:
+    """``config_file`` and the files of its Hydra defaults list that are in the config directory ``root`` (default:
+    the file's own), recursively, the one that wins first: a file's own values (``_self_``, last unless listed
+    earlier) over its defaults, a later default over an earlier one. Entries are relative to the file's folder, or to
+    ``root`` with a leading ``/``; those found elsewhere (verl's ``ppo_trainer``) are not files here and are skipped."""
+    root = root or config_file.parent
+    match = _DEFAULTS_LIST.search(config_file.read_text())
+    entries = [line.strip()[1:].strip() for line in match.group(1).splitlines()] if match else []
+    if "_self_" not in entries:
+        entries.append("_self_")
+    merged: list[Path] = []  # in Hydra's merge order: each one overrides those before it
+    for entry in entries:
+        if entry == "_self_":
+            merged.append(config_file)
+            continue
+        name = entry.split("@", 1)[0].strip()
+        path = root / f"{name[1:]}.yaml" if name.startswith("/") else config_file.parent / f"{name}.yaml"
+        if path.is_file():
+            merged.extend(reversed(config_files(path, root)))
+    return list(reversed(merged))
+
+
 def config_defaults(config_file: Path) -> dict[str, int]:
-    """The default of every knob in :data:`KNOBS`, as written in the config's ``oc.env`` lookups."""
+    """The default of every knob in :data:`KNOBS`, as written in the ``oc.env`` lookups of the config's file and its
+    base (:func:`config_files`: the file that wins names it first)."""
     defaults: dict[str, int] = {}
-    for match in _ENV_LOOKUP.finditer(config_file.read_text()):
-        name, default = match.group(1), match.group(2)
-        if name in KNOBS.values() and name not in defaults:
-            defaults[name] = int(default)
+    for path in config_files(config_file):
+        for match in _ENV_LOOKUP.finditer(path.read_text()):
+            name, default = match.group(1), match.group(2)
+            if name in KNOBS.values() and name not in defaults:
+                defaults[name] = int(default)
     missing = sorted(set(KNOBS.values()) - set(defaults))
     if missing:
         raise ValueError(f"{config_file}: no oc.env lookup with a default for {', '.join(missing)}")

@@ -3,9 +3,11 @@ environment (``webshop``, ``textcraft``, ``babyai``, ``sciworld``), and those of
 (plugins), found through the env service's registry: a plugin's registration names its trainer spec
 (``Registration.trainer``, ``"module:SPEC"``), so the package that brings the environment brings the spec too.
 
-Adding one: a module with its ``SPEC`` (prompt, parser, outcome, rounds), a line in :data:`SPECS`, an entry
-``<id>_agent`` in configs/webshop_agent_loop.yaml, and the environment served under ``/<id>/v1`` by the env
-service (docs/training-environments.md); or a package of its own (docs/environments/adding.md).
+Adding one: a module with its ``SPEC`` (prompt, parser, outcome, rounds), a line in :data:`SPECS`, and the
+environment served under ``/<id>/v1`` by the env service (docs/training-environments.md); or a package of its own
+(docs/environments/adding.md). Its entries in configs/webshop_agent_loop.yaml (``<id>_agent``) and
+configs/webshop_interaction.yaml are derived from its spec and registration (:mod:`.entries`: ``agent-train configs
+--write``).
 """
 
 from __future__ import annotations

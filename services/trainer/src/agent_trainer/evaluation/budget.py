@@ -3,7 +3,7 @@
 A model is judged on what it was trained to do: the rounds (env steps) per episode, the new tokens per reply, and
 the budget of all later turns together (verl's ``data.max_response_length``: the model's replies and the env's
 pages after the first turn; verl stops the episode when it is spent). They come from the environment's own test
-config of the installed verl line (``<env>_grpo_test.yaml``; WebShop's ``webshop_grpo_test.yaml``), resolved as
+config of the installed verl line (``<env>_grpo_test``; WebShop's ``webshop_grpo_test``), composed and resolved as
 the trainer resolves it (``WEBSHOP_TURN_TOKENS`` and the other knobs from the environment), so eval and training
 read one value. ``agent-train eval --max-steps / --max-tokens / --max-response-tokens`` override them.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ..config import training_config_dir, turn_tokens
+from ..config import load_training_config, training_config_dir, turn_tokens
 from ..turns import TRAINING_ENV_STEPS, env_steps_for_turns
 
 
@@ -44,7 +44,8 @@ def _budget(env_id: str, directory: str, default_turn_tokens: int) -> TrainingBu
 
         rounds = envs.get(env_id).max_rounds or TRAINING_ENV_STEPS
         return TrainingBudget(rounds, default_turn_tokens, 4096)
-    config = OmegaConf.load(path)
+    # composed (the environment's file over its base), without verl's defaults: every key read here is the project's
+    config = load_training_config(name, directory=Path(directory), with_verl=False)
     response = int(OmegaConf.select(config, "data.max_response_length"))
     entry = OmegaConf.select(config, f"environments.{env_id}")
     if entry is None:  # WebShop's configs: verl's turn limit, the agent loop's per-turn budget

@@ -23,6 +23,7 @@ from ..config import (
     TRAINING_CONFIGS,
     config_dir,
     installed_verl_line,
+    load_training_config,
 )
 
 
@@ -31,18 +32,17 @@ class PreflightError(RuntimeError):
 
 
 def compose_training_config(name: str, overrides: Sequence[str] = (), directory: Path | None = None) -> Any:
-    """Compose ``configs/<name>.yaml`` exactly as ``main_ppo`` does (Hydra + ``migrate_legacy_reward_impl``).
+    """Compose ``configs/<name>.yaml`` exactly as ``main_ppo`` does (Hydra: the environment's file over its base over
+    verl's ``ppo_trainer``, :func:`~agent_trainer.config.load_training_config`; then ``migrate_legacy_reward_impl``).
 
     Returns ``(config before migration, config after migration)``.
     """
-    from hydra import compose, initialize_config_dir
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
 
-    directory = (directory or config_dir()).resolve()
-    if not (directory / f"{name}.yaml").exists():
-        raise PreflightError(f"no training config {directory / (name + '.yaml')}")
-    with initialize_config_dir(config_dir=str(directory), version_base=None):
-        raw = compose(config_name=name, overrides=list(overrides))
+    try:
+        raw = load_training_config(name, overrides=overrides, directory=(directory or config_dir()).resolve())
+    except FileNotFoundError as error:
+        raise PreflightError(str(error)) from None
     migrated = migrate_legacy_reward_impl(copy.deepcopy(raw))
     return raw, migrated
 

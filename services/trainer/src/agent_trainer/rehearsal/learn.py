@@ -755,17 +755,20 @@ def supervised_control(options: LearnOptions, recipe: Mapping[str, Any], base: P
 
 
 def _config_ppo_epochs(env_id: str, line: str, fallback: int) -> int:
-    """``actor.ppo_epochs`` of the run's config (its YAML), else ``fallback``."""
-    import yaml
+    """``actor.ppo_epochs`` of the run's config (composed: its environment's file over the line's base; verl's own
+    default is not in it), else ``fallback``."""
+    from omegaconf import OmegaConf
 
-    from ..config import training_config_name
+    from ..config import load_training_config
     from .run import line_config_dir, training_config
 
-    path = line_config_dir(line) / f"{training_config_name(training_config(line, [env_id]))}.yaml"
     try:
-        value = yaml.safe_load(path.read_text())["actor_rollout_ref"]["actor"].get("ppo_epochs")
-    except (OSError, KeyError, TypeError):
+        config = load_training_config(
+            training_config(line, [env_id]), directory=line_config_dir(line), with_verl=False
+        )
+    except FileNotFoundError:
         return fallback
+    value = OmegaConf.select(config, "actor_rollout_ref.actor.ppo_epochs")
     return int(value) if isinstance(value, int) else fallback
 
 

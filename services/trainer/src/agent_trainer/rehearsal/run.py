@@ -186,12 +186,16 @@ def training_config(line: str, env_ids: Sequence[str]) -> str:
 def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("webshop",)) -> list[str]:
     """Every way the run differs from ``make train-test``: the stand-ins (:data:`SUBSTITUTED`), each Hydra override
     of the test config with the config's own value, and the settings the rehearsal changes."""
-    import yaml
+    from omegaconf import OmegaConf
 
-    from ..config import training_config_name
+    from ..config import load_training_config, training_config_name
 
     name = training_config(line, env_ids)
-    config = yaml.safe_load((line_config_dir(line) / f"{training_config_name(name)}.yaml").read_text())
+    # the config as composed (its environment's file over the line's base), without verl's defaults: a key the
+    # project's files do not set is looked up in verl's own defaults below, and said so
+    config = OmegaConf.to_container(
+        load_training_config(name, directory=line_config_dir(line), with_verl=False), resolve=False
+    )
     webshop_only = tuple(env_ids) == ("webshop",)
     listed = list(SUBSTITUTED)
     for override, why in SCALE + tuple(
@@ -262,7 +266,7 @@ def train_routes(line: str, env_ids: Sequence[str]) -> dict[str, str]:
 
 
 def _config_value(config: dict[str, Any], key: str) -> str:
-    """A dotted key's value in the test config's YAML (its ``${oc.env:NAME,default}`` shown as ``default ($NAME)``),
+    """A dotted key's value in the composed test config (its ``${oc.env:NAME,default}`` shown as ``default ($NAME)``),
     else in verl's own defaults (``verl/trainer/config/_generated_ppo_trainer.yaml``), else "not set"."""
     import re
 

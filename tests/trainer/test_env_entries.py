@@ -21,7 +21,7 @@ from webshop_env.envs.registration import Registration, Timeouts
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
 #: This project's environments (installed plugins would add entries of their own: not the committed files').
-BUILTIN = list(envs.SPECS)
+BUILTIN = [registration.id for registration in registry.BUILTIN]
 OTHERS = [e for e in BUILTIN if e != envs.WEBSHOP]
 
 

@@ -117,7 +117,7 @@ def _envs(args: argparse.Namespace) -> int:
     """``agent-train envs``: what the trainer knows of each environment."""
     from . import envs
 
-    for spec in envs.SPECS.values():
+    for spec in envs.specs().values():
         rounds = spec.max_rounds or "rollout.multi_turn.max_assistant_turns - 1"
         print(f"{spec.env_id}: {spec.title}\n  agent_name {spec.agent_name}, data_source {spec.data_source}, "
               f"rounds {rounds}\n  reward: {spec.reward_rule}\n  success: {spec.success_rule}")  # fmt: skip

@@ -173,7 +173,7 @@ def split_tasks(
     if env_id in RULES:
         pool, rule = RULES[env_id]
     else:  # an installed environment package's: its spec's pool and rule
-        spec = envs.SPECS.get(env_id) or envs.plugins().get(env_id)
+        spec = envs.specs().get(env_id)
         if spec is None or spec.task_count is None or spec.split_of is None:
             raise DataError(
                 f"{env_id}: no dataset rule (the trainer can build data for webshop, {', '.join(RULES)} "

@@ -60,7 +60,7 @@ class WebShopToolAgentLoop(ToolAgentLoop):
                 interaction_kwargs = {**interaction_kwargs, "max_rounds": int(shape["max_rounds"])}
                 kwargs["extra_info"] = {**extra, "interaction_kwargs": interaction_kwargs}
         spec = (
-            envs.SPECS.get(str(interaction_kwargs.get("name")))
+            envs.specs().get(str(interaction_kwargs.get("name")))
             if isinstance(interaction_kwargs, Mapping)
             else None
         )

@@ -43,8 +43,14 @@ def plugins() -> dict[str, EnvSpec]:
     return found
 
 
+def specs() -> dict[str, EnvSpec]:
+    """Every spec the trainer knows, by id: its own table's, then those the registrations name (Sokoban's, a
+    plugin's)."""
+    return {**SPECS, **plugins()}
+
+
 def ids() -> list[str]:
-    return [*SPECS, *plugins()]
+    return list(specs())
 
 
 def get(env_id: str) -> EnvSpec:

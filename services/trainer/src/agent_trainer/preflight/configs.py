@@ -98,9 +98,9 @@ def environment_errors(config: Any) -> list[str]:
     if not isinstance(block, dict):
         return [f"{ENVIRONMENTS_KEY}: expected a mapping of environment -> settings"]
     for env_id, settings in block.items():
-        if env_id not in envs.SPECS:
+        if env_id not in envs.ids():
             errors.append(
-                f"{ENVIRONMENTS_KEY}.{env_id}: unknown environment (known: {', '.join(envs.SPECS)})"
+                f"{ENVIRONMENTS_KEY}.{env_id}: unknown environment (known: {', '.join(envs.ids())})"
             )
             continue
         for key, value in (settings or {}).items():
@@ -160,7 +160,7 @@ def batch_rule_errors(config: Any) -> list[str]:
     expected_agent = AGENT_NAME if installed_verl_line() == "0.7" else AGENT_LOOP_NAME
     # verl 0.9: any environment's agent loop (textcraft_agent...; rows name theirs, agent_trainer.envs)
     accepted = (
-        {expected_agent} if expected_agent == AGENT_NAME else {s.agent_name for s in envs.SPECS.values()}
+        {expected_agent} if expected_agent == AGENT_NAME else {s.agent_name for s in envs.specs().values()}
     )
     if rollout.agent.default_agent_loop not in accepted:
         errors.append(

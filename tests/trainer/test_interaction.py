@@ -251,7 +251,9 @@ def test_verl_builds_it_from_the_repository_interaction_config(monkeypatch: pyte
 
     monkeypatch.setenv("WEBSHOP_URL", "http://10.0.0.1:1234")
     interactions = initialize_interactions_from_config(str(REPO / "configs" / "webshop_interaction.yaml"))
-    assert list(interactions) == ["webshop", "textcraft", "babyai", "sciworld"]  # one entry per environment
+    from webshop_env.envs import registry
+
+    assert list(interactions) == [r.id for r in registry.BUILTIN]  # one entry per environment, generated
     settings = {i.settings for name, i in interactions.items() if name != "sciworld"}
     assert settings == {interactions["webshop"].settings}  # the others take WebShop's settings
     # ... SciWorld all but its timeout (a cold reset or a replay on a fresh JVM takes seconds)

@@ -27,14 +27,13 @@ from typing import Any
 import httpx
 
 from . import registry
+from .expert_bench import quantile_ms
 
 
 def _percentiles(samples: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    if not ordered:
+    if not samples:
         return {"p50_ms": float("nan"), "p99_ms": float("nan")}
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000  # noqa: E731
-    return {"p50_ms": round(pick(0.5), 3), "p99_ms": round(pick(0.99), 3)}
+    return {"p50_ms": round(quantile_ms(samples, 0.5), 3), "p99_ms": round(quantile_ms(samples, 0.99), 3)}
 
 
 def default_envs() -> str:

@@ -8,17 +8,11 @@ a table; figures depend on the machine, and no test asserts on them.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from collections.abc import Sequence
 from typing import Any
 
+from ..expert_bench import play_expert_plans, print_figures
 from .core import TextCraft
-
-
-def _ms(samples: Sequence[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
 def run(rounds: int = 3) -> dict[str, Any]:
@@ -26,44 +20,14 @@ def run(rounds: int = 3) -> dict[str, Any]:
     env = TextCraft()
     build_s = time.perf_counter() - started
     plans = [env.expert(task) for task in range(env.task_count())]
-    resets: list[float] = []
-    steps: list[float] = []
-    state_bytes: list[int] = []
-    stepping = 0.0
-    for _ in range(rounds):
-        for task, plan in enumerate(plans):
-            t = time.perf_counter()
-            state = env.reset(task).state
-            resets.append(time.perf_counter() - t)
-            for action in plan:
-                t = time.perf_counter()
-                transition = env.step(state, action)
-                took = time.perf_counter() - t
-                steps.append(took)
-                stepping += took
-                state = json.loads(json.dumps(transition.state))  # as a token carries it (not timed)
-            state_bytes.append(len(json.dumps(state, separators=(",", ":"))))
-    return {
-        "build_ms": round(build_s * 1000, 1),
-        "episodes": len(resets),
-        "steps": len(steps),
-        "reset_p50_us": round(_ms(resets, 0.5) * 1000, 2),
-        "reset_p99_us": round(_ms(resets, 0.99) * 1000, 2),
-        "step_p50_us": round(_ms(steps, 0.5) * 1000, 2),
-        "step_p99_us": round(_ms(steps, 0.99) * 1000, 2),
-        "steps_per_s": round(len(steps) / stepping),
-        "final_state_bytes_max": max(state_bytes),
-    }
+    return {"build_ms": round(build_s * 1000, 1), **play_expert_plans(env, plans, rounds).figures()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="passes over the 544 expert episodes")
     args = parser.parse_args(argv)
-    figures = run(args.rounds)
-    width = max(map(len, figures))
-    for name, value in figures.items():
-        print(f"{name:<{width}}  {value}")
+    print_figures(run(args.rounds))
     return 0
 
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .agentgym import parse_reply
-from .spec import EnvSpec, Outcome, Parsed, cut, task_index
+from .spec import EnvSpec, Outcome, Parsed, observation_message, task_index
 
 ENV_ID = "babyai"
 MAX_ROUNDS = 20  # AgentGym-RL's rounds for BabyAI (its ScalingInter-RL schedule: 6, 13, 20)
@@ -54,14 +54,6 @@ Action: <the action>"""
 def first_message(first: Mapping[str, Any]) -> str:
     """The reset text as it is (``Your goal: ...``, what is seen, ``Available actions: [...]``)."""
     return str(first.get("observation", ""))
-
-
-def step_message(
-    result: Mapping[str, Any], parsed: Parsed, outcome: Outcome, max_observation_chars: int
-) -> str:
-    if parsed.action is None:
-        return parsed.feedback or ""
-    return cut(str(result.get("observation", "")), max_observation_chars)
 
 
 def level_ended(result: Mapping[str, Any]) -> bool:
@@ -98,7 +90,7 @@ SPEC = EnvSpec(
     max_rounds=MAX_ROUNDS,
     parse=parse_reply,
     first_message=first_message,
-    step_message=step_message,
+    step_message=observation_message,
     outcome=outcome,
     reward_rule="minigrid's reward on the step that ends the level: 1 - 0.9 * steps / max_steps (in (0, 1]) on "
     "success, 0 on failure; 0 if the rounds run out first (never AgentGym's running score)",

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .agentgym import parse_reply
-from .spec import EnvSpec, Outcome, Parsed, cut, task_index
+from .spec import EnvSpec, Outcome, Parsed, observation_message, task_index
 
 ENV_ID = "sokoban"
 TASKS = 10_000  # the environment's task_count() (webshop_env.envs.sokoban.core.TASKS; tested equal)
@@ -101,14 +101,6 @@ def first_message(first: Mapping[str, Any]) -> str:
     return f"{GOAL}\nThe room:\n{first.get('observation', '')}"
 
 
-def step_message(
-    result: Mapping[str, Any], parsed: Parsed, outcome: Outcome, max_observation_chars: int
-) -> str:
-    if parsed.action is None:
-        return parsed.feedback or ""
-    return cut(str(result.get("observation", "")), max_observation_chars)
-
-
 def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
     """The episode's reward so far is the environment's ``info.score`` (its step rewards summed), so the turn
     scores (each the change of that) are gym-sokoban's step rewards and sum to the episode's return."""
@@ -135,7 +127,7 @@ SPEC = EnvSpec(
     max_rounds=MAX_ROUNDS,
     parse=parse,
     first_message=first_message,
-    step_message=step_message,
+    step_message=observation_message,
     outcome=outcome,
     reward_rule="gym-sokoban's step rewards summed: -0.1 a step, +1 per box pushed onto a target (-1 off), +10 "
     "when every box is on a target (the episode ends there); an unsolved episode ends with its sum so far",

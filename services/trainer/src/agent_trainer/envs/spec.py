@@ -136,3 +136,13 @@ def cut(observation: str, max_chars: int) -> str:
     if max_chars and len(observation) > max_chars:
         return observation[:max_chars] + " ...(truncated)"
     return observation
+
+
+def observation_message(
+    result: Mapping[str, Any], parsed: Parsed, outcome: Outcome, max_observation_chars: int
+) -> str:
+    """A ``step_message`` that shows the environment's answer as it is (cut at ``max_observation_chars``), or the
+    client's own answer where nothing was sent (``parsed.feedback``): TextCraft's, BabyAI's and Sokoban's."""
+    if parsed.action is None:
+        return parsed.feedback or ""
+    return cut(str(result.get("observation", "")), max_observation_chars)

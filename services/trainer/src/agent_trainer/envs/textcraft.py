@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .agentgym import parse_reply
-from .spec import EnvSpec, Outcome, Parsed, cut, task_index
+from .spec import EnvSpec, Outcome, Parsed, observation_message, task_index
 
 ENV_ID = "textcraft"
 MAX_ROUNDS = 30  # AgentGym-RL's rounds for TextCraft (its ScalingInter-RL schedule: 10, 20, 30)
@@ -56,14 +56,6 @@ def first_message(first: Mapping[str, Any]) -> str:
     return str(first.get("observation", ""))
 
 
-def step_message(
-    result: Mapping[str, Any], parsed: Parsed, outcome: Outcome, max_observation_chars: int
-) -> str:
-    if parsed.action is None:
-        return parsed.feedback or ""
-    return cut(str(result.get("observation", "")), max_observation_chars)
-
-
 def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
     reward = float(result.get("reward") or 0.0)
     done = bool(result.get("done"))
@@ -79,7 +71,7 @@ SPEC = EnvSpec(
     max_rounds=MAX_ROUNDS,
     parse=parse_reply,
     first_message=first_message,
-    step_message=step_message,
+    step_message=observation_message,
     outcome=outcome,
     reward_rule="1 when the goal item is crafted (the episode ends there), else 0",
     success_rule="the goal item was crafted (reward 1)",

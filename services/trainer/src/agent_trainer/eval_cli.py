@@ -4,9 +4,11 @@
 namespace and returns the exit status. ``main(argv)`` runs them stand-alone (``python -m
 agent_trainer.eval_cli eval ...``).
 
-``eval --env NAME`` evaluates another served environment (TextCraft, BabyAI, SciWorld) on its test split with its
-trainer-side spec, and ``--env textcraft,babyai,webshop`` a mix (``evaluation.env_runner``); without ``--env``
-(or with ``--env webshop``) it is WebShop's evaluation as before.
+``eval --env NAME`` evaluates one served environment (``evaluation.runner``: WebShop by default, TextCraft, BabyAI,
+SciWorld on their test split with their trainer-side spec), and ``--env textcraft,babyai,webshop`` a mix
+(``evaluation.env_runner``). What differs between environments comes from their specs: ``--max-turns`` (verl's
+``max_assistant_turns``) is for environments whose rounds are verl's turn limit (``EnvSpec.max_rounds`` None:
+WebShop's), ``--tasks`` for those whose tasks are the training data's split (not WebShop's goal sets).
 
 Exit status of ``eval``: 0 complete; 1 usage or set-up error (environment unreachable, bad arguments);
 2 the run finished incomplete (policy failures after retries, listed in ``metrics.json``: rerun to resume).
@@ -160,16 +162,19 @@ def max_env_steps(max_steps: int | None, max_turns: int | None) -> int:
 def run_eval(args: argparse.Namespace) -> int:
     """``agent-train eval``."""
     from . import envs
+    from .evaluation.env_runner import default_rounds, evaluate_envs_async
     from .evaluation.policies import PolicyError
-    from .evaluation.runner import EvalConfig, EvalError, PolicySpec, evaluate
+    from .evaluation.runner import EvalConfig, EvalError, PolicySpec
 
     try:
         env_ids = envs.parse_ids(args.env)
     except envs.UnknownEnvironment as error:
         print(f"agent-train eval: --env: {error}", file=sys.stderr)
         return EXIT_ERROR
-    webshop_only = env_ids == [envs.WEBSHOP]
-    if args.max_turns is not None and not webshop_only:
+    specs = [envs.get(env_id) for env_id in env_ids]
+    rounds_are_turns = all(env.max_rounds is None for env in specs)  # verl's turn limit (WebShop's rule)
+    goal_sets_only = all(env.eval_protocol == "pages" for env in specs)  # the service's goal sets: no --tasks
+    if args.max_turns is not None and not rounds_are_turns:
         print("agent-train eval: --max-turns is WebShop's (verl's max_assistant_turns); give the other "
               "environments' rounds as --max-steps", file=sys.stderr)  # fmt: skip
         return EXIT_ERROR
@@ -187,11 +192,9 @@ def run_eval(args: argparse.Namespace) -> int:
         os.environ["WEBSHOP_TURN_TOKENS"] = str(CPU_TURN_TOKENS)
         print(f"agent-train eval: CPU build: WEBSHOP_TURN_TOKENS={CPU_TURN_TOKENS} (the CPU training run's per-turn "
               "budget) and the CPU chat server instead of sglang", file=sys.stderr)  # fmt: skip
-    if webshop_only or args.max_steps is not None:
+    if specs[0].max_rounds is None or args.max_steps is not None or args.max_turns is not None:
         max_turns = max_env_steps(args.max_steps, args.max_turns)
     else:
-        from .evaluation.env_runner import default_rounds
-
         max_turns = default_rounds(env_ids[0])
     try:
         only = tuple(int(t) for t in args.tasks.split(",")) if args.tasks else None
@@ -200,7 +203,7 @@ def run_eval(args: argparse.Namespace) -> int:
             f"agent-train eval: --tasks must be comma-separated task ids, not {args.tasks!r}", file=sys.stderr
         )
         return EXIT_ERROR
-    if only is not None and webshop_only:
+    if only is not None and goal_sets_only:
         print(
             "agent-train eval: --tasks is for the other environments (WebShop: --max-samples)",
             file=sys.stderr,
@@ -244,21 +247,19 @@ def run_eval(args: argparse.Namespace) -> int:
         startup_timeout=args.startup_timeout,
         max_observation_chars=args.max_observation_chars,
     )
+    import asyncio
+
     try:
-        if webshop_only:
-            result = evaluate(config, spec)
-        else:
-            import asyncio
-
-            from .evaluation.env_runner import evaluate_envs_async
-
-            result = asyncio.run(evaluate_envs_async(config, spec, env_ids))
+        result = asyncio.run(evaluate_envs_async(config, spec, env_ids))
     except (EvalError, PolicyError) as error:
         print(f"agent-train eval: {error}", file=sys.stderr)
         return EXIT_ERROR
-    if not webshop_only:
-        return _report_envs(result, spec.name, args.split, config.write_report)
     m = result.metrics
+    if (
+        "by_env" in m or "env" in m
+    ):  # a mix, or an environment played through its spec: success and mean reward
+        return _report_envs(result, spec.name, args.split, config.write_report)
+    # a goal set's run (WebShop's): the paper's score and the goal set
     print(
         f"{spec.name} on {args.split} ({m['config']['goal_set']} goals): score {m['score']:.1f} "
         f"[{m['score_ci95'][0]:.1f}, {m['score_ci95'][1]:.1f}]"

@@ -99,6 +99,11 @@ class EnvSpec:
         task_count, split_of: the task pool (tasks ``0 .. task_count - 1``) and the split of a task (``train``,
             ``val`` or ``test``), for an environment the dataset builder has no rule of its own for (an installed
             environment package's: ``agent_trainer.env_data.split_tasks``); None: the builder's rule.
+        eval_protocol: how ``agent-train eval`` plays the environment (``evaluation.runner.PLAYS``): ``"spec"``,
+            as the agent loop does (the tasks of the training data's split, the spec's user turns, every reply
+            through ``parse``); ``"pages"``, WebShop's own protocol (the service's goal sets and their splits,
+            the page and its actions handed to the policy as they are, the expert's actions sent verbatim, since
+            the environment matches a label character for character and the reply parser normalises it).
     """
 
     env_id: str
@@ -116,6 +121,7 @@ class EnvSpec:
     task_count: int | None = None
     split_of: Callable[[int], str] | None = None
     reset_fields: tuple[str, ...] = ()
+    eval_protocol: str = "spec"
 
     @property
     def agent_name(self) -> str:

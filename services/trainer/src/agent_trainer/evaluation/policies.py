@@ -9,8 +9,8 @@
   through ``conversation``), so eval numbers mean what training optimised.
 - ``checkpoint``: starts an sglang server from a model directory, then is the ``openai`` policy against it.
 
-On the other environments (``env_runner``: TextCraft, BabyAI, SciWorld) the expert plays the environment's plan
-and ``EnvRandomPolicy`` its listed actions (else actions of training tasks' plans), both replying ``Action: ...``
+On the environments played through their spec (``runner.SpecPlay``: TextCraft, BabyAI, SciWorld) the expert plays
+the environment's plan and ``EnvRandomPolicy`` its listed actions (else actions of training tasks' plans), both replying ``Action: ...``
 (``as_agentgym_reply``) so that the environment's parser reads them like a model's; the LLM policies take the
 environment's spec (``OpenAIPolicy.env_spec``: its system prompt and first turn, ``conversation.EnvConversation``).
 

@@ -1,5 +1,19 @@
-"""``agent-train eval``: run a policy on a split's goals through the balancer, concurrently, resumably (WebShop;
-``env_runner`` plays the other environments and mixes with this module's runner, outputs and resumption).
+"""``agent-train eval``: run a policy on a split's tasks of one environment through the balancer, concurrently,
+resumably; ``env_runner`` mixes several environments, each played here.
+
+One path plays every environment (``evaluate_async``): the set-up (the service ready, the split's tasks, the
+policy, the run's identity and resumption), the episode (the policy's replies under the round and response budgets,
+each played on the environment, the record of every turn), the metrics and the report. What differs between
+environments is how an episode is played, chosen by the spec's ``eval_protocol`` (``PLAYS``):
+
+- ``SpecPlay`` (``"spec"``: TextCraft, BabyAI, SciWorld, Sokoban, plugins) plays the environment as the agent loop
+  plays it in training: the spec's system prompt and first user turn, its parser on every reply (the expert's and
+  the random policy's actions too, sent as an ``Action: ...`` reply), its outcome and its next user turn
+  (``agent_trainer.episode.play_turn``), on the tasks of the training data's split
+  (``agent_trainer.env_data.split_tasks``: test never shares a task with train);
+- ``PagePlay`` (``"pages"``: WebShop) plays the service's own protocol: the split of a goal set the service serves,
+  the page and its actions handed to the policy as they are (the chat policy builds the training prompt from them,
+  ``conversation.Conversation``; the random policy clicks the page's labels), the expert's actions sent verbatim.
 
 Outputs in ``--out``:
 - ``trajectories.jsonl``: one JSON object per finished episode (goal, category, reward, ended_by, ...) with
@@ -22,28 +36,41 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webshop_env.client import WebShopClient, WebShopError, WebShopRequestError, WebShopUnavailable
+from webshop_env.client import (
+    EnvClient,
+    WebShopClient,
+    WebShopError,
+    WebShopRequestError,
+    WebShopUnavailable,
+)
 from webshop_env.envs.webshop.catalog.fidelity import fidelity_limits
 
+from .. import envs, episode
 from ..actions import step_was_valid
-from ..config import default_env_url, turn_tokens
-from ..reward import is_success
+from ..config import InteractionSettings, default_env_url, turn_tokens
+from ..episode import Episode, TurnScore
+from ..reward import episode_summary, is_success
 from ..turns import TRAINING_ENV_STEPS
 from .budget import training_budget
 from .metrics import UNKNOWN_CATEGORY, solved, summarize
 from .policies import (
     CheckpointPolicy,
     ContextLengthExceeded,
+    Decision,
+    EnvRandomPolicy,
     ExpertPolicy,
     OpenAIPolicy,
     Policy,
     PolicyError,
     RandomPolicy,
     Turn,
+    as_agentgym_reply,
     catalog_plans,
 )
 
@@ -52,6 +79,10 @@ TRAJECTORIES = "trajectories.jsonl"
 METRICS = "metrics.json"
 REPORT = "report.html"
 RUN_CONFIG = "eval_config.json"
+#: ``--split`` (WebShop's names) -> the split of ``env_data`` (train, val, test).
+SPLIT_OF = {"test": "test", "eval": "val", "train": "train"}
+#: Expert plans of this many training tasks make the random policy's action pool (environments that list none).
+POOL_TASKS = 20
 
 
 class EvalError(RuntimeError):
@@ -206,29 +237,214 @@ def build_policy(spec: PolicySpec, client: WebShopClient, catalog: Any | None, o
     raise EvalError(f"unknown policy {spec.name!r}; expected expert, random, openai or checkpoint")
 
 
-# ---- the run ----------------------------------------------------------------------------------------------
-def evaluate(config: EvalConfig, spec: PolicySpec) -> EvalResult:
-    """Synchronous entry point (the CLI's)."""
-    return asyncio.run(evaluate_async(config, spec))
+# ---- the tasks and plans of a spec-played environment ------------------------------------------------------------
+def env_tasks(
+    env_id: str, split: str, max_samples: int | None, only: Sequence[int] | None = None
+) -> list[int]:
+    """The tasks ``--split`` names for ``env_id`` (``env_data``'s split), the first ``max_samples`` of them;
+    ``only`` (``--tasks``): exactly those tasks of the split, in the split's order (``make learn`` judges on the
+    held-out tasks its expert solves)."""
+    from ..data import DataError
+    from ..env_data import split_tasks
 
-
-async def evaluate_async(config: EvalConfig, spec: PolicySpec, policy: Policy | None = None) -> EvalResult:
-    """Run (or resume) the evaluation and write its outputs; see the module docstring. ``policy``: one the
-    caller started (a mixed evaluation shares its model server), used as it is and left open."""
-    if config.max_turns < 1:
-        raise EvalError("--max-turns must be at least 1")
-    if config.concurrency < 1:
-        raise EvalError("--concurrency must be at least 1")
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    client = WebShopClient(
-        config.url,
-        timeout=config.env_timeout,
-        retry_budget=config.env_retry_budget_s,
-        max_connections=max(16, 2 * config.concurrency),
-    )
+    if split not in SPLIT_OF:
+        raise EvalError(f"unknown split {split!r}; expected one of {', '.join(SPLIT_OF)}")
     try:
+        tasks = split_tasks(env_id, SPLIT_OF[split])
+    except DataError as error:
+        raise EvalError(str(error)) from None
+    if only is not None:
+        outside = sorted(set(only) - set(tasks))
+        if outside:
+            raise EvalError(f"--tasks {outside[:5]} are not in the {split} split of {env_id}")
+        tasks = [task for task in tasks if task in set(only)]
+    return tasks[: max(0, max_samples)] if max_samples is not None else tasks
+
+
+def instruction_of(opening: str) -> str:
+    """The line of the first user turn that states the goal (the dataset rows' ``instruction``)."""
+    from ..env_data import _instruction  # one rule for the data and for eval
+
+    return _instruction(opening)
+
+
+PlanOf = Callable[[int], Awaitable[list[str]]]
+
+
+def plan_source(env: envs.EnvSpec, client: EnvClient, fingerprint: str | None) -> tuple[PlanOf, str]:
+    """Where expert plans come from: the environment's core in this process when it is installed here and has
+    the served data (the fingerprints match; as WebShop's ``--catalog``: no load on the service, and BabyAI's
+    planner is slow), else the service's ``/<env>/v1/tasks/<task>/expert``."""
+    if not env.holds_simulator:  # SciWorld's planner needs a simulator (a JVM): the service's
+        try:
+            from webshop_env.envs import registry
+
+            core = registry.make(env.env_id)
+            if f"{env.env_id}:{core.fingerprint()}" == fingerprint:  # the service's form (routes_envs)
+
+                async def local(task: int) -> list[str]:
+                    return list(await asyncio.to_thread(core.expert, task) or [])
+
+                return local, "in-process"
+        except Exception:  # not installed here, or other data: the service plans
+            pass
+    return (lambda task: expert_plan(client, task)), "server"
+
+
+def build_env_policy(spec: PolicySpec, env: envs.EnvSpec, client: EnvClient, out: Path,
+                     fingerprint: str | None = None) -> Policy:  # fmt: skip
+    """The ``Policy`` of ``spec`` for ``env``: the expert plays the environment's expert plan, the random policy
+    the environment's listed actions (else actions of training tasks' plans); the LLM policies are WebShop's with
+    the environment's spec."""
+    plans, source = plan_source(env, client, fingerprint) if spec.name in ("expert", "random") else (None, "")
+    if spec.name == "expert":
+        assert plans is not None
+        return ExpertPolicy(lambda task, _: plans(task), source=source, reply=as_agentgym_reply)
+    if spec.name == "random":
+        assert plans is not None
+
+        async def pool() -> list[str]:
+            actions: list[str] = []
+            for task in env_tasks(env.env_id, "train", POOL_TASKS):
+                actions.extend(await plans(task))
+            return actions
+
+        return EnvRandomPolicy(pool, seed=spec.seed)
+    policy = build_policy(spec, client, None, out)  # type: ignore[arg-type]
+    if isinstance(policy, OpenAIPolicy):
+        policy.env_spec = env
+    return policy
+
+
+async def expert_plan(client: EnvClient, task: int) -> list[str]:
+    """The service's expert plan of ``task``; empty where it has none (BabyAI's bot fails on a few levels): the
+    expert then gives up at once and the episode scores 0, as WebShop's expert does without a way to the product."""
+    try:
+        return list(await client.expert(task))
+    except WebShopRequestError as error:
+        if error.status == 404:
+            return []
+        raise
+
+
+# ---- how an environment is played ------------------------------------------------------------------------------
+@dataclass
+class Prepared:
+    """What the set-up found: the run's tasks (in order), the goal set they belong to (WebShop's; None for a
+    spec-played environment: then the records' ``goal_set`` and the resumption keys' are None), the service's
+    ``info`` and a local catalog (WebShop's ``--catalog``)."""
+
+    tasks: list[int]
+    goal_set: str | None
+    info: dict[str, Any]
+    catalog: Any | None = None
+
+
+@dataclass
+class Step:
+    """One reply played: the turn's entry in the record (None: nothing was played, the episode ends with
+    ``ended_by`` and ``note``), whether the reply named an action and the environment took it, why the episode
+    ended (None: it goes on) and the turn the policy sees next."""
+
+    entry: dict[str, Any] | None
+    well_formed: bool
+    valid: bool
+    ended_by: str | None = None
+    note: str = ""
+    next_turn: Turn | None = None
+
+
+class EpisodePlay(ABC):
+    """One episode of one task on the environment's protocol; the runner drives it (``_Runner.episode``)."""
+
+    instruction: str = ""
+
+    @abstractmethod
+    async def start(self) -> Turn:
+        """Reset the environment on the task; the first turn the policy sees."""
+
+    @abstractmethod
+    async def step(self, decision: Decision, turn: Turn) -> Step:
+        """Play ``decision`` (the reply to ``turn``) on the environment."""
+
+    @abstractmethod
+    def labels(self) -> dict[str, Any]:
+        """The record's fields ahead of ``goal`` (the environment and the task; none for WebShop's)."""
+
+    @abstractmethod
+    def category(self) -> str:
+        """The episode's group in the metrics and the report."""
+
+    @abstractmethod
+    def result(self) -> dict[str, Any]:
+        """The record's reward fields (``reward``, ``success`` and what the environment adds), by its rule."""
+
+    def reward_info(self) -> Any:
+        """The reward's breakdown where the environment gives one (WebShop's purchase)."""
+        return None
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the episode holds on the service."""
+
+
+class EnvPlay(ABC):
+    """How eval plays one environment: its client, its set-up and its episodes (``EpisodePlay``)."""
+
+    def __init__(self, env: envs.EnvSpec, max_observation_chars: int = 0) -> None:
+        self.env = env
+        #: the interaction setting of that name (``--max-observation-chars``): pages cut in later user turns
+        self.max_observation_chars = max_observation_chars
+
+    @abstractmethod
+    def client(self, config: EvalConfig) -> Any:
+        """The environment's client on ``config.url``."""
+
+    @abstractmethod
+    async def prepare(self, client: Any, config: EvalConfig) -> Prepared:
+        """Wait for the service and find the run's tasks; ``EvalError`` says what is wrong."""
+
+    @abstractmethod
+    def build_policy(self, spec: PolicySpec, client: Any, prepared: Prepared, out: Path) -> Policy:
+        """The policy of ``spec`` for this environment."""
+
+    @abstractmethod
+    def chat_spec(self) -> envs.EnvSpec | None:
+        """The spec an LLM policy builds its chat from (None: WebShop's own ``Conversation``)."""
+
+    @abstractmethod
+    def identity(self, config: EvalConfig, prepared: Prepared, policy: dict[str, Any]) -> dict[str, Any]:
+        """What identifies the run (``eval_config.json``): a resumed run must match it."""
+
+    @abstractmethod
+    def episode(self, client: Any, config: EvalConfig, prepared: Prepared, task: int) -> EpisodePlay:
+        """The episode of ``task``."""
+
+    def heading(self) -> dict[str, Any]:
+        """The metrics' fields right after the summary (what the environment is and how it is judged)."""
+        return {}
+
+    @abstractmethod
+    def random_policy_seed(self, seed: int) -> str:
+        """How the random policy seeds each episode, in words (``metrics.json``'s ``seeds``)."""
+
+    @abstractmethod
+    def config_fields(self, config: EvalConfig, prepared: Prepared) -> dict[str, Any]:
+        """The metrics' ``config`` besides ``EvalConfig``'s fields."""
+
+    @abstractmethod
+    def service(self, prepared: Prepared, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """What the metrics say about the service's data (WebShop's catalog; another environment's tasks)."""
+
+
+# ---- WebShop's protocol: goal sets, pages as they are ---------------------------------------------------------------
+class PagePlay(EnvPlay):
+    """WebShop's goal sets through its own routes (see the module docstring)."""
+
+    def client(self, config: EvalConfig) -> WebShopClient:
+        return WebShopClient(config.url, timeout=config.env_timeout, retry_budget=config.env_retry_budget_s,
+                             max_connections=max(16, 2 * config.concurrency))  # fmt: skip
+
+    async def prepare(self, client: WebShopClient, config: EvalConfig) -> Prepared:
         try:
             await client.wait_until_ready(config.ready_timeout)
             info = await client.info()
@@ -246,61 +462,306 @@ async def evaluate_async(config: EvalConfig, spec: PolicySpec, policy: Policy | 
             goals = goals[: max(0, config.max_samples)]
         if not goals:
             raise EvalError(f"the {config.split} split of the {goal_set} goals is empty on this server")
-
         catalog = _open_catalog(config.catalog, info["fingerprint"]) if config.catalog else None
+        return Prepared(goals, goal_set, info, catalog)
+
+    def build_policy(self, spec: PolicySpec, client: WebShopClient, prepared: Prepared, out: Path) -> Policy:
+        return build_policy(spec, client, prepared.catalog, out)
+
+    def chat_spec(self) -> None:
+        return None
+
+    def identity(self, config: EvalConfig, prepared: Prepared, policy: dict[str, Any]) -> dict[str, Any]:
+        return {"policy": policy, "split": config.split, "goal_set": prepared.goal_set,
+                "max_turns": config.max_turns, "catalog_fingerprint": prepared.info["fingerprint"]}  # fmt: skip
+
+    def episode(
+        self, client: WebShopClient, config: EvalConfig, prepared: Prepared, task: int
+    ) -> EpisodePlay:
+        return _PageEpisode(client, config, prepared, task)
+
+    def random_policy_seed(self, seed: int) -> str:
+        return f"Random('{seed}:<goal_set>:<goal>')"
+
+    def config_fields(self, config: EvalConfig, prepared: Prepared) -> dict[str, Any]:
+        return {"goal_set": prepared.goal_set, "goals": [prepared.tasks[0], prepared.tasks[-1]]}
+
+    def service(self, prepared: Prepared, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        info = prepared.info
+        return {
+            "catalog": {
+                "fingerprint": info["fingerprint"],
+                "products": info.get("products"),
+                "version": info.get("version"),
+                "categories_from": _category_source(records, prepared.catalog is not None),
+                # the reward's definition on this catalog (noun extractor, seeded or pinned prices and ceilings)
+                "fidelity": fidelity_limits(info.get("catalog") or {}),
+            }
+        }
+
+
+class _PageEpisode(EpisodePlay):
+    """A WebShop episode: the policy's action sent as it is (a reply without one: ``Decision.send``), the page
+    and its actions shown as they are; the purchase pays."""
+
+    def __init__(self, client: WebShopClient, config: EvalConfig, prepared: Prepared, goal: int) -> None:
+        self.client, self.config, self.prepared, self.goal = client, config, prepared, goal
+        self.state = ""
+        self.first_info: dict[str, Any] = {}
+        self.reward, self.final_info = 0.0, {}
+
+    async def start(self) -> Turn:
+        goal_set = self.prepared.goal_set
+        first = await self.client.reset(self.goal, goal_set=goal_set, split=self.config.split)
+        self.state, self.instruction, self.first_info = (
+            first["state"],
+            first["instruction"],
+            first.get("info", {}),
+        )
+        return Turn(
+            self.goal, goal_set, self.instruction, first["observation"], first["available_actions"], 0
+        )  # type: ignore[arg-type]
+
+    async def step(self, decision: Decision, turn: Turn) -> Step:
+        result = await self.client.step(self.state, decision.env_action)
+        self.state = result["state"]
+        valid = step_was_valid(decision.action, result["info"])
+        entry = {"observation": turn.observation, "available_actions": turn.available_actions,
+                 "output": decision.output, "action": decision.action, "reward": float(result["reward"]),
+                 "done": bool(result["done"]), "valid": valid}  # fmt: skip
+        well_formed = decision.action is not None
+        if result["done"]:
+            self.reward, self.final_info = float(result["reward"]), result["info"]
+            ended_by = "server_truncated" if result["info"].get("truncated") else "purchase"
+            return Step(entry, well_formed, valid, ended_by=ended_by)
+        next_turn = Turn(self.goal, turn.goal_set, self.instruction, result["observation"],
+                         result["available_actions"], turn.index + 1)  # fmt: skip
+        return Step(entry, well_formed, valid, next_turn=next_turn)
+
+    def labels(self) -> dict[str, Any]:
+        return {}
+
+    def category(self) -> str:
+        if self.first_info.get("category"):
+            return str(self.first_info["category"])
+        if self.prepared.catalog is not None:
+            goal = self.prepared.catalog.goal(self.prepared.goal_set, self.goal)
+            return str(goal.category or UNKNOWN_CATEGORY)
+        return UNKNOWN_CATEGORY
+
+    def result(self) -> dict[str, Any]:
+        return {"reward": self.reward, "success": is_success(self.reward)}
+
+    def reward_info(self) -> Any:
+        return self.final_info.get("reward_info")
+
+
+# ---- every other environment: its spec, as the agent loop plays it -------------------------------------------------
+class SpecPlay(EnvPlay):
+    """An environment through its spec and its ``/<env>/v1`` routes (see the module docstring)."""
+
+    def client(self, config: EvalConfig) -> EnvClient:
+        return EnvClient(config.url, self.env.env_id, timeout=max(config.env_timeout, 60.0),
+                         retry_budget=config.env_retry_budget_s, max_connections=max(16, 2 * config.concurrency))  # fmt: skip
+
+    async def prepare(self, client: EnvClient, config: EvalConfig) -> Prepared:
+        env_id = self.env.env_id
+        tasks = env_tasks(env_id, config.split, config.max_samples, config.tasks)
+        if not tasks:
+            raise EvalError(f"the {config.split} split of {env_id} is empty")
+        try:
+            await client.wait_until_ready(config.ready_timeout)
+            info = await client.info()
+        except WebShopRequestError as error:
+            raise EvalError(
+                f"the service at {config.url} does not serve {env_id} ({error}); start it with ENVS=...,{env_id} "
+                "(make up-local / docker compose: WEBSHOP_ENVS)"
+            ) from error
+        except WebShopError as error:
+            raise EvalError(str(error)) from error
+        if tasks[-1] >= int(info.get("tasks", 0)):
+            raise EvalError(
+                f"{env_id} on {config.url} has {info.get('tasks')} tasks; the split needs {tasks[-1] + 1}"
+            )
+        return Prepared(tasks, None, info)
+
+    def build_policy(self, spec: PolicySpec, client: EnvClient, prepared: Prepared, out: Path) -> Policy:
+        return build_env_policy(spec, self.env, client, out, prepared.info.get("fingerprint"))
+
+    def chat_spec(self) -> envs.EnvSpec:
+        return self.env
+
+    def identity(self, config: EvalConfig, prepared: Prepared, policy: dict[str, Any]) -> dict[str, Any]:
+        return {"env": self.env.env_id, "policy": policy, "split": config.split, "max_turns": config.max_turns,
+                "env_fingerprint": prepared.info.get("fingerprint")}  # fmt: skip
+
+    def episode(self, client: EnvClient, config: EvalConfig, prepared: Prepared, task: int) -> EpisodePlay:
+        return _SpecEpisode(self.env, client, config, task, self.max_observation_chars)
+
+    def heading(self) -> dict[str, Any]:
+        env = self.env
+        return {"env": env.env_id, "env_title": env.title, "reward_rule": env.reward_rule,
+                "success_rule": env.success_rule}  # fmt: skip
+
+    def random_policy_seed(self, seed: int) -> str:
+        return f"Random('{seed}:{self.env.env_id}:<task>')"
+
+    def config_fields(self, config: EvalConfig, prepared: Prepared) -> dict[str, Any]:
+        env_id = self.env.env_id
+        return {"env": env_id, "goal_set": None, "tasks": [prepared.tasks[0], prepared.tasks[-1]],
+                "task_split": f"agent_trainer.env_data.split_tasks({env_id!r}, {SPLIT_OF[config.split]!r})"}  # fmt: skip
+
+    def service(self, prepared: Prepared, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        info = prepared.info
+        return {"env_service": {k: info.get(k) for k in ("env", "tasks", "fingerprint") if k in info}}
+
+
+class _SpecEpisode(EpisodePlay):
+    """An episode played as the agent loop plays it: one reply, one turn, through the very code the agent loop and
+    the 0.7.1 interaction play it with (``episode.play_turn``); eval pays no invalid-reply penalty and ends an
+    episode the server refuses, as training's defaults do. Its figures are the turn scores' (``episode_summary``)."""
+
+    def __init__(self, env: envs.EnvSpec, client: EnvClient, config: EvalConfig, task: int,
+                 max_observation_chars: int) -> None:  # fmt: skip
+        self.env, self.client, self.config, self.task = env, client, config, task
+        self.settings = InteractionSettings(invalid_action_penalty=0.0, on_env_error="terminate",
+                                            max_observation_chars=max_observation_chars)  # fmt: skip
+        self.played: Episode | None = None
+        self.info: dict[str, Any] = {}
+        self.scores: list[TurnScore] = []
+
+    async def start(self) -> Turn:
+        first = await self.client.reset(self.task)
+        opening = self.env.first_message(first)
+        self.instruction, self.info = instruction_of(opening), first.get("info") or {}
+        self.played = Episode(state=first["state"], goal=self.task, goal_set=None, split=self.config.split)
+        return Turn(self.task, self.env.env_id, self.instruction, opening, _listed(first), 0)
+
+    async def step(self, decision: Decision, turn: Turn) -> Step:
+        assert self.played is not None
+        played = await episode.play_turn(self.env, self.settings, self.client, self.played, decision.output)
+        self.scores.append(played.score)
+        parsed, outcome, result = played.parsed, played.outcome, played.result
+        if played.error is not None:
+            return Step(None, parsed.well_formed, False, ended_by="env_error", note=str(played.error))
+        entry = {"observation": turn.observation, "available_actions": turn.available_actions,
+                 "output": decision.output, "action": parsed.action, "reward": outcome.env_reward,
+                 "done": outcome.done, "valid": outcome.valid, "well_formed": parsed.well_formed}  # fmt: skip
+        if outcome.done:
+            return Step(entry, parsed.well_formed, outcome.valid, ended_by="done")
+        message = episode.next_message(self.env, played, self.settings)
+        next_turn = Turn(self.task, self.env.env_id, self.instruction, message, _listed(result) if result else {},
+                         turn.index + 1)  # fmt: skip
+        return Step(entry, parsed.well_formed, outcome.valid, next_turn=next_turn)
+
+    def labels(self) -> dict[str, Any]:
+        return {"env": self.env.env_id, "task": self.task}
+
+    def category(self) -> str:
+        """BabyAI's level (``GoToRedBall`` of ``BabyAI-GoToRedBall-v0``), else the environment's id."""
+        level = str(self.info.get("level") or "")
+        return level.removeprefix("BabyAI-").removesuffix("-v0") if level else self.env.env_id
+
+    def result(self) -> dict[str, Any]:
+        summary = episode_summary(self.scores)
+        return {"reward": float(summary["env_reward"]), "score": float(summary["score"]),
+                "success": bool(summary["success"])}  # fmt: skip
+
+    async def close(self) -> None:
+        if self.env.holds_simulator and self.played is not None:
+            await episode.close_quietly(
+                self.client, self.played.state
+            )  # the server reaps idle episodes anyway
+
+
+def _listed(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The actions the environment lists on this step (BabyAI's ``available_actions``), for the random policy."""
+    listed = (result.get("info") or {}).get("available_actions")
+    return {"actions": list(listed)} if listed else {}
+
+
+#: ``EnvSpec.eval_protocol`` -> how eval plays the environment.
+PLAYS: dict[str, type[EnvPlay]] = {"spec": SpecPlay, "pages": PagePlay}
+
+
+def play_of(env_id: str, max_observation_chars: int = 0) -> EnvPlay:
+    """How eval plays ``env_id`` (its spec's ``eval_protocol``); ``max_observation_chars``: the policy's setting."""
+    try:
+        env = envs.get(env_id)
+    except envs.UnknownEnvironment as error:
+        raise EvalError(str(error)) from None
+    if env.eval_protocol not in PLAYS:
+        raise EvalError(f"{env_id}'s spec names the eval protocol {env.eval_protocol!r}; eval knows "
+                        f"{', '.join(PLAYS)}")  # fmt: skip
+    return PLAYS[env.eval_protocol](env, max_observation_chars)
+
+
+# ---- the run -------------------------------------------------------------------------------------------------------
+def evaluate(config: EvalConfig, spec: PolicySpec, env_id: str = envs.WEBSHOP) -> EvalResult:
+    """Synchronous entry point (the CLI's)."""
+    return asyncio.run(evaluate_async(config, spec, env_id=env_id))
+
+
+async def evaluate_async(config: EvalConfig, spec: PolicySpec, policy: Policy | None = None,
+                         env_id: str = envs.WEBSHOP) -> EvalResult:  # fmt: skip
+    """Run (or resume) the evaluation of ``env_id`` into ``config.out`` and write its outputs; see the module
+    docstring. ``policy``: one the caller started (a mixed evaluation shares its model server), used as it is and
+    left open."""
+    if config.max_turns < 1:
+        raise EvalError("--max-steps (--max-turns) must be at least 1")
+    if config.concurrency < 1:
+        raise EvalError("--concurrency must be at least 1")
+    play = play_of(env_id, spec.max_observation_chars)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    client = play.client(config)
+    try:
+        prepared = await play.prepare(client, config)
+        tasks = prepared.tasks
         owned = policy is None
         if policy is None:
-            policy = build_policy(spec, client, catalog, out)
-        use_budget(policy, spec, "webshop")
-        identity = {
-            "policy": _identity(policy.describe()),
-            "split": config.split,
-            "goal_set": goal_set,
-            "max_turns": config.max_turns,
-            "catalog_fingerprint": info["fingerprint"],
-        }
+            policy = play.build_policy(spec, client, prepared, out)
+        if isinstance(policy, OpenAIPolicy):
+            policy.env_spec = play.chat_spec()
+        use_budget(policy, spec, env_id)
+        identity = play.identity(config, prepared, _identity(policy.describe()))
         done = _prepare_out_dir(out, identity, config.overwrite)
-        done = {key: record for key, record in done.items() if record["goal"] in set(goals)}
-        todo = [goal for goal in goals if _key(goal_set, goal) not in done]
-        runner = _Runner(config, client, policy, goal_set, catalog)
+        done = {key: record for key, record in done.items() if record["goal"] in set(tasks)}
+        todo = [task for task in tasks if _key(prepared.goal_set, task) not in done]
+        runner = _Runner(config, client, policy, play, prepared)
         failures: list[dict[str, Any]] = []
         if todo:
             if owned:
                 await policy.start()
             try:
-                failures = await runner.run(todo, out / TRAJECTORIES, already=len(done), total=len(goals))
+                failures = await runner.run(todo, out / TRAJECTORIES, already=len(done), total=len(tasks))
             finally:
                 if owned:
                     await policy.close()
-        records = {**done, **{_key(goal_set, r["goal"]): r for r in runner.finished}}
+        records = {**done, **{_key(prepared.goal_set, r["goal"]): r for r in runner.finished}}
     finally:
         await client.aclose()
 
     ordered = sorted(records.values(), key=lambda r: r["goal"])
-    not_run = len(goals) - len(ordered) - len(failures)
+    not_run = len(tasks) - len(ordered) - len(failures)
     metrics = summarize(ordered, bootstrap_seed=spec.seed)
+    metrics.update(play.heading())
     metrics.update(
         complete=not failures and not_run == 0,
-        requested_episodes=len(goals),
+        requested_episodes=len(tasks),
         resumed_episodes=len(done),
         failed_episodes=failures,
         not_run=not_run,
         policy=policy.describe(),
         seeds={
             "seed": spec.seed,
-            "random_policy": f"Random('{spec.seed}:<goal_set>:<goal>')",
+            "random_policy": play.random_policy_seed(spec.seed),
             "sampling": spec.seed if spec.name in ("openai", "checkpoint") else None,
             "bootstrap": spec.seed,
         },
-        config={**_jsonable(asdict(config)), "goal_set": goal_set, "goals": [goals[0], goals[-1]]},
-        catalog={
-            "fingerprint": info["fingerprint"],
-            "products": info.get("products"),
-            "version": info.get("version"),
-            "categories_from": _category_source(ordered, catalog is not None),
-            # the reward's definition on this catalog (noun extractor, seeded or pinned prices and ceilings)
-            "fidelity": fidelity_limits(info.get("catalog") or {}),
-        },
+        config={**_jsonable(asdict(config)), **play.config_fields(config, prepared)},
+        **play.service(prepared, ordered),
         wall_s=round(time.monotonic() - started, 3),
         created_unix=int(time.time()),
     )
@@ -318,13 +779,13 @@ class _Runner:
     """Runs episodes with bounded concurrency; collects finished records and policy failures."""
 
     def __init__(
-        self, config: EvalConfig, client: WebShopClient, policy: Policy, goal_set: str, catalog: Any | None
+        self, config: EvalConfig, client: Any, policy: Policy, play: EnvPlay, prepared: Prepared
     ) -> None:
         self.config = config
         self.client = client
         self.policy = policy
-        self.goal_set = goal_set
-        self.catalog = catalog
+        self.play = play
+        self.prepared = prepared
         self.finished: list[dict[str, Any]] = []
 
     async def run(self, goals: list[int], path: Path, already: int, total: int) -> list[dict[str, Any]]:
@@ -347,7 +808,9 @@ class _Runner:
                     try:
                         record = await self.episode(goal)
                     except PolicyError as error:
-                        failures.append({"goal": goal, "goal_set": self.goal_set, "error": str(error)})
+                        failures.append(
+                            {"goal": goal, "goal_set": self.prepared.goal_set, "error": str(error)}
+                        )
                         if len(failures) >= self.config.max_policy_errors:
                             stop.set()
                         continue
@@ -382,85 +845,62 @@ class _Runner:
             raise EvalError(str(error)) from error
         return failures
 
-    def category(self, goal: int, info: dict[str, Any]) -> str:
-        if info.get("category"):
-            return str(info["category"])
-        if self.catalog is not None:
-            return str(self.catalog.goal(self.goal_set, goal).category or UNKNOWN_CATEGORY)
-        return UNKNOWN_CATEGORY
-
     async def episode(self, goal: int) -> dict[str, Any]:
         """Play one episode; the record that goes into ``trajectories.jsonl``."""
         started = time.monotonic()
-        first = await self.client.reset(goal, goal_set=self.goal_set, split=self.config.split)
-        instruction = first["instruction"]
-        turn = Turn(goal, self.goal_set, instruction, first["observation"], first["available_actions"], 0)
+        play = self.play.episode(self.client, self.config, self.prepared, goal)
+        turn = await play.start()
         agent = await self.policy.begin(turn)
-        state = first["state"]
         steps: list[dict[str, Any]] = []
         usage: dict[str, int] = {}
-        reward, ended_by, final_info, note = 0.0, "max_turns", {}, ""
+        ended_by, note = "max_turns", ""
         invalid = unparsed = 0
-        spent = ResponseBudget(response_cap(self.config, "webshop"))
-        for index in range(self.config.max_turns):
-            turn = Turn(goal, self.goal_set, instruction, turn.observation, turn.available_actions, index)
-            try:
-                decision = await agent.act(turn)
-            except ContextLengthExceeded as error:
-                ended_by, note = "context_length", str(error)
-                break
-            for name, value in decision.usage.items():
-                usage[name] = usage.get(name, 0) + value
-            if decision.stop:
-                ended_by = "policy_stopped"
-                break
-            if spent.exceeded(decision.usage):
-                ended_by, note = "response_budget", spent.note()
-                break
-            unparsed += decision.action is None
-            result = await self.client.step(state, decision.env_action)
-            state = result["state"]
-            valid = step_was_valid(decision.action, result["info"])
-            invalid += not valid
-            steps.append(
-                {
-                    "observation": turn.observation,
-                    "available_actions": turn.available_actions,
-                    "output": decision.output,
-                    "action": decision.action,
-                    "reward": float(result["reward"]),
-                    "done": bool(result["done"]),
-                    "valid": valid,
-                }
-            )
-            if result["done"]:
-                reward, final_info = float(result["reward"]), result["info"]
-                ended_by = "server_truncated" if result["info"].get("truncated") else "purchase"
-                break
-            turn = Turn(
-                goal,
-                self.goal_set,
-                instruction,
-                result["observation"],
-                result["available_actions"],
-                index + 1,
-            )
-            agent.observe(turn, decision, valid)
+        spent = ResponseBudget(response_cap(self.config, self.play.env.env_id))
+        try:
+            for _ in range(self.config.max_turns):
+                try:
+                    decision = await agent.act(turn)
+                except ContextLengthExceeded as error:
+                    ended_by, note = "context_length", str(error)
+                    break
+                for name, value in decision.usage.items():
+                    usage[name] = usage.get(name, 0) + value
+                if decision.stop:
+                    ended_by = "policy_stopped"
+                    break
+                if spent.exceeded(decision.usage):
+                    ended_by, note = "response_budget", spent.note()
+                    break
+                step = await play.step(decision, turn)
+                unparsed += not step.well_formed
+                if step.entry is None:  # nothing was played: the environment ended the episode
+                    ended_by, note = step.ended_by or ended_by, step.note
+                    break
+                steps.append(step.entry)
+                invalid += not step.valid
+                if step.ended_by is not None:
+                    ended_by = step.ended_by
+                    break
+                assert step.next_turn is not None
+                turn = step.next_turn
+                agent.observe(turn, decision, step.valid)
+        finally:
+            await play.close()
         record: dict[str, Any] = {
+            **play.labels(),
             "goal": goal,
-            "goal_set": self.goal_set,
+            "goal_set": self.prepared.goal_set,
             "split": self.config.split,
-            "category": self.category(goal, first.get("info", {})),
-            "instruction": instruction,
+            "category": play.category(),
+            "instruction": play.instruction,
             "policy": self.policy.name,
-            "reward": reward,
-            "success": is_success(reward),
+            **play.result(),
             "steps": len(steps),
             "invalid_actions": invalid,
             "unparsed_outputs": unparsed,
             "truncated": ended_by in ("max_turns", "server_truncated", "response_budget"),
             "ended_by": ended_by,
-            "reward_info": final_info.get("reward_info"),
+            "reward_info": play.reward_info(),
             "elapsed_s": round(time.monotonic() - started, 4),
         }
         if usage:
@@ -472,11 +912,14 @@ class _Runner:
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------
-def _key(goal_set: str, goal: int) -> str:
+def _key(goal_set: str | None, goal: int) -> str:
+    """The resumption key of an episode (its goal set, None for a spec-played environment, and its task)."""
     return f"{goal_set}:{goal}"
 
 
-_VOLATILE = {"base_url", "retries", "timeout_s", "server_args"}
+#: What a policy's description holds that does not change what its episodes mean: where its server runs, and
+#: what it knows only once started (the random policy's action pool).
+_VOLATILE = {"base_url", "retries", "timeout_s", "server_args", "pool_size"}
 
 
 def _identity(description: dict[str, Any]) -> dict[str, Any]:

@@ -622,7 +622,7 @@ def status(run_dir: Path | str = DEFAULT_RUN_DIR) -> dict[str, Any] | None:
 
 def describe(record: Mapping[str, Any]) -> str:
     nginx = record.get("nginx") or {}
-    lines = [f"WebShop local cluster ({record['run_dir']}), catalog {record['catalog']}",
+    lines = [f"Local cluster ({record['run_dir']}), catalog {record['catalog']}",
              f"  balancer  {record['url']}   (nginx pid {nginx.get('pid', 'not started')})"]  # fmt: skip
     for process in record["replicas"]:
         state = ""
@@ -643,7 +643,8 @@ def describe(record: Mapping[str, Any]) -> str:
     lines.append(
         f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, <sticky env>-N.log, nginx-access.log, nginx-error.log)"
     )
-    lines.append(f"  try       curl -s {record['url']}/v1/info")
+    served = [e for process in record["replicas"] for e in str(process.get("envs") or "").split(",") if e]
+    lines.append(f"  try       curl -s {record['url']}/{served[0] if served else 'webshop'}/v1/info")
     return "\n".join(lines)
 
 

@@ -99,6 +99,10 @@ class EnvSpec:
         task_count, split_of: the task pool (tasks ``0 .. task_count - 1``) and the split of a task (``train``,
             ``val`` or ``test``), for an environment the dataset builder has no rule of its own for (an installed
             environment package's: ``agent_trainer.env_data.split_tasks``); None: the builder's rule.
+        needs_catalog: the environment's tasks are the goals of the product catalog (WebShop's): a CPU run picks
+            them with the catalog's oracle and plays them on a core built on the catalog, and a run of this
+            environment alone keeps the catalog's own rows (``agent-train data``) and folders; False: tasks come
+            from the environment's core and its expert (``core.expert``).
     """
 
     env_id: str
@@ -116,6 +120,7 @@ class EnvSpec:
     task_count: int | None = None
     split_of: Callable[[int], str] | None = None
     reset_fields: tuple[str, ...] = ()
+    needs_catalog: bool = False
 
     @property
     def agent_name(self) -> str:

@@ -87,4 +87,5 @@ SPEC = EnvSpec(
     success_rule="the purchase earned the full reward 1.0",
     task_of=parse_goal,  # goal (or session_id/goal_id; "webshop_12" works), as the interaction reads it
     reset_fields=("goal_set", "split"),  # a row's goal list and split (the interaction's goal_set by default)
+    needs_catalog=True,  # its tasks are the catalog's goals, its expert the catalog's oracle
 )

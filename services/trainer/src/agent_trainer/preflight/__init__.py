@@ -28,6 +28,7 @@ from .configs import (
     compose_stock_config,
     compose_training_config,
     env_config_names,
+    preflight_configs,
 )
 from .envs import env_round_overrides, pick_plans
 from .options import PreflightOptions
@@ -46,6 +47,7 @@ __all__ = [
     "env_round_overrides",
     "line_dir",
     "pick_plans",
+    "preflight_configs",
     "run_agent_loop_stage",
     "run_preflight",
     "token_stream_report",

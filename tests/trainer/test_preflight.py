@@ -164,3 +164,25 @@ def test_env_configs_and_oracle_tasks() -> None:
     for task, plan in picked.items():
         assert len(plan) <= 3
         assert replay_score("textcraft", task, [as_agentgym_reply(a) for a in plan])["success"] == 1.0
+
+
+def test_the_run_layout_comes_from_the_specs() -> None:
+    """WebShop alone (its spec ``needs_catalog``) keeps the catalog run's layout: configs keyed by run, the line's own
+    folder; any other environment or a mix is laid out per environment, and the same for the rehearsal."""
+    from agent_trainer.preflight import PreflightOptions, preflight_configs
+    from agent_trainer.rehearsal.run import catalog_run
+
+    assert PreflightOptions().catalog_run and PreflightOptions(envs=["webshop"]).run_folder == ""
+    for mix in (["textcraft"], ["textcraft", "webshop"]):
+        options = PreflightOptions(envs=mix)
+        assert not options.catalog_run and options.run_folder == "+".join(mix)
+    assert preflight_configs(["webshop"], None, by_run=True) == {"test": "webshop_grpo_test",
+                                                                 "full": "webshop_grpo_train"}  # fmt: skip
+    assert preflight_configs(["textcraft", "babyai"], "full", by_run=False) == {
+        "mixed_grpo_train": "mixed_grpo_train"
+    }
+    assert (
+        catalog_run(("webshop",))
+        and not catalog_run(("textcraft",))
+        and not catalog_run(("textcraft", "webshop"))
+    )

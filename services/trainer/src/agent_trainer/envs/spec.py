@@ -104,6 +104,10 @@ class EnvSpec:
             through ``parse``); ``"pages"``, WebShop's own protocol (the service's goal sets and their splits,
             the page and its actions handed to the policy as they are, the expert's actions sent verbatim, since
             the environment matches a label character for character and the reply parser normalises it).
+        needs_catalog: the environment's tasks are the goals of the product catalog (WebShop's): a CPU run picks
+            them with the catalog's oracle and plays them on a core built on the catalog, and a run of this
+            environment alone keeps the catalog's own rows (``agent-train data``) and folders; False: tasks come
+            from the environment's core and its expert (``core.expert``).
     """
 
     env_id: str
@@ -122,6 +126,7 @@ class EnvSpec:
     split_of: Callable[[int], str] | None = None
     reset_fields: tuple[str, ...] = ()
     eval_protocol: str = "spec"
+    needs_catalog: bool = False
 
     @property
     def agent_name(self) -> str:

@@ -10,25 +10,27 @@
    actions, which must earn reward 1.0 through the reward function.
 5. Check that no per-trajectory state is left behind; write ``summary.json``; exit non-zero on any failure.
 
-One module per stage: :mod:`.configs` (step 1), :mod:`.rollouts` (steps 4 and 5 of every stage),
-:mod:`.agent_loop` (the WebShop agent loop, and the whole preflight on verl >= 0.8), :mod:`.envs` (another
-environment or a mix), :mod:`.run` (``run_preflight``: the run for the installed line, WebShop's interaction route
-on verl 0.7.1), with :mod:`.options` and :mod:`.summary` beside them. The cluster, the catalog, the oracle's tasks
+One route for every environment and mix (:mod:`.run`, ``run_preflight``), one module per stage: :mod:`.configs`
+(step 1), :mod:`.rollouts` (steps 4 and 5 of every stage), :mod:`.agent_loop` (the catalog run's agent loop, WebShop's),
+:mod:`.envs` (each environment's tasks through its spec, and a run laid out per environment), with :mod:`.options`
+and :mod:`.summary` beside them. The cluster, the catalog, the oracle's tasks
 and the stand-in model servers are the local harness's (:mod:`agent_trainer.harness`), shared with the rehearsal
 and ``make learn``.
 """
 
 from __future__ import annotations
 
-from .agent_loop import run_agent_loop_preflight, run_agent_loop_stage
+from .agent_loop import run_agent_loop_stage
 from .configs import (
     PreflightError,
     agent_loop_overrides,
     check_training_config,
     compose_stock_config,
     compose_training_config,
+    env_config_names,
+    preflight_configs,
 )
-from .envs import env_config_names, env_round_overrides, run_env_preflight
+from .envs import env_round_overrides, pick_plans
 from .options import PreflightOptions
 from .rollouts import token_stream_report
 from .run import run_preflight
@@ -44,9 +46,9 @@ __all__ = [
     "env_config_names",
     "env_round_overrides",
     "line_dir",
-    "run_agent_loop_preflight",
+    "pick_plans",
+    "preflight_configs",
     "run_agent_loop_stage",
-    "run_env_preflight",
     "run_preflight",
     "token_stream_report",
 ]

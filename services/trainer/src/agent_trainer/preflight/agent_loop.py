@@ -1,50 +1,29 @@
-"""The WebShop agent loop (``webshop_agent``) through the worker verl itself runs, on both verl lines: the stage
-that plays the preflight's goals with the tiny model and with the scripted oracle, and the whole preflight on
-verl >= 0.8 (the 0.9 line), which has no interaction route: configs, data, cluster, this stage."""
+"""A catalog run's agent-loop stage (``webshop_agent``) through the worker verl itself runs, on both verl lines: the
+catalog's goals played with the tiny model and with the scripted oracle (found by the goal's instruction); the
+only stage on verl >= 0.8, which has no interaction route."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import os
-import time
-import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import (
-    AGENT_LOOP_CONFIG,
-    AGENT_LOOP_NAME,
-    TRAINING_CONFIGS,
-    config_dir,
-    installed_verl_line,
-    training_config_dir,
-)
-from ..harness.catalog import default_catalog
-from ..harness.cluster import Cluster, start_or_reuse_cluster
-from ..harness.tasks import pick_oracle_goals
-from .configs import agent_loop_overrides, check_training_configs, compose_training_config
+from ..config import AGENT_LOOP_NAME
+from .configs import agent_loop_overrides
 from .options import PreflightOptions
-from .rollouts import run_agent_loop_rollouts, token_stream_report
-from .summary import line_dir, rounded_mean, write_summary
+from .rollouts import load_samples, run_agent_loop_rollouts, token_stream_report
+from .summary import rounded_mean
 
 
-def run_agent_loop_stage(options: PreflightOptions, directory: Path, out_dir: Path, catalog_dir: Path,
-                         model_dir: Path, plans: Mapping[int, Sequence[str]]) -> dict[str, Any]:  # fmt: skip
+def run_agent_loop_stage(options: PreflightOptions, directory: Path, config_name: str, out_dir: Path,
+                         catalog_dir: Path, model_dir: Path, plans: Mapping[int, Sequence[str]]) -> dict[str, Any]:  # fmt: skip
     """The WebShop agent loop through verl's real AgentLoopWorker: tiny model, then the scripted oracle.
 
     Needs the env cluster's URL in ``WEBSHOP_URL``. Returns results, ``checks`` and ``errors`` (never raises
     for a failed check; raises for a broken setup).
     """
-    from omegaconf import OmegaConf
-    from verl.utils import hf_tokenizer
-
-    try:
-        from verl.trainer.ppo.utils import create_rl_dataset  # verl 0.9
-    except ImportError:
-        from verl.trainer.main_ppo import create_rl_dataset  # verl 0.7.1
-
     from ..data import build_dataset
     from ..harness.model_servers import ScriptedServer, TinyModelServer
     from ..interaction import EPISODES
@@ -57,11 +36,7 @@ def run_agent_loop_stage(options: PreflightOptions, directory: Path, out_dir: Pa
     # the training run's own overrides first, then the preflight's small sizes (as the interaction path does)
     overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
                  *options.extra_overrides]  # fmt: skip
-    _, config = compose_training_config(TRAINING_CONFIGS[options.config or "test"], overrides, directory)
-    OmegaConf.resolve(config)
-    tokenizer = hf_tokenizer(str(model_dir))
-    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
-    samples = [dataset[i] for i in range(len(dataset))]
+    config, tokenizer, samples = load_samples(config_name, overrides, directory, model_dir, train_file)
     checks["agent_loop_dataset"] = len(samples) == built["rows"] and all(
         s.get("agent_name") == AGENT_LOOP_NAME for s in samples
     )
@@ -138,54 +113,3 @@ def run_agent_loop_stage(options: PreflightOptions, directory: Path, out_dir: Pa
     if result["leaked_states"]:
         errors.append(f"agent loop: {result['leaked_states']} episode state(s) left behind")
     return result
-
-
-def run_agent_loop_preflight(options: PreflightOptions) -> dict[str, Any]:
-    """The preflight on verl >= 0.8 (the 0.9 line): configs, data, cluster, the agent loop; no interaction."""
-    from importlib.metadata import version
-
-    started = time.monotonic()
-    out_dir = line_dir(options.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"ok": False, "verl_version": version("verl"), "verl_line": installed_verl_line(),
-                               "agent_loop": AGENT_LOOP_NAME, "config_valid": False, "rollouts": 0,
-                               "mean_reward": None, "oracle_mean_reward": None, "leaked_states": None,
-                               "token_stream_ok": False, "errors": [], "checks": {}, "timings": {}}  # fmt: skip
-    errors: list[str] = summary["errors"]
-    checks: dict[str, bool] = summary["checks"]
-    cluster: Cluster | None = None
-    directory = (options.config_dir or training_config_dir()).resolve()
-    t = time.monotonic()
-    try:
-        # the configs name the agent-loop file relative to the repository; found from any working directory
-        os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(config_dir() / AGENT_LOOP_CONFIG))
-        check_training_configs(options.config, options.overrides, directory, summary, errors)
-        summary["timings"]["configs"] = round(time.monotonic() - t, 2)
-
-        from webshop_env.envs.webshop.catalog.store import open_catalog
-
-        from ..tiny_model import build_tiny_model
-
-        catalog_dir = (options.catalog or default_catalog(out_dir)).resolve()
-        fingerprint = open_catalog(catalog_dir).fingerprint
-        summary["catalog"] = {"dir": str(catalog_dir), "fingerprint": fingerprint}
-        model_dir = build_tiny_model(out_dir / "tiny_model", catalog_dir)
-        plans = pick_oracle_goals(catalog_dir, options.goal_set, "train", options.goals, options.max_turns)
-        cluster = start_or_reuse_cluster(
-            catalog_dir, fingerprint, out_dir / "cluster", options.reuse_url(), options.replicas
-        )
-        os.environ["WEBSHOP_URL"] = cluster.url  # the agent-loop config reads ${oc.env:WEBSHOP_URL}
-        summary["cluster"] = {"url": cluster.url, "reused": cluster.reused}
-        t = time.monotonic()
-        stage = run_agent_loop_stage(options, directory, out_dir, catalog_dir, model_dir, plans)
-        summary["timings"]["agent_loop_rollouts"] = round(time.monotonic() - t, 2)
-        errors.extend(stage.pop("errors"))
-        checks.update(stage.pop("checks"))
-        summary.update(stage)
-    except Exception as error:
-        errors.append(f"{type(error).__name__}: {error}")
-        summary["traceback"] = traceback.format_exc(limit=8)
-    finally:
-        if cluster is not None and cluster.stop is not None:
-            cluster.stop()
-    return write_summary(summary, errors, checks, started, out_dir)

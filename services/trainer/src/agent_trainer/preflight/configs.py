@@ -19,6 +19,7 @@ from ..config import (
     AGENT_NAME,
     ENVIRONMENT_SETTINGS,
     ENVIRONMENTS_KEY,
+    INTERACTION_CONFIG,
     INTERACTION_NAME,
     TRAINING_CONFIGS,
     config_dir,
@@ -320,18 +321,39 @@ def check_training_config(
     return report
 
 
+def env_config_names(env_ids: Sequence[str], config: str | None) -> list[str]:
+    """The training configs of ``env_ids``: ``<env>_grpo_test`` / ``_train`` (``mixed_grpo_*`` for several
+    environments); ``config`` (test | full) picks one, the first is what the rollouts use."""
+    name = env_ids[0] if len(env_ids) == 1 else "mixed"
+    runs = {"test": f"{name}_grpo_test", "full": f"{name}_grpo_train"}
+    return [runs[config]] if config else [runs["test"], runs["full"]]
+
+
+def preflight_configs(env_ids: Sequence[str], config: str | None, by_run: bool) -> dict[str, str]:
+    """The configs a preflight checks, the first the one its rollouts use (:func:`env_config_names`), keyed as the
+    summary shows them: by run (``test``/``full``, a catalog run's keys) with ``by_run``, else by name."""
+    names = env_config_names(env_ids, config)
+    runs = [config] if config else list(TRAINING_CONFIGS)
+    return dict(zip(runs if by_run else names, names, strict=True))
+
+
 def check_training_configs(
-    config: str | None, overrides: Sequence[str], directory: Path, summary: dict[str, Any], errors: list[str]
+    configs: dict[str, str],
+    overrides: Sequence[str],
+    directory: Path,
+    summary: dict[str, Any],
+    errors: list[str],
 ) -> None:
-    """Step 1 of a preflight: ``config`` (else every training config) checked; the reports go into
-    ``summary["configs"]``, their errors into ``errors``, and whether all are valid into ``summary["config_valid"]``
-    and ``summary["checks"]["config_valid"]``."""
-    names = [config] if config else list(TRAINING_CONFIGS)
-    reports = [check_training_config(TRAINING_CONFIGS[n], overrides, directory=directory) for n in names]
-    summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
-    for report in reports:
+    """Step 1 of a preflight: each of ``configs`` (summary key -> config name, :func:`preflight_configs`) checked;
+    the reports go into ``summary["configs"]``, their errors into ``errors``, and whether all are valid into
+    ``summary["config_valid"]`` and ``summary["checks"]["config_valid"]``."""
+    reports = {
+        key: check_training_config(name, overrides, directory=directory) for key, name in configs.items()
+    }
+    summary["configs"] = reports
+    for report in reports.values():
         errors.extend(f"{report['name']}: {e}" for e in report["errors"])
-    summary["config_valid"] = summary["checks"]["config_valid"] = all(r["valid"] for r in reports)
+    summary["config_valid"] = summary["checks"]["config_valid"] = all(r["valid"] for r in reports.values())
 
 
 def tiny_run_overrides(model_dir: Path, train_file: Path, rollouts: int, max_turns: int) -> list[str]:
@@ -351,9 +373,21 @@ def tiny_run_overrides(model_dir: Path, train_file: Path, rollouts: int, max_tur
     ]
 
 
+def agent_loop_file() -> Path:
+    """The checkout's agent-loop config (configs/webshop_agent_loop.yaml: every environment's entry)."""
+    return (config_dir() / AGENT_LOOP_CONFIG).resolve()
+
+
+def interaction_file(directory: Path) -> Path:
+    """The interaction config a preflight's training configs in ``directory`` use (verl 0.7.1's route): the one
+    beside them, else the checkout's (configs/webshop_interaction.yaml)."""
+    beside = directory / INTERACTION_CONFIG
+    return beside if beside.is_file() else config_dir() / INTERACTION_CONFIG
+
+
 def agent_loop_overrides(model_dir: Path, train_file: Path, rollouts: int, max_turns: int) -> list[str]:
     """Overrides that point a training config at the tiny model, the small dataset and the agent loop."""
-    agent_file = (config_dir() / AGENT_LOOP_CONFIG).resolve()
+    agent_file = agent_loop_file()
     return [
         *tiny_run_overrides(model_dir, train_file, rollouts, max_turns),
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_file}",

@@ -1,151 +1,71 @@
-"""Another environment, or a mix: ``make preflight ENV=textcraft`` / ``ENV=textcraft,webshop``.
-
-The environments' configs through Hydra and verl's checks, their rows (``env_data``'s builder) loaded by verl's
-dataset class, a cluster serving them, and their agent loops through the installed line's worker with the tiny
-model and with the scripted oracle (each environment's expert plan, which must succeed on every trajectory); on
-verl 0.7.1 the interaction route too.
-"""
+"""A run laid out per environment (any environment, or a mix: ``make preflight ENV=textcraft`` /
+``ENV=textcraft,webshop``): each environment's tasks picked through its spec, their rows (``env_data``'s builder),
+and the stages: the agent loops through the installed line's worker with the tiny model and with the scripted oracle
+(each environment's expert plan, which must succeed on every trajectory), and on verl 0.7.1 the interaction route
+too."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import os
-import time
-import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import (
-    AGENT_LOOP_CONFIG,
-    AGENT_NAME,
-    INTERACTION_CONFIG,
-    config_dir,
-    installed_verl_line,
-    training_config_dir,
-)
-from ..harness.catalog import default_catalog
-from ..harness.cluster import Cluster, start_or_reuse_env_cluster
-from ..harness.tasks import pick_env_tasks, pick_oracle_goals
-from .configs import agent_loop_overrides, check_training_config, compose_training_config
+from ..config import AGENT_NAME
+from .configs import agent_loop_overrides, interaction_file
 from .options import PreflightOptions
-from .rollouts import run_agent_loop_rollouts, run_interaction_rollouts, token_stream_report
-from .summary import line_dir, rounded_mean, write_summary
+from .rollouts import load_samples, run_agent_loop_rollouts, run_interaction_rollouts, token_stream_report
+from .summary import rounded_mean
 
 
-def env_config_names(env_ids: Sequence[str], config: str | None) -> list[str]:
-    """The training configs of ``env_ids``: ``<env>_grpo_test`` / ``_train`` (``mixed_grpo_*`` for several
-    environments); ``config`` (test | full) picks one, the first is what the rollouts use."""
-    name = env_ids[0] if len(env_ids) == 1 else "mixed"
-    runs = {"test": f"{name}_grpo_test", "full": f"{name}_grpo_train"}
-    return [runs[config]] if config else [runs["test"], runs["full"]]
-
-
-def run_env_preflight(options: PreflightOptions) -> dict[str, Any]:
-    """``agent-train preflight --env textcraft`` (or a mix): the environment's configs through Hydra and verl's
-    checks, its rows (``env_data``'s builder) loaded by verl's dataset class, a cluster serving it, and its agent loop
-    through the installed line's worker, with the tiny model and with the scripted oracle (each environment's expert
-    plan, which must succeed on every trajectory), with per-environment metrics, token streams and leaks checked."""
-    from importlib.metadata import version
+def pick_plans(options: PreflightOptions, catalog_dir: Path, env_url: str
+               ) -> tuple[dict[str, dict[int, list[str]]], dict[str, Any]]:  # fmt: skip
+    """Each environment's oracle tasks and their expert plans, fitting ``options.max_turns - 1`` env steps: the
+    catalog's goals (its oracle, in process) where the spec ``needs_catalog``, else the tasks its core's expert
+    solves (the trainer images have no environment extras: the core served at ``env_url`` plans and replays there).
+    Returns the plans by environment and, for the cores, where each ran (``webshop_env.client.served``)."""
+    from webshop_env.client.served import core_or_served
 
     from .. import envs
+    from ..harness.tasks import pick_env_tasks, pick_oracle_goals
 
-    started = time.monotonic()
-    env_ids = list(options.envs or [])
-    out_dir = line_dir(options.out_dir) / "+".join(env_ids)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"ok": False, "verl_version": version("verl"), "verl_line": installed_verl_line(),
-                               "envs": env_ids, "config_valid": False, "rollouts": 0, "mean_reward": None,
-                               "oracle_mean_reward": None, "leaked_states": None, "token_stream_ok": False,
-                               "errors": [], "checks": {}, "timings": {}}  # fmt: skip
-    errors: list[str] = summary["errors"]
-    checks: dict[str, bool] = summary["checks"]
-    cluster: Cluster | None = None
-    directory = (options.config_dir or training_config_dir()).resolve()
-    try:
-        t = time.monotonic()
-        os.environ.setdefault("WEBSHOP_INTERACTION_CONFIG", str(config_dir() / INTERACTION_CONFIG))
-        os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(config_dir() / AGENT_LOOP_CONFIG))
-        names = env_config_names(env_ids, options.config)
-        reports = [check_training_config(n, options.overrides, directory=directory) for n in names]
-        summary["configs"] = {n: r for n, r in zip(names, reports, strict=True)}
-        for report in reports:
-            errors.extend(f"{report['name']}: {e}" for e in report["errors"])
-        summary["config_valid"] = checks["config_valid"] = all(r["valid"] for r in reports)
-        summary["timings"]["configs"] = round(time.monotonic() - t, 2)
-
-        t = time.monotonic()
-        from webshop_env.envs.webshop.catalog.store import open_catalog
-
-        from ..tiny_model import build_tiny_model
-
-        catalog_dir = (options.catalog or default_catalog(out_dir)).resolve()
-        catalog = open_catalog(catalog_dir)
-        summary["catalog"] = {"dir": str(catalog_dir), "fingerprint": catalog.fingerprint}
-        model_dir = build_tiny_model(line_dir(options.out_dir) / "tiny_model", catalog_dir)
-        summary["timings"]["model"] = round(time.monotonic() - t, 2)
-
-        t = time.monotonic()
-        cluster = start_or_reuse_env_cluster(
-            catalog_dir,
-            catalog.fingerprint,
-            env_ids,
-            out_dir / "cluster",
-            options.reuse_url(),
-            options.replicas,
-        )
-        os.environ["WEBSHOP_URL"] = cluster.url  # the agent-loop config reads ${oc.env:WEBSHOP_URL}
-        summary["cluster"] = {"url": cluster.url, "reused": cluster.reused}
-        summary["timings"]["cluster"] = round(time.monotonic() - t, 2)
-
-        t = time.monotonic()
-        from webshop_env.client.served import core_or_served
-
-        plans: dict[str, dict[int, list[str]]] = {}
-        summary["cores"] = {}
-        for env_id in env_ids:
-            if env_id == envs.WEBSHOP:
-                plans[env_id] = pick_oracle_goals(
-                    catalog_dir, options.goal_set, "train", options.goals, options.max_turns
-                )
-            else:  # the trainer images have no environment extras: the served core plans and replays there
-                summary["cores"][env_id] = core_or_served(env_id, cluster.url)[1]
-                plans[env_id] = pick_env_tasks(env_id, options.goals, options.max_turns - 1, cluster.url)
-        train_file = out_dir / "data" / "train.parquet"
-        rows, openings = write_env_rows(
-            env_ids, plans, catalog, options.goal_set, train_file, env_url=cluster.url
-        )
-        summary["dataset"] = {"rows": len(rows), "tasks": {e: sorted(p) for e, p in plans.items()},
-                              "plan_lengths": {e: sorted(len(p) for p in ps.values()) for e, ps in plans.items()}}  # fmt: skip
-        summary["timings"]["data"] = round(time.monotonic() - t, 2)
-
-        t = time.monotonic()
-        summary.update(_env_agent_loop_stage(options, directory, names[0], model_dir, train_file, rows, openings,
-                                             env_ids, errors, checks))  # fmt: skip
-        summary["timings"]["agent_loop_rollouts"] = round(time.monotonic() - t, 2)
-        if installed_verl_line() == "0.7":  # the interaction route too (the 0.7 configs' default: tool_agent)
-            t = time.monotonic()
-            interaction_file = out_dir / "data" / "train_interaction.parquet"
-            rows, _ = write_env_rows(
-                env_ids,
-                plans,
-                catalog,
-                options.goal_set,
-                interaction_file,
-                interaction=True,
-                env_url=cluster.url,
+    plans: dict[str, dict[int, list[str]]] = {}
+    cores: dict[str, Any] = {}
+    for env_id in options.env_ids:
+        if envs.get(env_id).needs_catalog:
+            plans[env_id] = pick_oracle_goals(
+                catalog_dir, options.goal_set, "train", options.goals, options.max_turns
             )
-            summary["interaction"] = _env_interaction_stage(options, directory, names[0], model_dir,
-                                                            interaction_file, rows, openings, errors, checks)  # fmt: skip
-            summary["timings"]["interaction_rollouts"] = round(time.monotonic() - t, 2)
-    except Exception as error:
-        errors.append(f"{type(error).__name__}: {error}")
-        summary["traceback"] = traceback.format_exc(limit=8)
-    finally:
-        if cluster is not None and cluster.stop is not None:
-            cluster.stop()
-    return write_summary(summary, errors, checks, started, out_dir)
+        else:
+            cores[env_id] = core_or_served(env_id, env_url)[1]
+            plans[env_id] = pick_env_tasks(env_id, options.goals, options.max_turns - 1, env_url)
+    return plans, cores
+
+
+def run_env_stages(options: PreflightOptions, directory: Path, config_name: str, out_dir: Path, catalog: Any,
+                   model_dir: Path, env_url: str, summary: dict[str, Any], lap: Any) -> None:  # fmt: skip
+    """The stages of a run laid out per environment, into ``summary`` (its ``errors``/``checks`` filled in place):
+    the tasks and rows, the agent loops, and on verl 0.7.1 the interaction route for the same tasks."""
+    from ..config import installed_verl_line
+
+    errors, checks, env_ids = summary["errors"], summary["checks"], options.env_ids
+    plans, summary["cores"] = pick_plans(options, Path(catalog.root), env_url)
+    train_file = out_dir / "data" / "train.parquet"
+    rows, openings = write_env_rows(env_ids, plans, catalog, options.goal_set, train_file, env_url=env_url)
+    summary["dataset"] = {"rows": len(rows), "tasks": {e: sorted(p) for e, p in plans.items()},
+                          "plan_lengths": {e: sorted(len(p) for p in ps.values()) for e, ps in plans.items()}}  # fmt: skip
+    lap("data")
+    summary.update(_env_agent_loop_stage(options, directory, config_name, model_dir, train_file, rows, openings,
+                                         env_ids, errors, checks))  # fmt: skip
+    lap("agent_loop_rollouts")
+    if installed_verl_line() == "0.7":  # the interaction route too (the 0.7 configs' default: tool_agent)
+        interaction_file = out_dir / "data" / "train_interaction.parquet"
+        rows, _ = write_env_rows(env_ids, plans, catalog, options.goal_set, interaction_file, interaction=True,
+                                 env_url=env_url)  # fmt: skip
+        summary["interaction"] = _env_interaction_stage(options, directory, config_name, model_dir,
+                                                        interaction_file, rows, openings, errors, checks)  # fmt: skip
+        lap("interaction_rollouts")
 
 
 def write_env_rows(env_ids: Sequence[str], plans: Mapping[str, Mapping[int, Sequence[str]]], catalog: Any,
@@ -184,24 +104,15 @@ def _env_interaction_stage(options: PreflightOptions, directory: Path, name: str
     """verl 0.7.1's interaction route for the same tasks: ``ToolAgentLoop`` -> the environment's interaction
     (configs/webshop_interaction.yaml, chosen by ``interaction_kwargs.name``) -> the reward function; the scripted
     oracle must earn every trajectory's success."""
-    from omegaconf import OmegaConf
-    from verl.trainer.main_ppo import create_rl_dataset
-    from verl.utils import hf_tokenizer
-
     from ..harness.model_servers import PlanByOpeningServer
     from ..interaction import EPISODES
 
-    interaction_file = config_dir() / INTERACTION_CONFIG
     overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
-                 f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interaction_file}",
+                 f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interaction_file(directory)}",
                  f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
                  *env_round_overrides([str(r["data_source"]) for r in rows], options.max_turns),
                  *options.extra_overrides]  # fmt: skip
-    _, config = compose_training_config(name, overrides, directory)
-    OmegaConf.resolve(config)
-    tokenizer = hf_tokenizer(str(model_dir))
-    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
-    samples = [dataset[i] for i in range(len(dataset))]
+    config, tokenizer, samples = load_samples(name, overrides, directory, model_dir, train_file)
     checks["interaction_dataset"] = len(samples) == len(rows) and all(
         s.get("agent_name") == AGENT_NAME and s["interaction_kwargs"].get("name") == s.get("data_source")
         for s in samples
@@ -236,24 +147,12 @@ def _env_agent_loop_stage(options: PreflightOptions, directory: Path, name: str,
                           env_ids: Sequence[str], errors: list[str], checks: dict[str, bool]) -> dict[str, Any]:  # fmt: skip
     """The rows through verl's dataset class and the installed line's agent-loop worker: the tiny model, then the
     scripted oracle; what it found (``errors``/``checks`` filled in place)."""
-    from omegaconf import OmegaConf
-    from verl.utils import hf_tokenizer
-
-    try:
-        from verl.trainer.ppo.utils import create_rl_dataset  # verl 0.9
-    except ImportError:
-        from verl.trainer.main_ppo import create_rl_dataset  # verl 0.7.1
-
     from ..harness.model_servers import PlanByOpeningServer, TinyModelServer
     from ..interaction import EPISODES
 
     overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
                  *env_round_overrides(env_ids, options.max_turns), *options.extra_overrides]  # fmt: skip
-    _, config = compose_training_config(name, overrides, directory)
-    OmegaConf.resolve(config)
-    tokenizer = hf_tokenizer(str(model_dir))
-    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
-    samples = [dataset[i] for i in range(len(dataset))]
+    config, tokenizer, samples = load_samples(name, overrides, directory, model_dir, train_file)
     by_env = [str(s.get("data_source")) for s in samples]
     checks["env_dataset"] = len(samples) == len(rows) and all(
         s.get("agent_name") == f"{s.get('data_source')}_agent" for s in samples

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from ..config import default_env_url
 
+#: The environment a preflight plays when none is named (``agent-train preflight`` without ``--env``).
+DEFAULT_ENV = "webshop"
+
 
 @dataclass
 class PreflightOptions:
@@ -30,9 +33,29 @@ class PreflightOptions:
     # the training run's own Hydra overrides (compose: TRAIN_EXTRA_ARGS): checked with the configs, and applied
     # to the rollout config before the preflight's small sizes
     overrides: list[str] = field(default_factory=list)
-    # the environments (``--env textcraft`` or a mix): their configs, data, cluster and agent loop
-    # (``run_env_preflight``); None or ["webshop"]: WebShop's preflight as it always was
+    # the environments (``--env textcraft`` or a mix): their configs, data, cluster and agent loop; None: WebShop
     envs: list[str] | None = None
+
+    @property
+    def env_ids(self) -> list[str]:
+        """The environments the run plays: ``envs``, else WebShop (the preflight's default)."""
+        return list(self.envs or [DEFAULT_ENV])
+
+    @property
+    def catalog_run(self) -> bool:
+        """One environment whose tasks are the catalog's goals (its spec's ``needs_catalog``: WebShop): the run keeps
+        that environment's own layout, its rows built by ``agent-train data`` with the oracle found by instruction,
+        the configs keyed by run (test/full), the summary in the line's folder and, on verl 0.7.1, the interaction
+        route first with its state counts; any other run is laid out per environment (``<env>+<env>`` folders)."""
+        from .. import envs
+
+        ids = self.env_ids
+        return len(ids) == 1 and envs.get(ids[0]).needs_catalog
+
+    @property
+    def run_folder(self) -> str:
+        """The run's folder under the line's: none for a catalog run, else its environments (``textcraft+webshop``)."""
+        return "" if self.catalog_run else "+".join(self.env_ids)
 
     def reuse_url(self) -> str | None:
         """The env service to reuse if it serves the run's catalog: none with ``fresh_cluster``, else ``env_url``,

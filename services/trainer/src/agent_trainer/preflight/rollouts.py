@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..config import installed_verl_line
@@ -130,3 +131,26 @@ def token_stream_report(records: Sequence[Mapping[str, Any]], tokenizer: Any) ->
             )
     return {"ok": not problems and compared > 0, "trajectories": len(records), "compared_with_render": compared,
             "problems": problems[:10]}  # fmt: skip
+
+
+def load_samples(
+    config_name: str, overrides: Sequence[str], directory: Path, model_dir: Path, train_file: Path
+) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """A stage's start, whichever route it plays: ``config_name`` composed with ``overrides`` (resolved), the tiny
+    model's tokenizer, and ``train_file``'s rows as verl's own dataset class yields them; ``(config, tokenizer,
+    samples)``."""
+    from omegaconf import OmegaConf
+    from verl.utils import hf_tokenizer
+
+    try:
+        from verl.trainer.ppo.utils import create_rl_dataset  # verl 0.9
+    except ImportError:
+        from verl.trainer.main_ppo import create_rl_dataset  # verl 0.7.1
+
+    from .configs import compose_training_config
+
+    _, config = compose_training_config(config_name, overrides, directory)
+    OmegaConf.resolve(config)
+    tokenizer = hf_tokenizer(str(model_dir))
+    dataset = create_rl_dataset([str(train_file)], config.data, tokenizer, None, is_train=True)
+    return config, tokenizer, [dataset[i] for i in range(len(dataset))]

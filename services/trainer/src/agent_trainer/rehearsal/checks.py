@@ -25,6 +25,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -184,19 +185,43 @@ def replay_reward(
 WEBSHOP = "webshop"
 
 
+def needs_catalog(env_id: str) -> bool:
+    """Whether ``env_id``'s tasks are the catalog's goals (its spec's ``needs_catalog``: WebShop's), played on a core
+    built on the catalog with the catalog's oracle as the expert."""
+    from .. import envs
+
+    return envs.get(env_id).needs_catalog
+
+
+def make_core(env_id: str, catalog_dir: Path | None = None) -> Any:
+    """The in-process core of ``env_id`` (an environment whose spec ``needs_catalog``, WebShop: a ``WebShopEnv`` on
+    ``catalog_dir``)."""
+    if needs_catalog(env_id):
+        from webshop_env.envs.webshop.catalog.store import open_catalog
+        from webshop_env.envs.webshop.core.env import WebShopEnv
+
+        if catalog_dir is None:
+            raise ValueError(f"{env_id} needs a catalog")
+        return WebShopEnv(open_catalog(catalog_dir))
+    from webshop_env.envs import registry
+
+    return registry.make(env_id)
+
+
 def replay_episode(
     trajectory: Trajectory, replies: Sequence[str], penalty: float, core: Any
 ) -> dict[str, float]:
     """``{"score", "env_reward", "success", "steps"}`` of ``replies`` replayed on the trajectory's task in its
     environment's in-process ``core`` (WebShop: a ``WebShopEnv`` on the run's catalog, :func:`replay_reward`;
     the others: ``envs.replay.replay_score``, which plays them as the agent loop does through the env's spec)."""
+    from .. import envs
+    from ..envs.replay import replay_score
+
     env_id = trajectory.env_id or WEBSHOP
     if trajectory.goal is None:
         raise ValueError(f"a {env_id} trajectory without a task (its row's extra_info names none)")
-    if env_id == WEBSHOP:
+    if envs.get(env_id).needs_catalog:  # the catalog's goals, in goal sets, on a WebShopEnv
         return replay_reward(core, int(trajectory.goal), trajectory.goal_set or "synthetic", replies, penalty)
-    from ..envs.replay import replay_score
-
     return replay_score(env_id, int(trajectory.goal), replies, penalty=penalty, core=core)
 
 

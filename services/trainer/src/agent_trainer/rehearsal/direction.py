@@ -87,17 +87,10 @@ class StepChecker:
         return checks.GenerationIndex(self.generations)
 
     def env(self, env_id: str = checks.WEBSHOP) -> Any:
-        """The in-process core of ``env_id`` for the replay (WebShop: on the run's catalog), made once."""
+        """The in-process core of ``env_id`` for the replay (one that needs a catalog: on the run's), made once."""
         if env_id not in self._cores:
-            if env_id == checks.WEBSHOP:
-                from webshop_env.envs.webshop.catalog.store import open_catalog
-                from webshop_env.envs.webshop.core.env import WebShopEnv
-
-                self._cores[env_id] = WebShopEnv(open_catalog(os.environ[CATALOG_ENV]))
-            else:
-                from webshop_env.envs import registry
-
-                self._cores[env_id] = registry.make(env_id)
+            catalog = os.environ.get(CATALOG_ENV)
+            self._cores[env_id] = checks.make_core(env_id, Path(catalog) if catalog else None)
         return self._cores[env_id]
 
     def check_step(self, trainer: Any, step: int, trajectories: list[checks.Trajectory]) -> dict[str, Any]:

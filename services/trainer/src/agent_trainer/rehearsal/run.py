@@ -125,13 +125,23 @@ class RehearsalOptions:
     envs: tuple[str, ...] = ("webshop",)  # the environments rehearsed (one, or a mix in one run)
 
     @property
-    def webshop_only(self) -> bool:
-        return tuple(self.envs) == ("webshop",)
+    def catalog_run(self) -> bool:
+        """The classic rehearsal's run (:func:`catalog_run`): its own data, warm start and folders."""
+        return catalog_run(self.envs)
 
     @property
     def label(self) -> str:
         """The run's folder suffix: "" for WebShop (today's folders), ``-textcraft``, ``-textcraft+webshop``."""
-        return "" if self.webshop_only else "-" + "+".join(self.envs)
+        return "" if self.catalog_run else "-" + "+".join(self.envs)
+
+
+def catalog_run(env_ids: Sequence[str]) -> bool:
+    """One environment whose tasks are the catalog's goals (its spec's ``needs_catalog``: WebShop alone): the
+    rehearsal as it always ran for it, on the catalog's oracle plans and rows (``agent-train data``), its test
+    config (``test``), today's folders and eval without ``--env``; any other run is laid out per environment."""
+    from .. import envs
+
+    return len(env_ids) == 1 and envs.get(env_ids[0]).needs_catalog
 
 
 def _line_env(line: str, work: Path, url: str, turn_tokens: int, catalog: Path, fail_fast: bool = False
@@ -177,7 +187,7 @@ def training_config(line: str, env_ids: Sequence[str]) -> str:
     """The test config ``make train-test ENV=...`` runs on ``line``: ``test`` (WebShop), ``<env>_grpo_test`` for
     one other environment, ``mixed_grpo_test`` for a mix; the WebShop test config where the line has none (its
     data, agent loops and rounds then come from the rehearsal's rows and the specs)."""
-    if tuple(env_ids) == ("webshop",):
+    if catalog_run(env_ids):
         return "test"
     name = f"{env_ids[0]}_grpo_test" if len(env_ids) == 1 else "mixed_grpo_test"
     return name if (line_config_dir(line) / f"{name}.yaml").is_file() else "test"
@@ -196,7 +206,6 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
     config = OmegaConf.to_container(
         load_training_config(name, directory=line_config_dir(line), with_verl=False), resolve=False
     )
-    webshop_only = tuple(env_ids) == ("webshop",)
     listed = list(SUBSTITUTED)
     for override, why in SCALE + tuple(
         (o, "transformers 5: name the FSDP wrap class") for o in WRAP_07 if line == "0.7"
@@ -211,7 +220,7 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
         "pages cut so that an episode fits the response budget (the rehearsal's copies of both files)",
         "trainer.total_training_steps=2, then 3 on resume (make train-test: 1 epoch of 64 prompts): the run's steps",
     ]
-    if webshop_only:
+    if catalog_run(env_ids):
         listed += [
             "data: 12 training goals (3 steps of 4), 2 validation goals, all with an oracle plan of at most 4 steps, "
             "instead of data/verl/webshop_{train,eval}.parquet",
@@ -310,7 +319,7 @@ def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]
     plans = pick_oracle_goals(catalog, "synthetic", "train", options.goals + 2, max_turns=5)
     cap = MAX_OBSERVATION_CHARS
     model_dir = (options.model_dir or options.out_dir / "tiny_model").resolve()
-    gate = warm_gate(options.turn_tokens, ["webshop"])
+    gate = warm_gate(options.turn_tokens, list(options.envs))
     model = build_tiny_model(
         model_dir, catalog, force=stale(model_dir, plans, max_observation_chars=cap, gate=gate)
     )
@@ -426,7 +435,7 @@ def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str,
     tasks: dict[str, list[int]] = {}
     for env_id in env_ids:
         need = share[env_id] + val[env_id]
-        if env_id == envs.WEBSHOP:
+        if envs.get(env_id).needs_catalog:
             picked = sorted(
                 pick_oracle_goals(catalog, "synthetic", "train", need, max_turns=MAX_PLAN_STEPS + 1)
             )
@@ -447,7 +456,7 @@ def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str,
     first = env_ids[0]
     write_fixed_sequence(model, catalog, {tasks[first][0]: []}, work / SEQUENCE_FILE, cap, env_id=first)
     routes = train_routes(line, env_ids)
-    opened = open_catalog(catalog) if envs.WEBSHOP in env_ids else None
+    opened = open_catalog(catalog) if any(envs.get(e).needs_catalog for e in env_ids) else None
     builders = {e: env_data.RowBuilder(e, opened) for e in env_ids}
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -480,11 +489,11 @@ def write_fixed_sequence(model: Path, catalog: Path, plans: dict[int, list[str]]
     scored response (pages and replies alike: a probe, not a turn)."""
     from transformers import AutoTokenizer
 
-    from .warm_start import expert_examples, oracle_examples
+    from .warm_start import expert_examples, needs_catalog, oracle_examples
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     first = sorted(plans)[0]
-    if env_id == "webshop":
+    if needs_catalog(env_id):
         messages, reply = oracle_examples(catalog, {first: plans[first]}, max_observation_chars=cap)[-1]
     else:
         messages, reply = expert_examples({env_id: [first]}, max_observation_chars=cap)[-1]
@@ -666,7 +675,7 @@ def _evaluate(work: Path, checkpoint: Path, url: str, env: dict[str, str], log: 
                "--model-path", str(checkpoint), "--url", url, "--split", "test", "--max-samples", str(goals),
                "--max-steps", str(plan_steps(env_ids)), "--out", str(out), "--overwrite", "--no-progress",
                "--startup-timeout", "300"]  # fmt: skip
-    if tuple(env_ids) != ("webshop",):
+    if not catalog_run(env_ids):
         command += ["--env", ",".join(env_ids)]
     code = _webshop_train(command, env, log, work, timeout=900)
     metrics = out / "metrics.json"
@@ -786,7 +795,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
     started = time.monotonic()
     line = installed_verl_line()
     env_ids = tuple(options.envs)
-    if options.env == "ray" and not options.webshop_only:
+    if options.env == "ray" and not options.catalog_run:
         raise ValueError(
             "--env ray rehearses WebShop only (--envs webshop); the other environments: --env http"
         )
@@ -808,13 +817,13 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
     stop = None
     try:
         prepared = (
-            _prepare(options, work, line) if options.webshop_only else _prepare_envs(options, work, line)
+            _prepare(options, work, line) if options.catalog_run else _prepare_envs(options, work, line)
         )
         summary["catalog"] = {"dir": str(prepared["catalog"]), "fingerprint": prepared["fingerprint"]}
         summary["warm_start"] = prepared["warm_start"]
-        if not options.webshop_only:
+        if not options.catalog_run:
             summary["tasks"], summary["train_routes"] = prepared["tasks"], prepared["routes"]
-        if not options.webshop_only:  # a local cluster serving exactly the run's environments
+        if not options.catalog_run:  # a local cluster serving exactly the run's environments
             running = start_cluster(prepared["catalog"], work / "cluster", served=env_ids)
             stop = running.stop
             url, replicas = running.url, cluster_replicas(work / "cluster")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import prompts
+from .checks import make_core, needs_catalog
 
 MARKER = "webshop-warm-start.json"
 
@@ -86,7 +87,7 @@ class InProcessClient:
         return out
 
     async def reset(self, task: int, goal_set: str | None = None, split: str | None = None) -> dict[str, Any]:
-        if self.env_id == "webshop":
+        if needs_catalog(self.env_id):  # the catalog's goals come in goal sets
             return self._answer(self.core.reset(task, goal_set=goal_set or "synthetic"))
         return self._answer(self.core.reset(task))
 
@@ -189,9 +190,7 @@ def oracle_examples(catalog_dir: Path, plans: Mapping[int, Sequence[str]], goal_
 
 def expert_plan(env_id: str, task: int, *, core: Any = None, goal_set: str = "synthetic") -> list[str]:
     """The expert's actions for ``task`` of ``env_id`` (``core``: its in-process core, or a ``WebShopEnv``)."""
-    from .. import envs
-
-    if env_id == envs.WEBSHOP:
+    if needs_catalog(env_id):
         from webshop_env.envs.webshop.core.oracle import expert_actions
 
         return list(expert_actions(core, task, goal_set=goal_set) or [])
@@ -207,7 +206,7 @@ def expert_episode(env_id: str, task: int, plan: Sequence[str], *, core: Any, go
     from .. import envs
 
     spec = envs.get(env_id)
-    if env_id == envs.WEBSHOP:
+    if spec.needs_catalog:
         examples = oracle_examples_on(core, {task: plan}, goal_set, max_observation_chars)
         steps = core.reset(task, goal_set=goal_set)
         reward = 0.0
@@ -244,22 +243,6 @@ def expert_episode(env_id: str, task: int, plan: Sequence[str], *, core: Any, go
                      {"role": "user", "content": spec.step_message(result, parsed, outcome, max_observation_chars)}]  # fmt: skip
     return examples, {"success": bool(outcome and outcome.done and outcome.success),
                       "env_reward": float(outcome.env_reward) if outcome else 0.0, "steps": len(examples)}  # fmt: skip
-
-
-def make_core(env_id: str, catalog_dir: Path | None = None) -> Any:
-    """The in-process core of ``env_id`` (WebShop: a ``WebShopEnv`` on ``catalog_dir``)."""
-    from .. import envs
-
-    if env_id == envs.WEBSHOP:
-        from webshop_env.envs.webshop.catalog.store import open_catalog
-        from webshop_env.envs.webshop.core.env import WebShopEnv
-
-        if catalog_dir is None:
-            raise ValueError("webshop needs a catalog")
-        return WebShopEnv(open_catalog(catalog_dir))
-    from webshop_env.envs import registry
-
-    return registry.make(env_id)
 
 
 def expert_examples(tasks: Mapping[str, Sequence[int]], *, catalog_dir: Path | None = None,

@@ -122,7 +122,9 @@ def test_demo_plays_an_environment_without_webshop(
 ) -> None:
     """``make demo ENVS=sokoban``: no WebShop served, so nothing may ask the service for WebShop's routes (the demo
     used to evaluate WebShop first, whatever ENVS said, and stopped at its ``/v1/info``)."""
-    if importlib.util.find_spec("gym_sokoban") is None:  # its rooms' generator (read from the file, never imported)
+    if (
+        importlib.util.find_spec("gym_sokoban") is None
+    ):  # its rooms' generator (read from the file, never imported)
         pytest.skip("gym-sokoban (Sokoban's rooms) is not installed: pip install -e 'services/env[sokoban]'")
     monkeypatch.setenv("WEBSHOP_ENVS", "sokoban")
     out = tmp_path / "demo"

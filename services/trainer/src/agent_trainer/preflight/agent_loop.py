@@ -21,10 +21,12 @@ from ..config import (
     installed_verl_line,
     training_config_dir,
 )
+from ..envs import WEBSHOP
 from ..harness.catalog import default_catalog
 from ..harness.cluster import Cluster, start_or_reuse_cluster
 from ..harness.tasks import pick_oracle_goals
 from .configs import agent_loop_overrides, check_training_configs, compose_training_config
+from .envs import env_round_overrides
 from .options import PreflightOptions
 from .rollouts import run_agent_loop_rollouts, token_stream_report
 from .summary import line_dir, rounded_mean, write_summary
@@ -56,7 +58,7 @@ def run_agent_loop_stage(options: PreflightOptions, directory: Path, out_dir: Pa
                           progress=False, agent_name=AGENT_LOOP_NAME)  # fmt: skip
     # the training run's own overrides first, then the preflight's small sizes (as the interaction path does)
     overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
-                 *options.extra_overrides]  # fmt: skip
+                 *env_round_overrides([WEBSHOP], options.max_turns), *options.extra_overrides]  # fmt: skip
     _, config = compose_training_config(TRAINING_CONFIGS[options.config or "test"], overrides, directory)
     OmegaConf.resolve(config)
     tokenizer = hf_tokenizer(str(model_dir))

@@ -191,9 +191,14 @@ def test_an_entry_that_still_sets_max_steps_is_refused_naming_the_key_that_repla
     rollout_config, tiny_model_dir
 ) -> None:
     """An old agent-loop file's ``max_steps`` (the entry's own rounds): an error, not a silently ignored setting."""
-    from hydra.errors import InstantiationException  # verl instantiates the entry through Hydra, which wraps it
+    from hydra.errors import (
+        InstantiationException,  # verl instantiates the entry through Hydra, which wraps it
+    )
 
-    with pytest.raises(InstantiationException, match=r"TypeError.*max_steps is no longer .* environments\.textcraft\.max_rounds"):
+    with pytest.raises(
+        InstantiationException,
+        match=r"TypeError.*max_steps is no longer .* environments\.textcraft\.max_rounds",
+    ):
         make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent", max_steps=7)
 
 

@@ -33,12 +33,15 @@ def in_process_env(monkeypatch: pytest.MonkeyPatch, env_app: Any) -> Iterator[An
     import httpx
 
     from agent_trainer import interaction
+    from webshop_env.client import native
 
-    class InProcessClient(interaction.WebShopClient):
+    class InProcessClient(native.WebShopClient):
         def __init__(self, base_url: str, **kwargs: Any) -> None:
             super().__init__(base_url, transport=httpx.ASGITransport(app=env_app), **kwargs)
 
-    monkeypatch.setattr(interaction, "WebShopClient", InProcessClient)
+    monkeypatch.setattr(
+        native, "WebShopClient", InProcessClient
+    )  # the one WebShop's spec opens (envs.webshop.client)
     interaction.EPISODES.clear()
     yield env_app
     interaction.EPISODES.clear()
@@ -97,21 +100,24 @@ def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) ->
     import httpx
 
     from agent_trainer import interaction
+    from webshop_env.client import envs as client_envs
+    from webshop_env.client import native
 
     served = ["webshop", "textcraft", *(["babyai"] if babyai_served() else [])]
     app = served_app(generated_catalog_dir, ",".join(served))
     transport = httpx.ASGITransport(app=app)
 
-    class InProcessWebShop(interaction.WebShopClient):
+    class InProcessWebShop(native.WebShopClient):
         def __init__(self, base_url: str, **kwargs: Any) -> None:
             super().__init__(base_url, transport=transport, **kwargs)
 
-    class InProcessEnv(interaction.EnvClient):
+    class InProcessEnv(client_envs.EnvClient):
         def __init__(self, base_url: str, env_id: str, **kwargs: Any) -> None:
             super().__init__(base_url, env_id, transport=transport, **kwargs)
 
-    monkeypatch.setattr(interaction, "WebShopClient", InProcessWebShop)
-    monkeypatch.setattr(interaction, "EnvClient", InProcessEnv)
+    # the classes the specs' clients open (EnvSpec.client looks them up when called)
+    monkeypatch.setattr(native, "WebShopClient", InProcessWebShop)
+    monkeypatch.setattr(client_envs, "EnvClient", InProcessEnv)
     interaction.EPISODES.clear()
     yield app
     interaction.EPISODES.clear()

@@ -18,7 +18,7 @@ pytest.importorskip("verl", reason="the trainer package needs verl: make setup")
 
 from verl.utils import hf_tokenizer
 
-from agent_trainer import prompts
+from agent_trainer import envs, prompts
 from agent_trainer.config import AGENT_LOOP_CONFIG, AGENT_LOOP_NAME, config_dir
 
 pytestmark = pytest.mark.slow
@@ -69,8 +69,9 @@ def rollout_config(tiny_model_dir: Path) -> Any:
 
 
 def make_loop(config: Any, server: Any, tiny_model_dir: Path, response_length: int | None = None,
-              **settings: Any) -> Any:  # fmt: skip
-    """What AgentLoopWorker._run_agent_loop does: instantiate the YAML entry with verl's keyword arguments."""
+              rounds: int | None = None, **settings: Any) -> Any:  # fmt: skip
+    """What AgentLoopWorker._run_agent_loop does: instantiate the YAML entry with verl's keyword arguments
+    (``rounds``: the training config's ``environments.webshop.max_rounds``)."""
     import copy
 
     import hydra
@@ -82,6 +83,8 @@ def make_loop(config: Any, server: Any, tiny_model_dir: Path, response_length: i
     config = copy.deepcopy(config)
     if response_length is not None:
         config.actor_rollout_ref.rollout.response_length = response_length
+    if rounds is not None:
+        OmegaConf.update(config, "environments.webshop.max_rounds", rounds, force_add=True)
     entries = {e.name: e for e in OmegaConf.load(config_dir() / AGENT_LOOP_CONFIG)}
     entry = OmegaConf.merge(entries[AGENT_LOOP_NAME], settings)
     extra = {"hf_model_type": "qwen2", "tools": None}  # verl 0.9.1 passes these; 0.7.1's base swallows them
@@ -150,13 +153,13 @@ def test_the_oracle_plan_earns_reward_one_with_env_tokens_masked(
     assert len(EPISODES) == 0
 
 
-def test_the_step_limit_allows_exactly_max_steps_env_steps(
+def test_the_step_limit_allows_exactly_the_rounds_env_steps(
     in_process_env, rollout_config, tiny_model_dir
 ) -> None:
     from agent_trainer.interaction import EPISODES
 
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"] * 10)
-    output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, max_steps=3), 1500)
+    output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, rounds=3), 1500)
     info = output.extra_fields["reward_extra_info"]
     assert record["stop"] == "step_limit" and info["steps"] == 3 and len(record["generated"]) == 3
     assert output.reward_score == 0.0 and info["success"] == 0.0
@@ -165,17 +168,23 @@ def test_the_step_limit_allows_exactly_max_steps_env_steps(
     assert len(EPISODES) == 0
 
 
-def test_by_default_the_episode_gets_the_env_steps_max_assistant_turns_allows_on_the_interaction_path(
+def test_the_episode_gets_the_configs_rounds_whatever_max_assistant_turns_allows(
     in_process_env, rollout_config, tiny_model_dir
 ) -> None:
-    from agent_trainer.turns import env_steps_for_turns
+    """The rounds are WebShop's (its spec's 24, restated by the configs) or ``environments.webshop.max_rounds``;
+    verl's ``max_assistant_turns`` (MAX_TURNS here) is no episode length of the agent loop's."""
+    from omegaconf import OmegaConf
 
+    assert rollout_config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == MAX_TURNS
+    assert make_loop(rollout_config, None, tiny_model_dir).max_rounds == envs.get("webshop").max_rounds == 24
+    bare = OmegaConf.masked_copy(rollout_config, [k for k in rollout_config if k != "environments"])
+    assert make_loop(bare, None, tiny_model_dir).max_rounds == 24  # no environments block: the spec's
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"] * 20)
-    output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir), 1500)
-    assert record["stop"] == "step_limit"
-    assert (
-        output.extra_fields["reward_extra_info"]["steps"] == env_steps_for_turns(MAX_TURNS) == MAX_TURNS - 1
+    output, record = play(
+        lambda: make_loop(rollout_config, server, tiny_model_dir, rounds=MAX_TURNS + 2), 1500
     )
+    assert record["stop"] == "step_limit"
+    assert output.extra_fields["reward_extra_info"]["steps"] == len(record["generated"]) == MAX_TURNS + 2
 
 
 def test_replies_without_an_action_are_counted_and_still_step(
@@ -183,7 +192,7 @@ def test_replies_without_an_action_are_counted_and_still_step(
 ) -> None:
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["I do not know."] * 10)
     output, record = play(
-        lambda: make_loop(rollout_config, server, tiny_model_dir, max_steps=2, invalid_action_penalty=0.25),
+        lambda: make_loop(rollout_config, server, tiny_model_dir, rounds=2, invalid_action_penalty=0.25),
         1500,
     )
     info = output.extra_fields["reward_extra_info"]
@@ -198,7 +207,7 @@ def test_the_response_budget_ends_the_episode_cleanly(in_process_env, rollout_co
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"] * 50)
     output, record = play(
         lambda: make_loop(
-            rollout_config, server, tiny_model_dir, response_length=300, max_steps=50, turn_tokens=16
+            rollout_config, server, tiny_model_dir, response_length=300, rounds=50, turn_tokens=16
         ),
         1500,
     )
@@ -213,12 +222,12 @@ def test_a_refused_step_ends_with_reward_zero_and_env_error(
     in_process_env, rollout_config, tiny_model_dir, monkeypatch
 ) -> None:
     from agent_trainer import interaction
-    from webshop_env.client import WebShopRequestError
+    from webshop_env.client import WebShopRequestError, native
 
     async def refuse(self: Any, state: str, action: str) -> Any:
         raise WebShopRequestError(400, "bad_state", "forged")
 
-    monkeypatch.setattr(interaction.WebShopClient, "step", refuse)
+    monkeypatch.setattr(native.WebShopClient, "step", refuse)
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"])
     output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir), 1500)
     assert record["stop"] == "env_error" and output.reward_score == 0.0

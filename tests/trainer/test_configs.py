@@ -310,3 +310,26 @@ def test_the_launcher_runs_an_environment_config_by_name_on_this_line(
     assert "data/verl/textcraft/train.parquet" in printed
     assert main(["train", "--config", "test", "--dry-run", "--output-dir", str(tmp_path)]) == 0
     assert "--config-name webshop_grpo_test" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("directory", [CONFIGS, CONFIGS / "verl09"], ids=["0.7", "0.9"])
+def test_every_config_states_each_environments_rounds_so_the_run_prints_them(directory: Path) -> None:
+    """verl prints the resolved config at the start of a run: every environment a config trains has its rounds
+    there (``environments.<env>.max_rounds``, what ``turns.episode_rounds`` reads), WebShop's the spec's 24, and
+    verl's turn limit leaves the longest of them its last reply."""
+    from agent_trainer import envs
+
+    for path in sorted(directory.glob("*_grpo_*.yaml")):
+        config = _resolved(path.stem, directory=directory)
+        env_ids = (
+            [path.stem.split("_grpo_")[0]]
+            if not path.stem.startswith("mixed")
+            else ["textcraft", "babyai", "webshop"]
+        )
+        rounds = {env_id: config.environments[env_id].max_rounds for env_id in env_ids}
+        assert all(isinstance(r, int) and r >= 1 for r in rounds.values()), (path.name, rounds)
+        if "webshop" in rounds:
+            assert rounds["webshop"] == envs.get("webshop").max_rounds == 24, path.name
+        assert config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == max(rounds.values()) + 1, (
+            path.name
+        )

@@ -165,12 +165,12 @@ def test_textcraft_expert_plan_crafts_the_goal_with_reward_one_and_env_tokens_ma
     assert len(EPISODES) == 0
 
 
-def test_textcraft_budget_is_30_rounds_unless_the_entry_or_the_training_config_says_otherwise(
+def test_textcraft_budget_is_30_rounds_unless_the_training_config_says_otherwise(
     env_service, rollout_config, tiny_model_dir
 ) -> None:
     tokenizer = hf_tokenizer(str(tiny_model_dir))
-    assert make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent").max_steps == 30
-    assert make_loop(rollout_config, None, tiny_model_dir, "babyai_agent").max_steps == 20
+    assert make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent").max_rounds == 30
+    assert make_loop(rollout_config, None, tiny_model_dir, "babyai_agent").max_rounds == 20
     configured = {"environments": {"textcraft": {"max_rounds": 3}}}
     server = ScriptServer(tokenizer, react(["inventory"] * 10))
     output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, "textcraft_agent", configured),
@@ -178,16 +178,28 @@ def test_textcraft_budget_is_30_rounds_unless_the_entry_or_the_training_config_s
     info = output.extra_fields["reward_extra_info"]
     assert record["stop"] == "step_limit" and info["steps"] == 3.0 and len(record["generated"]) == 3
     assert output.reward_score == 0.0 and info["success"] == 0.0 and info["purchased"] == 0.0
-    assert make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent", max_steps=7).max_steps == 7
-    both = make_loop(
-        rollout_config, None, tiny_model_dir, "textcraft_agent", configured, max_steps=7, turn_tokens=99
-    )
-    assert both.max_steps == 3 and both.turn_tokens == 99  # the run's training config has the last word
+    both = make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent", configured, turn_tokens=99)
+    assert both.max_rounds == 3 and both.turn_tokens == 99
     shaped = {"environments": {"textcraft": {"max_rounds": 3, "turn_tokens": 64}}}
     assert (
         make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent", shaped, turn_tokens=99).turn_tokens
         == 64
     )
+
+
+def test_an_entry_that_still_sets_max_steps_is_refused_naming_the_key_that_replaced_it(
+    rollout_config, tiny_model_dir
+) -> None:
+    """An old agent-loop file's ``max_steps`` (the entry's own rounds): an error, not a silently ignored setting."""
+    from hydra.errors import (
+        InstantiationException,  # verl instantiates the entry through Hydra, which wraps it
+    )
+
+    with pytest.raises(
+        InstantiationException,
+        match=r"TypeError.*max_steps is no longer .* environments\.textcraft\.max_rounds",
+    ):
+        make_loop(rollout_config, None, tiny_model_dir, "textcraft_agent", max_steps=7)
 
 
 def test_agentgym_client_rules_several_actions_answered_locally_empty_and_refused_actions_invalid(
@@ -309,12 +321,13 @@ class ScriptedSciWorld:
 def test_sciworld_partial_scores_pay_in_proportion_and_only_100_is_a_success(
     monkeypatch, rollout_config, tiny_model_dir, rounds: int, reward: float, success: float, stop: str
 ) -> None:
-    from agent_trainer import interaction
+    from webshop_env.client import envs as client_envs
 
-    monkeypatch.setattr(interaction, "EnvClient", ScriptedSciWorld)
+    monkeypatch.setattr(client_envs, "EnvClient", ScriptedSciWorld)  # what SciWorld's spec opens
     ScriptedSciWorld.instances.clear()
     server = ScriptServer(hf_tokenizer(str(tiny_model_dir)), react(["look around"] * 10))
-    output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, "sciworld_agent", max_steps=rounds),
+    rounds_of = {"environments": {"sciworld": {"max_rounds": rounds}}}
+    output, record = play(lambda: make_loop(rollout_config, server, tiny_model_dir, "sciworld_agent", rounds_of),
                           "sciworld", 3)  # fmt: skip
     info = output.extra_fields["reward_extra_info"]
     assert (output.reward_score, info["env_reward"], info["success"], record["stop"]) == (

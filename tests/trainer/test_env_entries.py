@@ -44,10 +44,18 @@ def test_each_environments_entries_say_what_it_registers(env_id: str) -> None:
     interactions = {e["name"]: e for e in yaml.safe_load((CONFIGS / entries.INTERACTION_FILE).read_text())["interaction"]}  # fmt: skip
     loop, interaction = loops[spec.agent_name], interactions[env_id]
     webshop_loop, webshop_interaction = loops["webshop_agent"], interactions["webshop"]
-    assert (loop["_target_"], loop["env_id"], loop["max_steps"]) == (entries.AGENT_LOOP_CLASS, env_id, None)
-    assert interaction["class_name"] == entries.INTERACTION_CLASS
-    assert (interaction["config"]["env_id"], interaction["config"]["max_rounds"]) == (env_id, None)
-    own = {"name", "_target_", "env_id", "max_steps", "max_rounds", "timeout"}
+    assert (loop["_target_"], loop["env_id"]) == (entries.AGENT_LOOP_CLASS, env_id)
+    assert (
+        interaction["class_name"] == entries.INTERACTION_CLASS and interaction["config"]["env_id"] == env_id
+    )
+    # the rounds are the spec's or the training config's (turns.episode_rounds), never an entry's
+    assert not {"max_steps", "max_rounds"} & {
+        *loop,
+        *webshop_loop,
+        *interaction["config"],
+        *webshop_interaction["config"],
+    }
+    own = {"name", "_target_", "env_id", "timeout"}
     for entry, webshop in ((loop, webshop_loop), (interaction["config"], webshop_interaction["config"])):
         # WebShop's settings (<<:) but its own; the client waits out the balancer's window for one request
         assert {k: v for k, v in entry.items() if k not in own} == {

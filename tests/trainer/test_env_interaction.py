@@ -18,7 +18,13 @@ from agent_trainer import envs
 from agent_trainer.config import INTERACTION_CONFIG, config_dir
 from agent_trainer.envs.agentgym import ONE_ACTION_ONLY
 from agent_trainer.episode import TurnScore
-from agent_trainer.interaction import EPISODES, EnvInteraction, WebshopInteraction, close_shared_clients
+from agent_trainer.interaction import (
+    EPISODES,
+    EnvInteraction,
+    WebshopInteraction,
+    close_shared_clients,
+    reached_rounds,
+)
 from agent_trainer.reward import compute_score
 
 T = TypeVar("T")
@@ -87,11 +93,10 @@ def test_every_environment_has_an_entry_and_webshop_keeps_its_own_class() -> Non
     assert type(built["webshop"]) is WebshopInteraction
     for env_id in set(built) - {"webshop"}:
         assert isinstance(built[env_id], EnvInteraction) and built[env_id].spec.env_id == env_id
-    assert (built["textcraft"].max_rounds, built["babyai"].max_rounds, built["sciworld"].max_rounds) == (
-        30,
-        20,
-        20,
-    )
+    rounds = {
+        env_id: built[env_id].spec.max_rounds for env_id in ("webshop", "textcraft", "babyai", "sciworld")
+    }
+    assert rounds == {"webshop": 24, "textcraft": 30, "babyai": 20, "sciworld": 20}
 
 
 def test_textcraft_expert_plan_crafts_the_goal_and_the_reward_function_scores_it(env_service) -> None:
@@ -185,9 +190,17 @@ def test_bad_entries_are_errors() -> None:
         EnvInteraction({"name": "alfworld"})
     with pytest.raises(ValueError, match="timeuot"):
         EnvInteraction({"name": "textcraft", "timeuot": 3})
-    with pytest.raises(ValueError, match="max_rounds"):
-        EnvInteraction({"name": "babyai", "max_rounds": 0})
-    assert EnvInteraction({"name": "tc", "env_id": "textcraft", "max_rounds": 7}).max_rounds == 7
+    # an old interaction file's own rounds: refused, naming the training config's key that replaced them
+    for rounds in (7, None):
+        with pytest.raises(ValueError, match=r"max_rounds is no longer .* environments\.babyai\.max_rounds"):
+            EnvInteraction({"name": "babyai", "max_rounds": rounds})
+
+
+def test_the_rows_rounds_else_the_specs_end_the_episode() -> None:
+    """``max_rounds`` on the row (what WebShopToolAgentLoop puts there from ``turns.episode_rounds``) decides;
+    without it (verl's own ToolAgentLoop) the spec's rounds do."""
+    assert not reached_rounds(23, {}, 24) and reached_rounds(24, {}, 24)
+    assert reached_rounds(2, {"max_rounds": 2}, 24) and not reached_rounds(2, {"max_rounds": 3}, 2)
 
 
 @pytest.mark.skipif(not babyai_served(), reason="webshop_env.envs.babyai is not servable here (minigrid)")
@@ -235,9 +248,9 @@ class ScriptedSciWorld:
 def test_sciworld_pays_its_score_in_proportion_and_frees_the_simulator(
     monkeypatch, rounds: int, reward: float, success: float
 ) -> None:
-    from agent_trainer import interaction
+    from webshop_env.client import envs as client_envs
 
-    monkeypatch.setattr(interaction, "EnvClient", ScriptedSciWorld)
+    monkeypatch.setattr(client_envs, "EnvClient", ScriptedSciWorld)  # what SciWorld's spec opens
     ScriptedSciWorld.instances.clear()
     EPISODES.clear()
     data = {"prompt": [{"role": "system", "content": envs.get("sciworld").system_prompt},

@@ -12,7 +12,6 @@ pytest.importorskip("verl", reason="the trainer package needs verl: make setup")
 from omegaconf import OmegaConf
 
 from agent_trainer import envs, prompts
-from agent_trainer.agent_loop import max_steps_for
 from agent_trainer.envs import babyai, sciworld, textcraft, webshop
 from agent_trainer.envs.agentgym import ONE_ACTION_ONLY, clean_action, parse_reply
 from agent_trainer.episode import TurnScore
@@ -258,21 +257,43 @@ def test_task_index_reads_aliases_and_refuses_what_is_not_a_task() -> None:
 
 
 @pytest.mark.parametrize(
-    ("env_id", "entry", "config", "expected"),
+    ("env_id", "config", "expected"),
     [
-        ("textcraft", None, {}, 30),
-        ("babyai", None, {}, 20),
-        ("textcraft", None, {"environments": {"textcraft": {"max_rounds": 12}}}, 12),
-        ("textcraft", 5, {"environments": {"textcraft": {"max_rounds": 12}}}, 12),  # the run's file wins
-        ("textcraft", 5, {"environments": {"babyai": {"max_rounds": 12}}}, 5),
-        ("webshop", None, {}, 8),  # max_assistant_turns 9 -> 8 env steps (the interaction path's rule)
-        ("webshop", None, {"environments": {"webshop": {"max_rounds": 4}}}, 4),
+        ("textcraft", {}, 30),
+        ("babyai", {}, 20),
+        ("sciworld", {}, 20),
+        ("webshop", {}, 24),  # the guides' 25 assistant turns, the last one never played
+        ("textcraft", {"environments": {"textcraft": {"max_rounds": 12}}}, 12),  # the run's file wins
+        (
+            "textcraft",
+            {"environments": {"babyai": {"max_rounds": 12}}},
+            30,
+        ),  # another environment's: not this one's
+        ("textcraft", {"environments": {"textcraft": {"turn_tokens": 64}}}, 30),
+        ("webshop", {"environments": {"webshop": {"max_rounds": 4}}}, 4),
+        # verl's turn limit bounds the 0.7.1 path; it is no episode length of its own
+        ("webshop", {"actor_rollout_ref": {"rollout": {"multi_turn": {"max_assistant_turns": 9}}}}, 24),
     ],
 )
-def test_the_turn_budget(env_id: str, entry: int | None, config: dict, expected: int) -> None:
-    trainer = OmegaConf.create(config)
-    rollout = OmegaConf.create({"multi_turn": {"max_assistant_turns": 9}})
-    assert max_steps_for(envs.get(env_id), entry, trainer, rollout) == expected
+def test_the_episode_rounds_are_the_specs_unless_the_training_config_overrides_them(
+    env_id: str, config: dict, expected: int
+) -> None:
+    from agent_trainer.turns import episode_rounds
+
+    assert episode_rounds(envs.get(env_id), OmegaConf.create(config)) == expected
+
+
+def test_rounds_that_are_not_a_positive_integer_are_refused() -> None:
+    import dataclasses
+
+    from agent_trainer.turns import episode_rounds
+
+    zero = OmegaConf.create({"environments": {"babyai": {"max_rounds": 0}}})
+    with pytest.raises(ValueError, match=r"babyai: max_rounds = 0 \(environments\.babyai\.max_rounds"):
+        episode_rounds(envs.get("babyai"), zero)
+    for rounds in (None, 0, True):  # a spec must say its episode length: no derived or missing value
+        with pytest.raises(ValueError, match="spec: max_rounds"):
+            dataclasses.replace(envs.get("textcraft"), max_rounds=rounds)
 
 
 # ---- the episode's metrics from the loop's turn scores ---------------------------------------------------------

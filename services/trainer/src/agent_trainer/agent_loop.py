@@ -15,11 +15,11 @@ and awaits ``run()``, which here:
    system prompt, then the first user turn built from the env's own answer);
 2. alternates a model turn (at most ``turn_tokens`` new tokens, mask 1) and an env step with the action the
    reply names; the env's next page is appended as a user turn (mask 0: not trained on);
-3. stops when the env says done (a purchase, or the server's own step limit), after ``max_steps`` env steps
-   (every reply is played; by default the steps ``rollout.multi_turn.max_assistant_turns`` allows on the 0.7.1
-   interaction path, ``turns.env_steps_for_turns``, so one config means the same episode length on both
-   paths), or when the response budget (``rollout.response_length``, env tokens included) cannot hold another turn. The stream
-   then ends on the model's last turn, where verl puts the reward;
+3. stops when the env says done (a purchase, or the server's own step limit), after the episode's rounds (env
+   steps, every reply played: ``turns.episode_rounds``, the spec's or the training config's
+   ``environments.<env>.max_rounds``, what the 0.7.1 interaction path plays too), or when the response budget
+   (``rollout.response_length``, env tokens included) cannot hold another turn. The stream then ends on the
+   model's last turn, where verl puts the reward;
 4. returns the episode's reward as ``reward_score`` (verl then skips its reward function) and the episode's
    metrics in ``extra_fields["reward_extra_info"]``, computed by ``reward.episode_summary`` from the same
    ``TurnScore`` values the 0.7.1 interaction produces, so both paths report identical metrics;
@@ -53,11 +53,11 @@ from verl.utils.profiler import simple_timer
 from . import envs
 from . import episode as episodes
 from .agent_tokens import TurnTokens
-from .config import ENVIRONMENT_SETTINGS, ENVIRONMENTS_KEY, InteractionSettings
+from .config import InteractionSettings
 from .episode import Episode, TurnScore
 from .interaction import EPISODES, ensure_ready, shared_client
 from .reward import METRIC_KEYS, episode_summary
-from .turns import env_steps_for_turns
+from .turns import environment_settings, episode_rounds
 
 logger = logging.getLogger(__name__)
 
@@ -87,33 +87,6 @@ def _settings(items: tuple[tuple[str, Any], ...]) -> InteractionSettings:
     return InteractionSettings.from_config(dict(items))
 
 
-def environment_settings(trainer_config: Any, env_id: str) -> dict[str, Any]:
-    """The training config's ``environments.<env_id>`` block (empty without one)."""
-    section = trainer_config.get(ENVIRONMENTS_KEY) if hasattr(trainer_config, "get") else None
-    block = (section or {}).get(env_id) or {}
-    return {key: block.get(key) for key in ENVIRONMENT_SETTINGS if block.get(key) is not None}
-
-
-def max_steps_for(spec: envs.EnvSpec, entry: int | None, trainer_config: Any, rollout_config: Any) -> int:
-    """An episode's turn budget (model turns, each one env step), first found of:
-
-    1. the training config's ``environments.<env_id>.max_rounds`` (the run's own file has the last word);
-    2. the agent-loop entry's ``max_steps`` (configs/webshop_agent_loop.yaml);
-    3. the spec's ``max_rounds`` (AgentGym-RL's: TextCraft 30, BabyAI 20, SciWorld 20);
-    4. WebShop: the env steps ``rollout.multi_turn.max_assistant_turns`` allows on the 0.7.1 interaction path
-       (``turns.env_steps_for_turns``), else 15.
-    """
-    rounds = environment_settings(trainer_config, spec.env_id).get("max_rounds")
-    if rounds is not None:
-        return int(rounds)
-    if entry is not None:
-        return int(entry)
-    if spec.max_rounds is not None:
-        return spec.max_rounds
-    turns = (rollout_config.get("multi_turn") or {}).get("max_assistant_turns")
-    return env_steps_for_turns(int(turns)) if turns else 15
-
-
 # Declared in configs/webshop_agent_loop.yaml only, never with verl's @register: verl's worker loads the file's
 # entries (with their settings) into its registry, and a @register decorator runs again when this module is first
 # imported, by the first instantiation, replacing the entry with a bare one: every later trajectory of the worker
@@ -122,11 +95,11 @@ class EnvAgentLoop(AgentLoopBase):
     """Plays one episode of the environment ``env_id`` through the env service (see the module docstring).
 
     Constructor keywords besides verl's own come from the agent-loop YAML entry: ``env_id`` (a spec of
-    ``agent_trainer.envs``), ``max_steps`` (model turns, each one env step; see ``max_steps_for``),
-    ``turn_tokens`` (new tokens per model turn; the training config's ``environments.<env_id>.turn_tokens``
-    wins) and any ``InteractionSettings`` field (``env_url``, ``timeout``,
+    ``agent_trainer.envs``), ``turn_tokens`` (new tokens per model turn; the training config's
+    ``environments.<env_id>.turn_tokens`` wins) and any ``InteractionSettings`` field (``env_url``, ``timeout``,
     ``retries``, ``max_observation_chars``, ``invalid_action_penalty``, ``on_env_error``...). Unknown keys raise:
-    a misspelled setting must not fall back to its default silently.
+    a misspelled setting must not fall back to its default silently. The episode's rounds are not an entry's
+    (``turns.episode_rounds``): an old entry's ``max_steps`` raises, naming the key that replaced it.
     """
 
     #: The environment when the YAML entry names none (``WebShopAgentLoop``: webshop).
@@ -142,7 +115,6 @@ class EnvAgentLoop(AgentLoopBase):
         data_config: Any,
         *,
         env_id: str | None = None,
-        max_steps: int | None = None,
         turn_tokens: int = 256,
         name: str | None = None,
         **kwargs: Any,
@@ -152,21 +124,28 @@ class EnvAgentLoop(AgentLoopBase):
         if env_id is None:
             raise TypeError(f"{type(self).__name__} needs env_id: one of {', '.join(envs.ids())}")
         self.spec = envs.get(env_id)
+        if (
+            "max_steps" in kwargs
+        ):  # the entry's own rounds, before the training config's override took their place
+            raise TypeError(
+                f"{self.spec.agent_name}: max_steps is no longer an agent-loop setting; delete it from the agent-loop "
+                f"config and set environments.{self.spec.env_id}.max_rounds in the training config (else the spec's "
+                f"{self.spec.max_rounds})"
+            )
         unknown = sorted(set(kwargs) - _SETTING_NAMES)
         if unknown:
             raise TypeError(
                 f"unknown {self.spec.agent_name} agent-loop setting(s) {', '.join(unknown)}; known: env_id, "
-                f"max_steps, turn_tokens, {', '.join(sorted(_SETTING_NAMES))}"
+                f"turn_tokens, {', '.join(sorted(_SETTING_NAMES))}"
             )
         super().__init__(
             trainer_config, server_manager, tokenizer, processor, dataset_cls, data_config, **base
         )
         self.settings = _settings(tuple(sorted(kwargs.items())))
-        max_steps = max_steps_for(self.spec, max_steps, self.config, self.rollout_config)
+        self.max_rounds = episode_rounds(self.spec, self.config)
         turn_tokens = environment_settings(self.config, self.spec.env_id).get("turn_tokens", turn_tokens)
-        if int(max_steps) < 1 or int(turn_tokens) < 1:
-            raise ValueError(f"max_steps ({max_steps}) and turn_tokens ({turn_tokens}) must be at least 1")
-        self.max_steps = int(max_steps)
+        if int(turn_tokens) < 1:
+            raise ValueError(f"turn_tokens ({turn_tokens}) must be at least 1")
         self.turn_tokens = int(turn_tokens)
         self.response_length = int(self.rollout_config.response_length)
 
@@ -242,7 +221,7 @@ class EnvAgentLoop(AgentLoopBase):
             if outcome.done:
                 stop = "done"
                 break
-            if len(generated) >= self.max_steps:
+            if len(generated) >= self.max_rounds:
                 stop = "step_limit"
                 break
             previous = list(messages)

@@ -23,9 +23,11 @@ SciWorld, installed packages'; ``WebshopInteraction`` is it on WebShop's spec), 
 entry by the row's ``interaction_kwargs["name"]``, so one 0.7.1 run can mix environments. What a reply does to an
 episode is ``agent_trainer.episode``'s, shared with the agent loop (``agent_loop.EnvAgentLoop``).
 
-It honours ``interaction_kwargs["max_rounds"]`` (model turns per episode), which
-``tool_agent_loop.WebShopToolAgentLoop`` sets from the training config's ``environments.<env>.max_rounds``: the
-run's own file sets each environment's episode length on both routes, whatever ``max_assistant_turns`` allows.
+An episode ends after its rounds (model turns, each one env step): ``interaction_kwargs["max_rounds"]``, which
+``tool_agent_loop.WebShopToolAgentLoop`` puts on every row from ``turns.episode_rounds`` (the spec's rounds, or the
+training config's ``environments.<env>.max_rounds``), so both verl paths play one episode length; without it (verl's
+own ``ToolAgentLoop``) the spec's rounds. verl's ``max_assistant_turns`` only bounds it (the configs leave it one
+more than the longest episode's rounds).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ except ImportError:
     # registry, so the module must import there (WebshopInteraction is unusable then).
     BaseInteraction = object  # type: ignore[assignment,misc]
 
-from webshop_env.client import EnvClient, WebShopClient
+from webshop_env.client import ServiceClient
 
 from . import envs, prompts
 from . import episode as episodes
@@ -119,7 +121,7 @@ class EpisodeRegistry:
 EPISODES = EpisodeRegistry()
 
 # One client per (event loop, settings): an httpx pool is bound to the loop it was first used on.
-_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], WebShopClient]] = (
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], ServiceClient]] = (
     weakref.WeakKeyDictionary()
 )
 _READY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[str]] = weakref.WeakKeyDictionary()
@@ -136,10 +138,10 @@ def env_urls(settings: InteractionSettings) -> list[str]:
     return [settings.env_url]
 
 
-def shared_client(settings: InteractionSettings, env_id: str = "webshop") -> WebShopClient:
+def shared_client(settings: InteractionSettings, env_id: str = envs.WEBSHOP) -> ServiceClient:
     """The process's client for these settings and environment on the running event loop (created on first use):
-    WebShop's own (``/v1/...``), or an ``EnvClient`` for another environment served by the same balancer
-    (``/<env_id>/v1/...``), with the same retries, back-off and address fallback."""
+    the one the environment's spec names (``EnvSpec.client``: ``/<env_id>/v1/...`` on the balancer; WebShop's own
+    ``/v1/...``), with the same retries, back-off and address fallback for every environment."""
     loop = asyncio.get_running_loop()
     key = (env_id, settings.env, settings.env_url, settings.ray_port, settings.timeout, settings.retries,
            settings.retry_budget_s, settings.backoff, settings.max_backoff, settings.max_connections)  # fmt: skip
@@ -156,11 +158,7 @@ def shared_client(settings: InteractionSettings, env_id: str = "webshop") -> Web
             max_backoff=settings.max_backoff,
             max_connections=settings.max_connections,
         )
-        client = (
-            WebShopClient(urls[0], **options)
-            if env_id == "webshop"
-            else EnvClient(urls[0], env_id, **options)
-        )
+        client = envs.get(env_id).client(urls[0], env_id, **options)
         clients[key] = client
     return client
 
@@ -174,7 +172,7 @@ async def close_shared_clients() -> None:
     _READY_LOCKS.pop(loop, None)
 
 
-async def ensure_ready(settings: InteractionSettings, client: WebShopClient) -> None:
+async def ensure_ready(settings: InteractionSettings, client: ServiceClient) -> None:
     """Wait (once per process and URL) until the service answers; fail fast with a clear message."""
     loop = asyncio.get_running_loop()
     ready = _READY.setdefault(loop, set())
@@ -198,21 +196,19 @@ async def ensure_ready(settings: InteractionSettings, client: WebShopClient) -> 
         ready.add(client.base_url)
 
 
-def reached_rounds(steps: int, kwargs: Mapping[str, Any], default: int | None = None) -> bool:
-    """Whether an episode that has played ``steps`` model turns has used up its rounds: the row's
-    ``max_rounds`` (set by ``WebShopToolAgentLoop`` from the training config), else ``default`` (None: no limit
-    of its own; verl's ``max_assistant_turns`` ends it)."""
-    rounds = kwargs.get("max_rounds")
-    rounds = default if rounds is None else int(rounds)
-    return rounds is not None and steps >= rounds
+def reached_rounds(steps: int, kwargs: Mapping[str, Any], rounds: int) -> bool:
+    """Whether an episode that has played ``steps`` model turns has used up its rounds: the row's ``max_rounds``
+    (``WebShopToolAgentLoop`` sets it on every row from ``turns.episode_rounds``), else ``rounds`` (the spec's)."""
+    given = kwargs.get("max_rounds")
+    return steps >= (rounds if given is None else int(given))
 
 
 class EnvInteraction(BaseInteraction):
     """verl 0.7.1 interaction that plays one episode of any environment per trajectory through its spec.
 
     Config (one ``interaction:`` entry per environment): ``env_id`` (a spec of ``agent_trainer.envs``; default
-    the entry's ``name``), ``max_rounds`` (model turns per episode; null: the spec's, AgentGym-RL's: TextCraft 30,
-    BabyAI 20, SciWorld 20; the row's ``max_rounds`` wins) and any ``InteractionSettings`` field; unknown keys raise.
+    the entry's ``name``) and any ``InteractionSettings`` field; unknown keys raise. The episode's rounds are the
+    row's ``max_rounds`` (``turns.episode_rounds``, put there by ``WebShopToolAgentLoop``), else the spec's.
 
     The first user turn is the row's (``agent-train data --env``: the environment's own reset text for the task);
     the first reply checks that it is what the service shows for the row's task, so rows built for another task,
@@ -226,14 +222,16 @@ class EnvInteraction(BaseInteraction):
         super().__init__(config)
         values = dict(config)
         env_id = values.pop("env_id", None) or self.default_env_id or values.get("name")
-        max_rounds = values.pop("max_rounds", None)
         self.spec = envs.get(str(env_id))
-        self.settings = InteractionSettings.from_config(values)
-        self.max_rounds = int(max_rounds) if max_rounds is not None else self.spec.max_rounds
-        if self.max_rounds is not None and self.max_rounds < 1:
+        if (
+            "max_rounds" in values
+        ):  # the entry's own rounds, before the training config's override took their place
             raise ValueError(
-                f"{self.spec.env_id} interaction: max_rounds ({self.max_rounds}) must be at least 1"
+                f"{self.spec.env_id} interaction: max_rounds is no longer an interaction setting; delete it from the "
+                f"interaction config and set environments.{self.spec.env_id}.max_rounds in the training config (else "
+                f"the spec's {self.spec.max_rounds})"
             )
+        self.settings = InteractionSettings.from_config(values)
         self.registry = EPISODES
         self._owned: set[str] = set()
         self._openings: dict[str, str] = {}  # instance id -> the first turn the service showed, until checked
@@ -283,7 +281,7 @@ class EnvInteraction(BaseInteraction):
         except BaseException:
             await self._finish(instance_id)
             raise
-        done = turn.done or reached_rounds(episode.steps, kwargs, self.max_rounds)
+        done = turn.done or reached_rounds(episode.steps, kwargs, self.spec.max_rounds)
         action = turn.parsed.action if turn.parsed.well_formed else None  # None: the reply named no action
         metrics: dict[str, Any] = {"action": action, "valid": turn.outcome.valid, "steps": episode.steps,
                                    "invalid_actions": episode.invalid, "env_reward": turn.outcome.env_reward,

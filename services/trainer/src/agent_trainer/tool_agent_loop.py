@@ -12,9 +12,10 @@ verl's ``ToolAgentLoop`` as released:
 
 It also gives each environment its own episode shape, as the agent loop does: the training config's
 ``environments.<env>.turn_tokens`` (the env named by the row's ``interaction_kwargs["name"]``) caps that row's
-turns, and ``environments.<env>.max_rounds`` goes to the interaction as ``interaction_kwargs["max_rounds"]``
-(``WebshopInteraction`` and ``EnvInteraction`` end the episode there), so one run can mix environments with
-different budgets (verl's ``max_assistant_turns`` is one number for the whole run).
+turns, and the episode's rounds (``turns.episode_rounds``: the spec's, or ``environments.<env>.max_rounds``) go to
+the interaction as ``interaction_kwargs["max_rounds"]`` (``WebshopInteraction`` and ``EnvInteraction`` end the
+episode there), so one run can mix environments with different budgets (verl's ``max_assistant_turns`` is one
+number for the whole run, only their bound).
 
 This subclass changes exactly those things and calls verl's own code for everything else. It is declared
 under verl's own name ``tool_agent`` in ``configs/webshop_agent_loop.yaml``, which the 0.7 configs load
@@ -30,9 +31,9 @@ from typing import Any
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
 from . import envs, episode
-from .agent_loop import environment_settings
 from .agent_tokens import turn_separator_ids
 from .config import TURN_TOKENS
+from .turns import environment_settings, episode_rounds
 
 
 class WebShopToolAgentLoop(ToolAgentLoop):
@@ -53,12 +54,6 @@ class WebShopToolAgentLoop(ToolAgentLoop):
         """verl's ``run`` with the row's environment's ``turn_tokens`` and ``max_rounds`` (module docstring)."""
         extra = kwargs.get("extra_info")
         interaction_kwargs = extra.get("interaction_kwargs") if isinstance(extra, Mapping) else None
-        if self.interaction_config_file and isinstance(interaction_kwargs, Mapping):
-            shape = environment_settings(self.config, str(interaction_kwargs.get("name")))
-            self.turn_tokens = int(shape.get("turn_tokens", self.turn_tokens))
-            if shape.get("max_rounds") is not None:  # a copy: the batch's own row stays as it was
-                interaction_kwargs = {**interaction_kwargs, "max_rounds": int(shape["max_rounds"])}
-                kwargs["extra_info"] = {**extra, "interaction_kwargs": interaction_kwargs}
         spec = (
             envs.specs().get(str(interaction_kwargs.get("name")))
             if isinstance(interaction_kwargs, Mapping)
@@ -66,6 +61,14 @@ class WebShopToolAgentLoop(ToolAgentLoop):
         )
         if spec is None:
             return await super().run(sampling_params, **kwargs)
+        if self.interaction_config_file:
+            shape = environment_settings(self.config, spec.env_id)
+            self.turn_tokens = int(shape.get("turn_tokens", self.turn_tokens))
+            rounds = episode_rounds(spec, self.config)  # a copy: the batch's own row stays as it was
+            kwargs["extra_info"] = {
+                **extra,
+                "interaction_kwargs": {**interaction_kwargs, "max_rounds": rounds},
+            }
         async with episode.episode_slot(spec, self.config):  # SciWorld: one of the fleet's JVMs
             return await super().run(sampling_params, **kwargs)
 

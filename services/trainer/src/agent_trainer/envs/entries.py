@@ -101,7 +101,6 @@ def agent_loop_block(entries: Sequence[EnvEntry]) -> str:
     """The generated part of configs/webshop_agent_loop.yaml (markers included)."""
     lines = [BEGIN]
     for entry in entries:
-        rounds = f", else {entry.max_rounds}" if entry.max_rounds else ""
         lines += [
             *_comment(f"{entry.title} (/{entry.env_id}/v1 on the same balancer; agent_trainer.envs.{entry.env_id})."
                       , ""),
@@ -109,9 +108,6 @@ def agent_loop_block(entries: Sequence[EnvEntry]) -> str:
             f"  name: {entry.agent_name}",
             f"  _target_: {AGENT_LOOP_CLASS}",
             f"  env_id: {entry.env_id}",
-            *_comment(f"Model turns (each one env step); null: the training config's "
-                      f"environments.{entry.env_id}.max_rounds{rounds}.", "  "),
-            "  max_steps: null",
         ]  # fmt: skip
         if entry.holds_simulator:
             lines += _comment(
@@ -137,7 +133,6 @@ def interaction_block(entries: Sequence[EnvEntry]) -> str:
             f"{indent}  config:",
             f"{indent}    <<: *settings",
             f"{indent}    env_id: {entry.env_id}",
-            f"{indent}    max_rounds: null{f'  # {entry.max_rounds}' if entry.max_rounds else ''}",
         ]
         if entry.timeout is not None:
             lines += [*_timeout_comment(entry, indent + "    "), f"{indent}    timeout: {entry.timeout!r}"]

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webshop_env.client import ServiceClient
+
 
 @dataclass(frozen=True)
 class Parsed:
@@ -74,6 +76,14 @@ def task_index(fields: Mapping[str, Any], env_id: str = "") -> int:
     )
 
 
+def served_client(base_url: str, env_id: str, **options: Any) -> ServiceClient:
+    """The client of the routes every served environment shares (``/<env_id>/v1/...``): ``EnvClient``, looked up
+    when called (``webshop_env.client.envs``), so a test's in-process client stands in for it."""
+    from webshop_env.client import envs as clients
+
+    return clients.EnvClient(base_url, env_id, **options)
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """One environment as the trainer sees it (see the module docstring).
@@ -83,8 +93,9 @@ class EnvSpec:
             ``data_source``, so verl groups validation metrics by environment.
         title: one line for docs and logs.
         system_prompt: the first message of every episode (task, action grammar, reply format).
-        max_rounds: model turns per episode, each one env step (AgentGym-RL's ``max_rounds``); None: derived
-            from ``rollout.multi_turn.max_assistant_turns`` (WebShop's rule, ``turns.env_steps_for_turns``).
+        max_rounds: model turns per episode, each one env step (AgentGym-RL's ``max_rounds``; WebShop's 24): the
+            environment's episode length, which only a training config's ``environments.<env_id>.max_rounds``
+            overrides (``turns.episode_rounds``, read by both verl paths and eval).
         parse: reply -> ``Parsed``.
         first_message: the reset answer -> the first user turn.
         step_message: (step answer, parsed reply, outcome, max_observation_chars) -> the next user turn.
@@ -113,7 +124,7 @@ class EnvSpec:
     env_id: str
     title: str
     system_prompt: str
-    max_rounds: int | None
+    max_rounds: int
     parse: Callable[[str], Parsed]
     first_message: Callable[[Mapping[str, Any]], str]
     step_message: Callable[[Mapping[str, Any], Parsed, Outcome, int], str]
@@ -127,6 +138,12 @@ class EnvSpec:
     reset_fields: tuple[str, ...] = ()
     eval_protocol: str = "spec"
     needs_catalog: bool = False
+    client: Callable[..., ServiceClient] = served_client
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
+            raise ValueError(f"{self.env_id} spec: max_rounds = {self.max_rounds!r} must be a positive integer "
+                             "(the environment's model turns per episode)")  # fmt: skip
 
     @property
     def agent_name(self) -> str:

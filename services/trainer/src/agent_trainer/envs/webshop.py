@@ -7,10 +7,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webshop_env.client import ServiceClient
+
 from .. import prompts
 from ..actions import UNPARSEABLE_ACTION, extract_action
 from ..reward import is_success
+from ..turns import TRAINING_ENV_STEPS
 from .spec import EnvSpec, Outcome, Parsed
+
+#: Model turns (env steps) per episode: 24, what the guides' 25 assistant turns allow on verl 0.7.1's interaction
+#: path (its last reply is never played: ``turns.env_steps_for_turns``), the number eval's defaults share.
+MAX_ROUNDS = TRAINING_ENV_STEPS
 
 
 def parse_goal(kwargs: Mapping[str, Any]) -> int:
@@ -60,6 +67,14 @@ def step_message(
     )
 
 
+def client(base_url: str, env_id: str, **options: Any) -> ServiceClient:
+    """WebShop's own routes (``/v1/...``, ``WebShopClient``) rather than the ``/<env_id>/v1`` every other environment
+    is served on; looked up when called (``webshop_env.client.native``), so a test's in-process client stands in."""
+    from webshop_env.client import native
+
+    return native.WebShopClient(base_url, **options)
+
+
 def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
     info = result.get("info") or {}
     done = bool(result.get("done"))
@@ -77,7 +92,7 @@ SPEC = EnvSpec(
     env_id="webshop",
     title="WebShop: find and buy the product an instruction describes (search and click on a shopping site)",
     system_prompt=prompts.SYSTEM_PROMPT,
-    max_rounds=None,
+    max_rounds=MAX_ROUNDS,
     parse=parse,
     first_message=first_message,
     step_message=step_message,
@@ -89,4 +104,5 @@ SPEC = EnvSpec(
     reset_fields=("goal_set", "split"),  # a row's goal list and split (the interaction's goal_set by default)
     eval_protocol="pages",  # eval: goal sets, pages as they are (evaluation.runner.PagePlay)
     needs_catalog=True,  # its tasks are the catalog's goals, its expert the catalog's oracle
+    client=client,
 )

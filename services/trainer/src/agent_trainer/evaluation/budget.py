@@ -4,8 +4,9 @@ A model is judged on what it was trained to do: the rounds (env steps) per episo
 the budget of all later turns together (verl's ``data.max_response_length``: the model's replies and the env's
 pages after the first turn; verl stops the episode when it is spent). They come from the environment's own test
 config of the installed verl line (``<env>_grpo_test``; WebShop's ``webshop_grpo_test``), composed and resolved as
-the trainer resolves it (``WEBSHOP_TURN_TOKENS`` and the other knobs from the environment), so eval and training
-read one value. ``agent-train eval --max-steps / --max-tokens / --max-response-tokens`` override them.
+the trainer resolves it (``WEBSHOP_TURN_TOKENS`` and the other knobs from the environment), and the rounds through
+``turns.episode_rounds`` (the spec's, or the config's ``environments.<env>.max_rounds``) as both verl paths read
+them, so eval and training read one value. ``agent-train eval --max-steps / --max-tokens / --max-response-tokens`` override them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from ..config import load_training_config, training_config_dir, turn_tokens
-from ..turns import TRAINING_ENV_STEPS, env_steps_for_turns
+from ..turns import environment_settings, episode_rounds
 
 
 @dataclass(frozen=True)
@@ -37,19 +38,15 @@ def training_budget(env_id: str, config_dir: Path | None = None) -> TrainingBudg
 def _budget(env_id: str, directory: str, default_turn_tokens: int) -> TrainingBudget:
     from omegaconf import OmegaConf
 
+    from .. import envs
+
+    spec = envs.get(env_id)
     name = "webshop_grpo_test" if env_id == "webshop" else f"{env_id}_grpo_test"
     path = Path(directory) / f"{name}.yaml"
     if not path.is_file():  # an environment without a config of its own (a plugin): its spec's rounds
-        from .. import envs
-
-        rounds = envs.get(env_id).max_rounds or TRAINING_ENV_STEPS
-        return TrainingBudget(rounds, default_turn_tokens, 4096)
+        return TrainingBudget(spec.max_rounds, default_turn_tokens, 4096)
     # composed (the environment's file over its base), without verl's defaults: every key read here is the project's
     config = load_training_config(name, directory=Path(directory), with_verl=False)
     response = int(OmegaConf.select(config, "data.max_response_length"))
-    entry = OmegaConf.select(config, f"environments.{env_id}")
-    if entry is None:  # WebShop's configs: verl's turn limit, the agent loop's per-turn budget
-        turns = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns")
-        rounds = env_steps_for_turns(int(turns)) if turns is not None else TRAINING_ENV_STEPS
-        return TrainingBudget(rounds, default_turn_tokens, response)
-    return TrainingBudget(int(entry.max_rounds), int(entry.get("turn_tokens", default_turn_tokens)), response)
+    tokens = int(environment_settings(config, env_id).get("turn_tokens", default_turn_tokens))
+    return TrainingBudget(episode_rounds(spec, config), tokens, response)

@@ -83,7 +83,7 @@ def pick_env_tasks(env_id: str, count: int, max_rounds: int | None = None, env_u
         if len(picked) >= count:
             break
         plan = list(core.expert(task) or [])
-        if not plan or len(plan) > (max_rounds or spec.max_rounds or 15):
+        if not plan or len(plan) > (max_rounds or spec.max_rounds):
             continue
         if replay_score(env_id, task, [as_agentgym_reply(a) for a in plan], core=core)["success"] != 1.0:
             continue

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config import AGENT_LOOP_NAME
 from .configs import agent_loop_overrides
+from .envs import env_round_overrides
 from .options import PreflightOptions
 from .rollouts import load_samples, run_agent_loop_rollouts, token_stream_report
 from .summary import rounded_mean
@@ -35,7 +36,7 @@ def run_agent_loop_stage(options: PreflightOptions, directory: Path, config_name
                           progress=False, agent_name=AGENT_LOOP_NAME)  # fmt: skip
     # the training run's own overrides first, then the preflight's small sizes (as the interaction path does)
     overrides = [*options.overrides, *agent_loop_overrides(model_dir, train_file, options.rollouts, options.max_turns),
-                 *options.extra_overrides]  # fmt: skip
+                 *env_round_overrides(options.env_ids, options.max_turns), *options.extra_overrides]  # fmt: skip
     config, tokenizer, samples = load_samples(config_name, overrides, directory, model_dir, train_file)
     checks["agent_loop_dataset"] = len(samples) == built["rows"] and all(
         s.get("agent_name") == AGENT_LOOP_NAME for s in samples

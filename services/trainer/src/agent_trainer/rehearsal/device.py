@@ -55,6 +55,8 @@ CPU_SCALE = (
     ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1", "CPU memory and time per micro-batch"),
     ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5", "episodes of at most 4 env steps (the goals' plans)"),
     ("actor_rollout_ref.rollout.multi_turn.max_user_turns=5", "as max_assistant_turns"),
+    ("++environments.webshop.max_rounds=4", "WebShop's episodes: the 4 env steps max_assistant_turns allows, on the "
+     "agent loop too (it reads the episode's rounds, never verl's turn limit)"),
     ("actor_rollout_ref.rollout.agent.num_workers=2", "2 agent-loop worker processes on 2 cores"),
     ("reward.num_workers=1", "1 reward worker process"),
     (f"trainer.n_gpus_per_node={FAKE_GPUS}", f"{FAKE_GPUS} FSDP ranks (fake GPUs), so data parallelism and the collectives run"),

@@ -118,7 +118,7 @@ def _envs(args: argparse.Namespace) -> int:
     from . import envs
 
     for spec in envs.specs().values():
-        rounds = spec.max_rounds or "rollout.multi_turn.max_assistant_turns - 1"
+        rounds = spec.max_rounds  # the override: a training config's environments.<env>.max_rounds
         print(f"{spec.env_id}: {spec.title}\n  agent_name {spec.agent_name}, data_source {spec.data_source}, "
               f"rounds {rounds}\n  reward: {spec.reward_rule}\n  success: {spec.success_rule}")  # fmt: skip
     return 0

@@ -61,6 +61,46 @@ def test_the_webshop_splits_are_its_goal_ranges(generated_catalog) -> None:
         split_tasks("alfworld", "train")
 
 
+def test_an_environment_that_declares_it_needs_the_catalog_gets_its_goals_and_pages(
+    generated_catalog_dir: Path, generated_catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WebShop's data path is its spec's ``needs_catalog``, not its id: a fifth environment that declares it (a
+    plugin ``shop`` with WebShop's spec under its own id) has the catalog's goal ranges as its splits and the
+    catalog's first pages as its rows, named for itself; and WebShop's rows are the ones it had (byte for byte)."""
+    import dataclasses
+
+    shop = dataclasses.replace(envs.get("webshop"), env_id="shop", title="Shop: WebShop under another id")
+    monkeypatch.setattr(envs, "plugins", lambda: {"shop": shop})
+    for split in SPLITS:
+        assert split_tasks("shop", split, catalog=generated_catalog) == split_tasks(
+            "webshop", split, catalog=generated_catalog
+        )
+    with pytest.raises(DataError, match="shop needs --catalog"):
+        build_env_datasets(["shop"], tmp_path / "none")
+    sizes = {"train_rows": 3, "val_rows": 2, "test_rows": 2, "progress": False}
+    build_env_datasets(["shop"], tmp_path / "shop", catalog_dir=generated_catalog_dir, **sizes)
+    build_env_datasets(["webshop"], tmp_path / "webshop", catalog_dir=generated_catalog_dir, **sizes)
+    for split in SPLITS:
+        shop_rows, webshop_rows = (
+            rows(tmp_path / "shop" / f"{split}.parquet"),
+            rows(tmp_path / "webshop" / f"{split}.parquet"),
+        )
+        assert [r["extra_info"]["task"] for r in shop_rows] == [r["extra_info"]["task"] for r in webshop_rows]
+        for shop_row, webshop_row in zip(shop_rows, webshop_rows, strict=True):
+            assert shop_row["prompt"] == webshop_row["prompt"] and shop_row["data_source"] == "shop"
+            assert (shop_row["extra_info"]["env"], shop_row["extra_info"]["interaction_kwargs"]["name"]) == (
+                "shop",
+                "shop",
+            )
+            assert (
+                webshop_row["data_source"]
+                == webshop_row["extra_info"]["interaction_kwargs"]["name"]
+                == "webshop"
+            )
+    rows_key = json.loads((tmp_path / "shop" / "rows.json").read_text())["key"]
+    assert rows_key["data"] == {"shop": f"shop:{generated_catalog.fingerprint}"}
+
+
 def test_weighted_interleaving_keeps_every_prefix_in_proportion() -> None:
     order = weighted_order({"a": 10, "b": 20, "c": 10}, {"a": 1.0, "b": 2.0, "c": 1.0})
     assert Counter(order) == {"a": 10, "b": 20, "c": 10}

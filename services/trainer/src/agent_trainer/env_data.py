@@ -23,8 +23,9 @@ after the other.
 
 The splits (task = the environment's own index, AgentGym's ``data_idx`` / ``item_id``):
 
-- webshop: the goal-index ranges of ``agent-train data`` (test 0-499, val = "eval" 500-1499, train 1500-) of the
-  goal set (default synthetic);
+- webshop (and any environment whose spec ``needs_catalog``): the goal-index ranges of ``agent-train data`` (test
+  0-499, val = "eval" 500-1499, train 1500-) of the prepared catalog's goal set (default synthetic), each row the
+  catalog's first page of its goal;
 - textcraft: the 544 goals (sorted by crafting depth): test every 8th (``task % 8 == 0``, 68), val ``task % 16 ==
   4`` (34), train the other 442; every depth is in every split;
 - babyai: tasks 0-1999 (level ``task % 40``, seed ``task // 40``): test seeds 0-4 (200 tasks, every level 5 times),
@@ -72,8 +73,8 @@ from .data import DEFAULT_GOAL_SET, DataError, split_goal_ids
 from .data import SCHEMA as WEBSHOP_SCHEMA
 
 SPLITS = ("train", "val", "test")
-#: WebShop's name of each split (its goal ranges, ``webshop_env.envs.webshop.core.goals.SPLITS``).
-WEBSHOP_SPLIT = {"train": "train", "val": "eval", "test": "test"}
+#: The catalog's name of each split (its goal ranges, ``webshop_env.envs.webshop.core.goals.SPLITS``).
+CATALOG_SPLIT = {"train": "train", "val": "eval", "test": "test"}
 TEXTCRAFT_TASKS = 544
 BABYAI_LEVELS = 40
 BABYAI_SEEDS = 50  # the pool: tasks 0 .. 40 * 50 - 1
@@ -149,7 +150,8 @@ def _round_robin_task_types(tasks: Iterable[int]) -> list[int]:
     return [t for t in chain.from_iterable(zip_longest(*by_type.values())) if t is not None]
 
 
-#: Per environment (but WebShop): its task pool and which split a task belongs to.
+#: Per environment of the trainer's own whose tasks are not a catalog's goals: its task pool and which split a task
+#: belongs to.
 RULES: dict[str, tuple[int, Callable[[int], str]]] = {
     "textcraft": (TEXTCRAFT_TASKS, _textcraft_split),
     "babyai": (BABYAI_LEVELS * BABYAI_SEEDS, _babyai_split),
@@ -159,6 +161,18 @@ RULES: dict[str, tuple[int, Callable[[int], str]]] = {
 ORDERS: dict[str, Callable[[Iterable[int]], list[int]]] = {"sciworld": _round_robin_task_types}
 
 
+def catalog_envs() -> list[str]:
+    """The environments whose tasks are the prepared catalog's goals (their spec ``needs_catalog``: WebShop)."""
+    return [env_id for env_id, spec in envs.specs().items() if spec.needs_catalog]
+
+
+def required_catalog(env_id: str, catalog: Any) -> Any:
+    """``catalog``, which ``env_id`` needs (its spec ``needs_catalog``); raises ``DataError`` when there is none."""
+    if catalog is None:
+        raise DataError(f"{env_id} needs --catalog (its goals come from the prepared catalog)")
+    return catalog
+
+
 def split_tasks(
     env_id: str, split: str, *, catalog: Any = None, goal_set: str = DEFAULT_GOAL_SET
 ) -> list[int]:
@@ -166,18 +180,17 @@ def split_tasks(
     task types), see the module docstring."""
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-    if env_id == envs.WEBSHOP:
-        if catalog is None:
-            raise DataError("webshop needs --catalog (its goals come from the prepared catalog)")
-        return split_goal_ids(catalog, WEBSHOP_SPLIT[split], goal_set)
+    spec = envs.specs().get(env_id)
+    if spec is not None and spec.needs_catalog:
+        return split_goal_ids(required_catalog(env_id, catalog), CATALOG_SPLIT[split], goal_set)
     if env_id in RULES:
         pool, rule = RULES[env_id]
     else:  # an installed environment package's: its spec's pool and rule
-        spec = envs.specs().get(env_id)
         if spec is None or spec.task_count is None or spec.split_of is None:
             raise DataError(
-                f"{env_id}: no dataset rule (the trainer can build data for webshop, {', '.join(RULES)} "
-                "and installed environment packages whose trainer spec has task_count and split_of)"
+                f"{env_id}: no dataset rule (the trainer can build data for "
+                f"{', '.join([*catalog_envs(), *RULES])} and installed environment packages whose trainer spec "
+                "has task_count and split_of)"
             )
         pool, rule = spec.task_count, spec.split_of
     tasks = [task for task in range(pool) if rule(task) == split]
@@ -224,7 +237,9 @@ def train_counts(
 
 
 class RowBuilder:
-    """One environment's rows: the first user turn from the environment's own reset (its core, in process).
+    """One environment's rows: the first user turn from the environment's own reset (its core, in process), or,
+    for an environment whose spec ``needs_catalog`` (WebShop), the catalog's first page of the goal
+    (``data.build_row``: the rows ``agent-train data --catalog`` writes, with the environment and task added).
 
     ``interaction``: rows for verl 0.7.1's ``ToolAgentLoop`` + the environment's interaction (``agent_name``
     ``tool_agent``) instead of its agent loop (``<env>_agent``). An environment that holds a simulator per episode
@@ -254,10 +269,13 @@ class RowBuilder:
         self._first: dict[
             int, dict[str, Any]
         ] = {}  # task -> its reset {observation, info} (prefetched, used once)
-        if env_id == envs.WEBSHOP:
+        self.catalog: Any = None  # set: the rows are the catalog's (``needs_catalog``)
+        self.catalog_env: Any = None  # the simulator on that catalog, whose reset is a goal's first page
+        if self.spec.needs_catalog:
             from webshop_env.envs.webshop.core.env import WebShopEnv
 
-            self.webshop = WebShopEnv(catalog)
+            self.catalog = required_catalog(env_id, catalog)
+            self.catalog_env = WebShopEnv(self.catalog)
         elif env_id == "sciworld":
             self._sciworld(env_url)
         else:
@@ -273,13 +291,18 @@ class RowBuilder:
                 self.env_url = env_url.rstrip("/")
 
     @property
-    def source(self) -> str:
-        """Where the first turns come from: ``in process`` or the service's URL."""
+    def source(self) -> str | None:
+        """Where the first turns come from: ``in process`` or the service's URL; None for the catalog's rows
+        (``--catalog`` names their source already)."""
+        if self.catalog is not None:
+            return None
         return self.env_url or "in process"
 
     def data_fingerprint(self) -> str:
-        """The environment's data as the service names it (``<env>:<core fingerprint>``): the core's here, else
-        the service's (``GET /<env>/v1/info``)."""
+        """The environment's data as the service names it (``<env>:<core fingerprint>``): the catalog's or the
+        core's here, else the service's (``GET /<env>/v1/info``)."""
+        if self.catalog is not None:
+            return f"{self.spec.env_id}:{self.catalog.fingerprint}"
         if self.core is not None:
             return f"{self.spec.env_id}:{self.core.fingerprint()}"
         from webshop_env.client.envs import EnvClient
@@ -394,12 +417,16 @@ class RowBuilder:
 
     def row(self, task: int, split: str, index: int) -> dict[str, Any]:
         spec = self.spec
-        if spec.env_id == envs.WEBSHOP:
+        if self.catalog_env is not None:
             from .data import build_row
 
-            row = build_row(self.webshop, task, self.goal_set, WEBSHOP_SPLIT[split], index, self.agent_name)
+            row = build_row(
+                self.catalog_env, task, self.goal_set, CATALOG_SPLIT[split], index, self.agent_name
+            )
+            # the catalog's row, named for this environment (WebShop's names are the ones it has already)
+            row |= {"data_source": spec.data_source, "ability": spec.ability}
             row["extra_info"] |= {"env": spec.env_id, "task": task}
-            row["extra_info"]["interaction_kwargs"]["task"] = task
+            row["extra_info"]["interaction_kwargs"] |= {"name": spec.env_id, "task": task}
             return row
         first = self._first.pop(task, None) or self._reset(task)
         opening = spec.first_message(first)
@@ -466,12 +493,11 @@ def build_env_datasets(
         if value is not None and value < 1:
             raise DataError(f"{name} must be at least 1")
     catalog = None
-    if envs.WEBSHOP in env_ids:
-        if catalog_dir is None:
-            raise DataError("webshop needs --catalog (its goals come from the prepared catalog)")
+    needing = [e for e in env_ids if envs.get(e).needs_catalog]
+    if needing:
         from webshop_env.envs.webshop.catalog.store import open_catalog
 
-        catalog = open_catalog(catalog_dir)
+        catalog = open_catalog(required_catalog(needing[0], catalog_dir))
     by_env = dict(zip(env_ids, weights, strict=True))
     tasks = {e: {s: split_tasks(e, s, catalog=catalog, goal_set=goal_set) for s in SPLITS} for e in env_ids}
     for env_id, splits in tasks.items():  # the rules make this so; a broken rule must not leak tasks
@@ -487,7 +513,7 @@ def build_env_datasets(
     try:
         for env_id in env_ids:
             builders[env_id] = RowBuilder(env_id, catalog, goal_set, interaction, progress, env_url)
-        key = rows_key(env_ids, by_env, goal_set, counts, limits, builders, catalog)
+        key = rows_key(env_ids, by_env, goal_set, counts, limits, builders)
         summary = reusable_rows(out_dir, key)
         if summary is None:
             summary = _write_splits(out_dir, env_ids, by_env, tasks, counts, builders, catalog, limits)
@@ -522,15 +548,10 @@ def _code_digest() -> str:
 
 
 def rows_key(env_ids: Sequence[str], weights: Mapping[str, float], goal_set: str, counts: Mapping[str, int],
-             limits: Mapping[str, int | None], builders: Mapping[str, RowBuilder], catalog: Any) -> dict[str, Any]:  # fmt: skip
+             limits: Mapping[str, int | None], builders: Mapping[str, RowBuilder]) -> dict[str, Any]:  # fmt: skip
     """What a set of rows depends on: the environments and their weights, each one's data (the catalog's or the
     core's fingerprint, as the service reports it), the goal set, the rows per split, the route, the code."""
-    data = {}
-    for env_id in env_ids:
-        if env_id == envs.WEBSHOP:
-            data[env_id] = f"webshop:{catalog.fingerprint}"
-        else:
-            data[env_id] = builders[env_id].data_fingerprint()
+    data = {env_id: builders[env_id].data_fingerprint() for env_id in env_ids}
     return {"envs": list(env_ids), "weights": dict(weights), "data": data, "goal_set": goal_set,
             "train": dict(counts), "limits": dict(limits),
             "agent_names": {e: b.agent_name for e, b in builders.items()}, "code": _code_digest()}  # fmt: skip
@@ -579,7 +600,7 @@ def _write_splits(
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"out_dir": str(out.resolve()), "envs": env_ids, "weights": by_env,
                                "agent_names": {e: b.agent_name for e, b in builders.items()},
-                               "sources": {e: b.source for e, b in builders.items() if e != envs.WEBSHOP},
+                               "sources": {e: b.source for e, b in builders.items() if b.source is not None},
                                "files": {}, "sizes": {}}  # fmt: skip
     for split in SPLITS:
         if split == "train":

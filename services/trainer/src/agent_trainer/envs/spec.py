@@ -115,10 +115,13 @@ class EnvSpec:
             through ``parse``); ``"pages"``, WebShop's own protocol (the service's goal sets and their splits,
             the page and its actions handed to the policy as they are, the expert's actions sent verbatim, since
             the environment matches a label character for character and the reply parser normalises it).
-        needs_catalog: the environment's tasks are the goals of the product catalog (WebShop's): a CPU run picks
-            them with the catalog's oracle and plays them on a core built on the catalog, and a run of this
-            environment alone keeps the catalog's own rows (``agent-train data``) and folders; False: tasks come
-            from the environment's core and its expert (``core.expert``).
+        needs_catalog: the environment's tasks are the goals of the product catalog (WebShop's) and its first turn
+            the catalog's page for a goal: a CPU run picks them with the catalog's oracle and plays them on a core
+            built on the catalog, and a run of this environment alone keeps the catalog's own rows (``agent-train
+            data``) and folders; the dataset builder opens the catalog (``--catalog``), splits its goal ranges and
+            builds the rows from it; a local env cluster started with a catalog serves this environment, so the
+            catalog's fingerprint can be checked on the service before it is reused. False: tasks come from the
+            environment's core and its expert (``core.expert``).
     """
 
     env_id: str
@@ -157,6 +160,12 @@ class EnvSpec:
     @property
     def ability(self) -> str:
         return f"agent/{self.env_id}"
+
+    @property
+    def name(self) -> str:
+        """The environment's name as the reports write it (``WebShop``, ``TextCraft``): its title up to the colon,
+        so a new environment is named by the title it declares."""
+        return self.title.split(":", 1)[0].strip()
 
 
 def cut(observation: str, max_chars: int) -> str:

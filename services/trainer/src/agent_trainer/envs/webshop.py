@@ -103,6 +103,6 @@ SPEC = EnvSpec(
     task_of=parse_goal,  # goal (or session_id/goal_id; "webshop_12" works), as the interaction reads it
     reset_fields=("goal_set", "split"),  # a row's goal list and split (the interaction's goal_set by default)
     eval_protocol="pages",  # eval: goal sets, pages as they are (evaluation.runner.PagePlay)
-    needs_catalog=True,  # its tasks are the catalog's goals, its expert the catalog's oracle
+    needs_catalog=True,  # its tasks, first pages and expert are the catalog's
     client=client,
 )

@@ -75,3 +75,51 @@ def test_the_environments_come_from_the_flag_else_what_serve_ray_serves() -> Non
         env_check.served_envs({}, "minecraft")
     report = env_check.run_env_check({"RAY_ADDRESS": "127.0.0.1:9"}, envs="minecraft")
     assert not report["ok"] and "minecraft" in report["error"] and report["nodes"] == []
+
+
+class StubClient:
+    """A client that records what it is asked: WebShop's info names no task pool and its expert answers no
+    actions for goal 3 (no way to the product); TextCraft's has 3 tasks."""
+
+    urls = url = "http://stub"
+
+    def __init__(self, env_id: str, calls: list[tuple[str, str, int, dict[str, Any]]]) -> None:
+        self.env_id, self.calls = env_id, calls
+
+    async def info(self) -> dict[str, Any]:
+        return {} if self.env_id == "webshop" else {"tasks": 3}
+
+    async def expert(self, task: int, **options: Any) -> list[str]:
+        self.calls.append(("expert", self.env_id, task, options))
+        return [] if (self.env_id, task) == ("webshop", 3) else ["the action"]
+
+    async def reset(self, task: int, **options: Any) -> dict[str, Any]:
+        self.calls.append(("reset", self.env_id, task, options))
+        return {"state": "s0", "done": False}
+
+    async def step(self, state: str, action: str) -> dict[str, Any]:
+        return {"state": "s1", "reward": 1.0, "done": True}
+
+
+def test_the_goal_set_goes_where_the_environments_reset_takes_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One route for every environment: the run's goal set goes to the expert and the reset of an environment whose
+    spec's reset takes one (WebShop's ``reset_fields``), to no other; a task pool the service names is wrapped
+    around, and a task without an expert's actions is skipped."""
+    from agent_trainer import interaction
+
+    calls: list[tuple[str, str, int, dict[str, Any]]] = []
+
+    async def nothing(*args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(interaction, "shared_client", lambda settings, env_id: StubClient(env_id, calls))
+    monkeypatch.setattr(interaction, "ensure_ready", nothing)
+    monkeypatch.setattr(interaction, "close_shared_clients", nothing)
+    played = asyncio.run(env_check._play(["webshop", "textcraft"], 2, "human", 2))
+    assert [e["task"] for e in played["webshop"]["episodes"]] == [2, 4]
+    assert [e["task"] for e in played["textcraft"]["episodes"]] == [2, 0]
+    human = {"goal_set": "human"}
+    assert calls == [("expert", "webshop", 2, human), ("reset", "webshop", 2, human),
+                     ("expert", "webshop", 3, human), ("expert", "webshop", 4, human),
+                     ("reset", "webshop", 4, human), ("expert", "textcraft", 2, {}), ("reset", "textcraft", 2, {}),
+                     ("expert", "textcraft", 0, {}), ("reset", "textcraft", 0, {})]  # fmt: skip

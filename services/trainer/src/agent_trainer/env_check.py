@@ -3,11 +3,12 @@
 One Ray task per node of the running cluster (pinned there, with the run's ``WEBSHOP_*`` settings in its
 runtime environment, as the launcher gives verl's workers) opens the trainer's own clients
 (``interaction.shared_client``: with ``WEBSHOP_ENV=ray`` its node's Serve proxy first; WebShop's ``/v1``, the
-other environments' native ``/<env>/v1``) and plays expert episodes of each environment: WebShop's goals
-(``/v1/goals/<goal>/expert``), the others' tasks (``/<env>/v1/tasks/<task>/expert``; a task the environment has
-no expert for is skipped), each to its end (``done``) or to the expert's last action. The environments are those
-the run serves (``--envs``, else ``$WEBSHOP_ENVS``, else WebShop): a node that cannot reach one of them fails here,
-in seconds or minutes, not at a training step an hour in.
+other environments' native ``/<env>/v1``) and plays expert episodes of each environment, each through its own
+client: the expert's actions for a task (WebShop's goals in the run's goal set, which its reset takes too), each
+episode to its end (``done``) or to the expert's last action; a task the environment has no expert for is
+skipped. The environments are those the run serves (``--envs``, else ``$WEBSHOP_ENVS``, else what the service
+serves by default): a node that cannot reach one of them fails here, in seconds or minutes, not at a training
+step an hour in.
 
 The report says, per node and environment, which address served each episode, its reward, whether it ended and,
 for an environment that holds a simulator per episode (SciWorld), the node's simulator counts afterwards (a replay
@@ -22,7 +23,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-WEBSHOP = "webshop"
 #: Seconds per HTTP attempt where an environment starts a simulator per episode (SciWorld: a JVM start and a task
 #: load, 3-25 s on a loaded node for the expert's gold path); the trainer's default (10 s) elsewhere.
 SIMULATOR_TIMEOUT_S = 120.0
@@ -32,18 +32,21 @@ TRIES_PER_EPISODE = 4
 
 def served_envs(env: Mapping[str, str], envs: str | Sequence[str] | None = None) -> list[str]:
     """The environments to play: ``envs`` (a comma-separated string or a list), else ``$WEBSHOP_ENVS`` (what
-    ``webshop-env serve-ray`` serves), else WebShop; in that order, each once. Raises ``ValueError`` naming an
-    environment the trainer does not know."""
+    ``webshop-env serve-ray`` serves), else what the service serves when that names none (its default, WebShop:
+    ``webshop_env.deploy.parse_envs``); in that order, each once. Raises ``ValueError`` naming an environment the
+    trainer does not know."""
+    from webshop_env.deploy import parse_envs
+
     from . import envs as specs
 
-    given = envs if envs is not None else (env.get("WEBSHOP_ENVS") or WEBSHOP)
+    given = envs if envs is not None else (env.get("WEBSHOP_ENVS") or parse_envs(None))
     names = [n.strip() for n in (given.split(",") if isinstance(given, str) else given) if n.strip()]
     unknown = [n for n in names if n not in specs.ids()]
     if unknown:
         raise ValueError(
             f"unknown environment(s) {', '.join(unknown)}: the trainer knows {', '.join(specs.ids())}"
         )
-    return list(dict.fromkeys(names)) or [WEBSHOP]
+    return list(dict.fromkeys(names)) or parse_envs(None)
 
 
 def _settings(env_id: str) -> Any:
@@ -54,55 +57,47 @@ def _settings(env_id: str) -> Any:
     return InteractionSettings(ready_timeout=60.0, **({"timeout": SIMULATOR_TIMEOUT_S} if slow else {}))
 
 
-async def _play_webshop(episodes: int, goal_set: str, first: int) -> dict[str, Any]:
-    from .interaction import ensure_ready, shared_client
-
-    settings = _settings(WEBSHOP)
-    client = shared_client(settings)
-    await ensure_ready(settings, client)
-    played: list[dict[str, Any]] = []
-    goal = first
-    while len(played) < episodes and goal < first + TRIES_PER_EPISODE * episodes:
-        actions = await client.expert(goal, goal_set)
-        if actions:  # a goal the expert finds no way to is not an episode to check with
-            played.append(await _episode(client, actions, goal, goal_set=goal_set))
-        goal += 1
-    return {"urls": client.urls, "episodes": played}
-
-
-async def _play_env(env_id: str, episodes: int, first: int) -> dict[str, Any]:
+async def _play_env(env_id: str, episodes: int, goal_set: str, first: int) -> dict[str, Any]:
+    """Up to ``episodes`` expert episodes of ``env_id`` from task ``first`` on (a task without an expert skipped,
+    at most :data:`TRIES_PER_EPISODE` tasks tried per episode). The goal set goes to the expert and the reset
+    where the environment's reset takes one (its spec's ``reset_fields``: WebShop's goals are indices in it)."""
     from webshop_env.client import WebShopRequestError
 
     from . import envs as specs
     from .interaction import ensure_ready, shared_client
 
+    spec = specs.get(env_id)
     settings = _settings(env_id)
     client = shared_client(settings, env_id)
     await ensure_ready(settings, client)
-    tasks = int((await client.info())["tasks"])
+    in_goal_set = {"goal_set": goal_set} if "goal_set" in spec.reset_fields else {}
+    tasks = (await client.info()).get("tasks")  # None: no pool to wrap around (WebShop's goals)
     played: list[dict[str, Any]] = []
     for k in range(TRIES_PER_EPISODE * episodes):
         if len(played) >= episodes:
             break
-        task = (first + k) % tasks
+        task = first + k if tasks is None else (first + k) % int(tasks)
         try:
-            actions = await client.expert(task)
+            actions = await client.expert(task, **in_goal_set)
         except WebShopRequestError as error:
             if error.error == "no_expert":  # e.g. a BabyAI level the bot cannot solve from this seed
                 continue
             raise
-        played.append(await _episode(client, actions, task))
+        # a task the expert finds no way to (WebShop's answer: no actions) is not one to check with
+        if actions:
+            played.append(await _episode(client, actions, task, in_goal_set))
     result: dict[str, Any] = {"urls": client.urls, "episodes": played}
-    if specs.get(env_id).holds_simulator:  # the simulators of the replica that answers this node (its own)
+    if spec.holds_simulator:  # the simulators of the replica that answers this node (its own)
         result["simulators"] = (await client.info()).get("simulators")
     return result
 
 
 async def _episode(
-    client: Any, actions: Sequence[str], task: int, goal_set: str | None = None
+    client: Any, actions: Sequence[str], task: int, reset_options: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """One expert episode: reset, then the expert's actions until the episode ends (a gold path may run past it)."""
-    step = await (client.reset(task, goal_set=goal_set) if goal_set is not None else client.reset(task))
+    """One expert episode: reset (with ``reset_options``, the goal set where the environment takes one), then the
+    expert's actions until the episode ends (a gold path may run past it)."""
+    step = await client.reset(task, **reset_options)
     served_by = client.url
     state, reward, done, steps = step["state"], 0.0, bool(step.get("done")), 0
     for action in actions:
@@ -126,10 +121,7 @@ async def _play(envs: Sequence[str], episodes: int, goal_set: str, first: int) -
     try:
         for env_id in envs:
             try:
-                if env_id == WEBSHOP:
-                    played[env_id] = await _play_webshop(episodes, goal_set, first)
-                else:
-                    played[env_id] = await _play_env(env_id, episodes, first)
+                played[env_id] = await _play_env(env_id, episodes, goal_set, first)
             except Exception as error:  # this environment cannot be played from here: say which and why
                 played[env_id] = {"error": f"{type(error).__name__}: {error}"}
     finally:

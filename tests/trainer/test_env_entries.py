@@ -128,6 +128,36 @@ def test_a_plugins_environment_gets_its_entries(configs: Path, monkeypatch: pyte
     assert "# Sokoban: push the boxes" in (configs / entries.AGENT_LOOP_FILE).read_text()
 
 
+def test_the_generated_entries_inherit_the_hand_written_ones(configs: Path) -> None:
+    """The entries written by hand (outside the generated blocks) are read from the files, not named in the code:
+    the first environment's there (WebShop's) gives the seconds per attempt the generated entries inherit, and an
+    environment whose entries are written by hand gets none generated."""
+    loop_path, interaction_path = configs / entries.AGENT_LOOP_FILE, configs / entries.INTERACTION_FILE
+    assert list(entries.hand_written(configs)) == ["webshop"]
+    # WebShop's own client waits longer than SciWorld's window: SciWorld's entries need no timeout of their own
+    for path in (loop_path, interaction_path):
+        path.write_text(path.read_text().replace("timeout: 10.0", "timeout: 100.0", 1))
+    entries.stale_files(configs, BUILTIN, write=True)
+    loops = {e["name"]: e for e in yaml.safe_load(loop_path.read_text())}
+    interactions = {e["name"]: e for e in yaml.safe_load(interaction_path.read_text())["interaction"]}
+    assert loops["sciworld_agent"]["timeout"] == interactions["sciworld"]["config"]["timeout"] == 100.0
+    assert "timeout: 90.0" not in loop_path.read_text()
+    # TextCraft's entries moved out of the generated block, written by hand: none generated for it any more
+    loop_text = loop_path.read_text()
+    start = loop_text.index("# TextCraft:")
+    block = loop_text[start : loop_text.index("# BabyAI:", start)]
+    loop_path.write_text(loop_text.replace(block, "").replace(entries.BEGIN, block + entries.BEGIN))
+    text = interaction_path.read_text()
+    start = text.index("  # TextCraft:")
+    block = text[start : text.index("  # BabyAI:", start)]
+    interaction_path.write_text(
+        text.replace(block, "").replace("  " + entries.BEGIN, block + "  " + entries.BEGIN)
+    )
+    assert list(entries.hand_written(configs)) == ["webshop", "textcraft"]
+    assert entries.stale_files(configs, BUILTIN) == []
+    assert [e["name"] for e in yaml.safe_load(loop_path.read_text())].count("textcraft_agent") == 1
+
+
 def test_a_file_without_its_markers_is_refused(configs: Path, capsys: pytest.CaptureFixture) -> None:
     path = configs / entries.INTERACTION_FILE
     path.write_text(path.read_text().replace(entries.END, "# (gone)"))

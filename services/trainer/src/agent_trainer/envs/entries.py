@@ -2,11 +2,12 @@
 ``<id>_agent`` in configs/webshop_agent_loop.yaml (its agent loop, both verl lines) and ``<id>`` in
 configs/webshop_interaction.yaml (its interaction, verl 0.7.1).
 
-The environments other than WebShop differ only in their id and, where the balancer may take long over one of
-their requests, in the client's seconds per attempt; both come from what the environment declares: its trainer
-spec (``agent_trainer.envs``, a plugin's through its registration's ``trainer=``) and its registration
+The generated entries differ only in their id and, where the balancer may take long over one of their requests,
+in the client's seconds per attempt; both come from what the environment declares: its trainer spec
+(``agent_trainer.envs``, a plugin's through its registration's ``trainer=``) and its registration
 (``webshop_env.envs.registry``: the balancer's timeouts). The entries sit between two marker comments in each file;
-WebShop's entry (the settings every other takes with ``<<:``) and the rest of the file are written by hand.
+the rest of the file is written by hand, an environment's entries there included (WebShop's: the settings every
+generated entry takes with ``<<:``), and an environment whose entries are written by hand gets none generated.
 
 ``agent-train configs --write`` rewrites the blocks from the registry, ``--check`` says which file is stale
 (``tests/trainer/test_env_entries.py`` fails while one is), as ``webshop-env envs --write-deploy`` does for the
@@ -15,11 +16,12 @@ balancer's routes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from . import WEBSHOP, get, ids
+from . import get, ids, specs
 from .spec import EnvSpec
 
 AGENT_LOOP_FILE = "webshop_agent_loop.yaml"
@@ -58,14 +60,15 @@ def client_timeout(retry_window_s: float, inherited: float) -> float | None:
     return float(retry_window_s) if retry_window_s > inherited else None
 
 
-def env_entries(inherited_timeout: float, env_ids: Sequence[str] | None = None) -> list[EnvEntry]:
-    """The entries of ``env_ids`` (default: every environment the trainer has a spec for, plugins included), WebShop
-    left out (its entries are the hand-written ones the others inherit from)."""
+def env_entries(inherited_timeout: float, env_ids: Sequence[str] | None = None,
+                written_by_hand: Collection[str] = ()) -> list[EnvEntry]:  # fmt: skip
+    """The entries of ``env_ids`` (default: every environment the trainer has a spec for, plugins included), those
+    of ``written_by_hand`` left out (their entries are in the files already: :func:`hand_written`)."""
     from webshop_env.envs import registry
 
     entries: list[EnvEntry] = []
     for env_id in env_ids if env_ids is not None else ids():
-        if env_id == WEBSHOP:
+        if env_id in written_by_hand:
             continue
         spec: EnvSpec = get(env_id)
         timeouts = registry.registration(env_id).timeouts
@@ -149,24 +152,46 @@ def splice(text: str, block: str, path: Path) -> str:
     return "".join(lines[: starts[0]]) + block + "\n" + "".join(lines[ends[0] + 1 :])
 
 
-def inherited_timeouts(config_dir: Path) -> tuple[float, float]:
-    """The seconds per attempt the generated entries inherit: WebShop's entry's in each file (agent loop,
-    interaction)."""
-    from omegaconf import OmegaConf
+#: An environment's hand-written entries: its agent loop's and its interaction's.
+HandWritten = tuple[Mapping[str, Any], Mapping[str, Any]]
 
-    loops = OmegaConf.load(config_dir / AGENT_LOOP_FILE)
-    interactions = OmegaConf.load(config_dir / INTERACTION_FILE).interaction
-    loop = next(e for e in loops if e.get("name") == f"{WEBSHOP}_agent")
-    interaction = next(e for e in interactions if e.get("name") == WEBSHOP)
-    return float(loop.timeout), float(interaction.config.timeout)
+
+def hand_written(config_dir: Path) -> dict[str, HandWritten]:
+    """The environments whose entries are written by hand (outside the generated blocks: its agent loop,
+    ``<id>_agent``, and its interaction, ``<id>``), by id in the agent-loop file's order, with those two entries."""
+    import yaml
+
+    def outside_block(path: Path) -> Any:
+        return yaml.safe_load(splice(path.read_text(), "", path))
+
+    interactions = {e.get("name"): e for e in outside_block(config_dir / INTERACTION_FILE)["interaction"]}
+    env_of = {spec.agent_name: spec.env_id for spec in specs().values()}
+    written: dict[str, HandWritten] = {}
+    for loop in outside_block(config_dir / AGENT_LOOP_FILE):
+        env_id = env_of.get(loop.get("name"))
+        if env_id is not None and env_id in interactions:
+            written[env_id] = (loop, interactions[env_id])
+    return written
+
+
+def inherited_timeouts(written: Mapping[str, HandWritten]) -> tuple[float, float]:
+    """The seconds per attempt the generated entries inherit (agent loop, interaction): those of the first
+    environment whose entries are written by hand (:func:`hand_written`; WebShop's), the entries the generated ones
+    merge (``<<: *loop``, ``<<: *settings``)."""
+    if not written:
+        raise StaleEntries("no environment's entries are written by hand outside the generated blocks: the "
+                           "settings the generated entries inherit with <<:")  # fmt: skip
+    loop, interaction = next(iter(written.values()))
+    return float(loop["timeout"]), float(interaction["config"]["timeout"])
 
 
 def render(config_dir: Path, env_ids: Sequence[str] | None = None) -> dict[Path, str]:
     """Both files of ``config_dir`` with their generated blocks as the registry has them now (path -> content)."""
-    loop_timeout, interaction_timeout = inherited_timeouts(config_dir)
+    written = hand_written(config_dir)
+    loop_timeout, interaction_timeout = inherited_timeouts(written)
     files = {
-        config_dir / AGENT_LOOP_FILE: agent_loop_block(env_entries(loop_timeout, env_ids)),
-        config_dir / INTERACTION_FILE: interaction_block(env_entries(interaction_timeout, env_ids)),
+        config_dir / AGENT_LOOP_FILE: agent_loop_block(env_entries(loop_timeout, env_ids, written)),
+        config_dir / INTERACTION_FILE: interaction_block(env_entries(interaction_timeout, env_ids, written)),
     }
     return {path: splice(path.read_text(), block, path) for path, block in files.items()}
 

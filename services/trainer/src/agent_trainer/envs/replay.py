@@ -1,11 +1,15 @@
 """An episode's score recomputed from the environment itself, in process: what a checker compares with the reward
-the trainer used (the rehearsal's ``reward_matches_env`` does this for WebShop with ``WebShopEnv``).
+the trainer used (the rehearsal's ``reward_matches_env``).
 
 ``replay_score(env_id, task, replies)`` resets the environment's core (``webshop_env.envs.registry``) on ``task``
 and plays each reply as the agent loop does: the spec parses it, a reply the client answers itself sends nothing,
 the spec judges the step, each turn adds the change in the episode's reward less ``penalty`` for a reply without a
 usable action, and the episode stops where the spec says it ends. A step the environment refuses ends it with the
 reward paid so far taken back (the loop's ``on_env_error: terminate``).
+
+Any environment's core will do, WebShop's included (``WebShopTextEnv``: its tasks are the goals of the core's
+default goal set; ``registry.make("webshop")`` opens the catalog the service's settings name, ``WEBSHOP_CATALOG``;
+pass ``core`` for another catalog or goal set).
 """
 
 from __future__ import annotations
@@ -13,16 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import WEBSHOP, get
+from . import get
 from .spec import Outcome
 
 
 def replay_score(env_id: str, task: int, replies: Sequence[str], penalty: float = 0.0, core: Any = None
                  ) -> dict[str, float]:  # fmt: skip
-    """``{"score", "env_reward", "success", "steps"}`` of playing ``replies`` on ``task`` (not for WebShop, whose
-    core has its own API: ``rehearsal.checks.replay_reward``)."""
-    if env_id == WEBSHOP:
-        raise ValueError("WebShop's replay is rehearsal.checks.replay_reward (WebShopEnv has its own API)")
+    """``{"score", "env_reward", "success", "steps"}`` of playing ``replies`` on ``task`` in ``core`` (default:
+    the registry's core of ``env_id``)."""
     from webshop_env.envs.contract import EnvError
 
     spec = get(env_id)

@@ -23,6 +23,8 @@ from typing import Any
 
 from webshop_env.envs.webshop.catalog.fidelity import describe_fidelity
 
+from .. import envs
+from ..envs.spec import EnvSpec
 from .svg import PALETTE, bar_chart, hbar_chart
 
 
@@ -34,17 +36,38 @@ def _ci(pair: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
     return f"[{pair[0] * scale:.{digits}f}, {pair[1] * scale:.{digits}f}]"
 
 
-#: How the reports name each environment.
-ENV_TITLES = {"webshop": "WebShop", "textcraft": "TextCraft", "babyai": "BabyAI", "sciworld": "SciWorld"}
+#: The environment of the records and metrics that name none: WebShop's runner writes no ``env`` (its files keep
+#: the format they had before there were other environments).
+UNNAMED_ENV = envs.WEBSHOP
+#: The ``EnvSpec.eval_protocol`` that plays the environment's pages (``runner.PagePlay``: WebShop's).
+PAGES_PROTOCOL = "pages"
+
+
+def env_spec(env_id: str | None) -> EnvSpec | None:
+    """The spec of the environment a report shows (``None``: :data:`UNNAMED_ENV`), None where the trainer knows
+    no such environment (a plugin's, not installed here)."""
+    return envs.specs().get(env_id or UNNAMED_ENV)
+
+
+def played_pages(env_id: str | None) -> bool:
+    """Whether eval played the environment's pages (its spec's ``eval_protocol``: WebShop's): then its metrics are
+    the catalog's (score, goal set, the catalog and its reward definition) and its records keep the page the agent
+    saw, not the user turn the model saw, so no system prompt is shown above them."""
+    spec = env_spec(env_id)
+    return spec is not None and spec.eval_protocol == PAGES_PROTOCOL
 
 
 def env_title(env_id: str | None) -> str:
-    return ENV_TITLES.get(env_id or "webshop", str(env_id))
+    """How the reports name an environment: its spec's name (``WebShop``, ``TextCraft``), else its id."""
+    spec = env_spec(env_id)
+    return spec.name if spec is not None else str(env_id)
 
 
 def summary_rows(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) rows of the summary table."""
-    if metrics.get("env") not in (None, "webshop"):
+    """(label, value) rows of the summary table: the page protocol's (score, goal set, the catalog and its reward
+    definition) for an environment eval plays by its pages (:func:`played_pages`: WebShop), else the environment's
+    own (:func:`env_summary_rows`)."""
+    if not played_pages(metrics.get("env")):
         return env_summary_rows(metrics)
     rows = [
         ("Score (mean reward × 100)", f"{metrics['score']:.1f}  95% CI {_ci(metrics['score_ci95'])}"),
@@ -112,10 +135,11 @@ def env_summary_rows(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _episode_payload(record: Mapping[str, Any], mixed: bool = False) -> dict[str, Any]:
-    env = record.get("env") or "webshop"
+    env = record.get("env") or UNNAMED_ENV
     return {
         "id": f"{env}:{record['goal']}" if mixed else str(record["goal"]),
         "env": env,
+        "page": played_pages(env),  # a turn shows the page, not the user turn
         "goal": record["goal"],
         "category": record.get("category") or "unknown",
         "instruction": record.get("instruction", ""),
@@ -173,15 +197,13 @@ def _charts(metrics: Mapping[str, Any], prefix: str = "chart") -> tuple[str, str
 
 
 def system_prompt_html(env_id: str | None) -> str:
-    """The system prompt every episode of another environment starts with (the spec's), folded: the episodes show
-    the user turns that follow it."""
-    if env_id in (None, "webshop"):
+    """The system prompt every episode of the environment starts with (the spec's), folded: the episodes show the
+    user turns that follow it. None where they show pages instead (:func:`played_pages`: WebShop's)."""
+    spec = env_spec(env_id)
+    if spec is None or played_pages(env_id):
         return ""
-    from .. import envs
-
-    prompt = envs.get(str(env_id)).system_prompt
     return (f'<details class="system-prompt"><summary>System prompt (the first message of every episode)</summary>'
-            f'<div class="page">{escape(prompt)}</div></details>')  # fmt: skip
+            f'<div class="page">{escape(spec.system_prompt)}</div></details>')  # fmt: skip
 
 
 def _failures(failures: Sequence[Mapping[str, Any]], not_run: int) -> str:
@@ -443,7 +465,7 @@ _JS = r"""
       var note = " · reward " + t.reward.toFixed(3) + (t.valid ? "" : " · invalid");
       head.appendChild(document.createTextNode(note));
       step.appendChild(head);
-      step.appendChild(el("div", "caption", ep.env === "webshop" ? "page the agent saw" : "what the model saw"));
+      step.appendChild(el("div", "caption", ep.page ? "page the agent saw" : "what the model saw"));
       step.appendChild(el("div", "page", t.observation.split(" [SEP] ").join("\n")));
       if (t.output && t.output !== t.action) {
         step.appendChild(el("div", "caption", "model output"));

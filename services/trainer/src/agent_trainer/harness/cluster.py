@@ -83,14 +83,22 @@ def start_or_reuse_cluster(catalog_dir: Path, fingerprint: str, run_dir: Path, e
 
 def start_or_reuse_env_cluster(catalog_dir: Path, fingerprint: str, env_ids: Sequence[str], run_dir: Path,
                                env_url: str | None, replicas: int = 2) -> Cluster:  # fmt: skip
-    """The service at ``env_url`` when it serves the catalog and every one of ``env_ids``, else replicas + nginx
-    of our own serving WebShop and them."""
-    if env_url:
-        info = get_json(env_url.rstrip("/") + "/v1/info")
-        if (
-            info
-            and info.get("fingerprint") == fingerprint
-            and all(get_json(f"{env_url.rstrip('/')}/{e}/v1/info") for e in env_ids if e != "webshop")
-        ):
-            return Cluster(url=env_url.rstrip("/"), reused=True)
-    return start_cluster(catalog_dir, run_dir, replicas, served=list(dict.fromkeys(["webshop", *env_ids])))
+    """The service at ``env_url`` when it serves every one of ``env_ids`` and of the environments that play the
+    catalog (their spec ``needs_catalog``: WebShop) with this catalog, else replicas + nginx of our own serving
+    them all (a cluster started with the catalog serves the environments that play it, so a later run can check
+    its fingerprint and reuse it)."""
+    from .. import envs
+
+    served = list(dict.fromkeys([*(e for e, spec in envs.specs().items() if spec.needs_catalog), *env_ids]))
+    if env_url and all(_serves(env_url.rstrip("/"), env_id, fingerprint) for env_id in served):
+        return Cluster(url=env_url.rstrip("/"), reused=True)
+    return start_cluster(catalog_dir, run_dir, replicas, served=served)
+
+
+def _serves(url: str, env_id: str, fingerprint: str) -> bool:
+    """Whether the service at ``url`` serves ``env_id`` (``/<env>/v1/info`` answers), on this catalog where the
+    environment plays one (its info's ``fingerprint``)."""
+    from .. import envs
+
+    info = get_json(f"{url}/{env_id}/v1/info")
+    return bool(info) and (not envs.get(env_id).needs_catalog or info.get("fingerprint") == fingerprint)

@@ -1,0 +1,124 @@
+"""What sets WebShop apart is its spec's fields, not its id (issue 37): the report's words, the env cluster a run
+reuses or starts, and the replay of an episode in process read ``EnvSpec`` (``name``, ``needs_catalog``,
+``eval_protocol``), so an environment that declares the same fields is treated the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_trainer import envs
+from agent_trainer.evaluation import report_html
+from agent_trainer.harness import cluster
+
+URL = "http://service"
+
+
+@pytest.fixture
+def shop(monkeypatch: pytest.MonkeyPatch) -> envs.EnvSpec:
+    """A fifth environment, ``shop``: WebShop's spec under its own id (a plugin's), so every field WebShop declares."""
+    spec = dataclasses.replace(envs.get("webshop"), env_id="shop", title="Shop: WebShop under another id")
+    installed = envs.plugins()  # Sokoban's among them
+    monkeypatch.setattr(envs, "plugins", lambda: {**installed, "shop": spec})
+    return spec
+
+
+def record(env: str | None = None) -> dict[str, Any]:
+    found = {"goal": 3, "reward": 1.0, "success": True, "steps": 1, "turns": []}
+    return found if env is None else found | {"env": env}
+
+
+def test_the_reports_name_and_show_each_environment_as_its_spec_says(shop: envs.EnvSpec) -> None:
+    """Titles are the specs' names (a record without ``env`` is WebShop's runner's); where eval plays the pages (the
+    spec's ``eval_protocol``), a turn is captioned as a page, no system prompt is folded above the episodes and
+    the summary is the page protocol's (the catalog's)."""
+    titles = [
+        report_html.env_title(e) for e in (None, "webshop", "textcraft", "babyai", "sciworld", "sokoban")
+    ]
+    assert titles == ["WebShop", "WebShop", "TextCraft", "BabyAI", "SciWorld", "Sokoban"]
+    assert report_html.env_title("shop") == "Shop" and report_html.env_title("alfworld") == "alfworld"
+    pages = {
+        e: report_html._episode_payload(record(e))["page"] for e in (None, "shop", "textcraft", "alfworld")
+    }
+    assert pages == {None: True, "shop": True, "textcraft": False, "alfworld": False}
+    assert "ep.page ?" in report_html._JS and 'ep.env === "webshop"' not in report_html._JS
+    assert report_html.system_prompt_html(None) == report_html.system_prompt_html("shop") == ""
+    assert envs.get("textcraft").system_prompt[:40] in report_html.system_prompt_html("textcraft")
+    metrics = {"score": 75.0, "score_ci95": [50.0, 100.0], "success_rate": 0.5, "success_rate_ci95": [0.1, 0.9],
+               "episodes": 2, "mean_steps": 3.0, "invalid_action_rate": 0.0, "truncated_rate": 0.0,
+               "mean_reward": 0.75}  # fmt: skip
+    catalog_rows = [label for label, _ in report_html.summary_rows(metrics)]
+    assert catalog_rows[0] == "Score (mean reward × 100)"
+    assert [label for label, _ in report_html.summary_rows(metrics | {"env": "shop"})] == catalog_rows
+    assert report_html.summary_rows(metrics | {"env": "textcraft"})[0][0].startswith("Success rate (")
+
+
+@pytest.fixture
+def service(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], list[list[str] | None]]:
+    """The service at :data:`URL` as the probes see it (``/<env>/v1/info`` -> its answer; filled by the test), and
+    the environments each cluster of our own was started to serve."""
+    answers: dict[str, Any] = {}
+    started: list[list[str] | None] = []
+
+    def start(catalog_dir: Path, run_dir: Path, replicas: int = 2, served: list[str] | None = None) -> Any:
+        started.append(served)
+        return cluster.Cluster(url="http://own", reused=False)
+
+    monkeypatch.setattr(cluster, "get_json", lambda url, timeout=2.0: answers.get(url))
+    monkeypatch.setattr(cluster, "start_cluster", start)
+    return answers, started
+
+
+def test_a_service_is_reused_when_it_serves_the_catalog_and_every_environment(
+    service: tuple[dict[str, Any], list[list[str] | None]], tmp_path: Path
+) -> None:
+    """The environments that play the catalog (their spec ``needs_catalog``) are always served, and reusing a
+    service needs their info to name this catalog; the others need only answer."""
+    answers, started = service
+    answers |= {f"{URL}/webshop/v1/info": {"fingerprint": "abc"}, f"{URL}/textcraft/v1/info": {"tasks": 544}}
+    reuse = cluster.start_or_reuse_env_cluster
+    assert reuse(tmp_path, "abc", ["textcraft"], tmp_path, URL + "/").reused and started == []
+    assert not reuse(tmp_path, "another", ["textcraft"], tmp_path, URL).reused  # another catalog
+    assert not reuse(tmp_path, "abc", ["babyai"], tmp_path, URL).reused  # an environment it does not serve
+    assert not reuse(tmp_path, "abc", ["textcraft"], tmp_path, None).reused  # no service named
+    assert started == [["webshop", "textcraft"], ["webshop", "babyai"], ["webshop", "textcraft"]]
+
+
+def test_an_environment_that_needs_the_catalog_is_served_and_checked_like_webshop(
+    service: tuple[dict[str, Any], list[list[str] | None]], tmp_path: Path, shop: envs.EnvSpec
+) -> None:
+    answers, started = service
+    answers |= {f"{URL}/webshop/v1/info": {"fingerprint": "abc"}, f"{URL}/textcraft/v1/info": {"tasks": 544}}
+    answers[f"{URL}/shop/v1/info"] = {"fingerprint": "old"}
+    assert not cluster.start_or_reuse_env_cluster(tmp_path, "abc", ["textcraft"], tmp_path, URL).reused
+    assert started == [["webshop", "shop", "textcraft"]]
+    answers[f"{URL}/shop/v1/info"] = {"fingerprint": "abc"}
+    assert cluster.start_or_reuse_env_cluster(tmp_path, "abc", ["textcraft"], tmp_path, URL).reused
+
+
+def test_webshops_episode_replays_through_its_spec_as_the_rehearsal_replays_it(
+    generated_catalog: Any, expert_plans_generated: dict[int, list[str]]
+) -> None:
+    """``envs.replay.replay_score`` plays WebShop as any environment (its contract core, ``WebShopTextEnv``), with
+    the score the rehearsal's own replay on the simulator gives, a reply without an action included."""
+    from agent_trainer.envs.replay import replay_score
+    from agent_trainer.rehearsal.checks import replay_reward
+    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from webshop_env.envs.webshop.textenv import WebShopTextEnv
+
+    goal, plan = next(iter(expert_plans_generated.items()))
+    replies = [f"Action: {plan[0]}", "I would rather not say.", *(f"Action: {action}" for action in plan[1:])]
+    core = WebShopTextEnv(generated_catalog)
+    replayed = replay_score("webshop", goal, replies, penalty=0.25, core=core)
+    assert replayed == replay_reward(WebShopEnv(generated_catalog), goal, "synthetic", replies, 0.25)
+    assert replayed["success"] == 1.0 and replayed["score"] == pytest.approx(0.75)
+    assert replayed["steps"] == len(replies)
+    assert replay_score("webshop", goal, replies[:2], core=core) == {
+        "score": 0.0,
+        "env_reward": 0.0,
+        "success": 0.0,
+        "steps": 2.0,
+    }

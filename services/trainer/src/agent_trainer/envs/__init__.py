@@ -18,6 +18,9 @@ from . import babyai, sciworld, textcraft, webshop
 from .spec import EnvSpec, Outcome, Parsed, TaskError, task_index
 
 SPECS: dict[str, EnvSpec] = {s.env_id: s for s in (webshop.SPEC, textcraft.SPEC, babyai.SPEC, sciworld.SPEC)}
+#: WebShop's id, for what names no environment (records and metrics of WebShop's runner, which carry none). Not to
+#: branch on: what sets WebShop apart is its spec's fields (``needs_catalog``, ``eval_protocol``, ``reset_fields``,
+#: ``max_rounds``), which a fifth environment declares the same way.
 WEBSHOP = "webshop"
 
 

@@ -161,7 +161,7 @@ def test_a_mixed_dataset_has_each_environments_rows_splits_and_first_turns(
 def test_sokobans_rows_come_from_the_spec_its_registration_names(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """An environment whose trainer spec its registration names (no line in env_data.RULES): its splits, its
+    """An environment whose trainer spec its registration names (no line in the trainer's SPECS): its splits, its
     agent loop and its first turns, beside TextCraft's."""
     import importlib.util
 

@@ -22,7 +22,9 @@ import pytest
 
 from agent_trainer import env_data, envs
 from agent_trainer.cli import main
-from agent_trainer.env_data import SCHEMA, SCIWORLD_VARIATION_SPLITS, SPLITS, split_tasks
+from agent_trainer.env_data import SCHEMA, SPLITS, split_tasks
+from agent_trainer.envs import sciworld as sciworld_spec
+from agent_trainer.envs.sciworld import VARIATION_SPLITS as SCIWORLD_VARIATION_SPLITS
 from webshop_env.envs.sciworld import GAME_COUNT, JvmPool, SciWorldEnv, game
 from webshop_env.envs.sciworld.games import TASKS
 
@@ -98,14 +100,14 @@ def test_without_java_or_scienceworld_the_build_says_what_to_install(
 ) -> None:
     monkeypatch.delenv("WEBSHOP_URL", raising=False)  # else the build would take that service's resets
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(env_data.importlib.util, "find_spec",
+    monkeypatch.setattr(sciworld_spec.importlib.util, "find_spec",
                         lambda name, *a: None if name == "scienceworld" else real_find_spec(name, *a))  # fmt: skip
     assert main(["data", "--env", "sciworld", "--out-dir", str(tmp_path), "--train-rows", "1"]) == 2
     assert "pip install -e 'services/env[sciworld]'" in capsys.readouterr().err
-    monkeypatch.setattr(env_data.importlib.util, "find_spec", real_find_spec)
+    monkeypatch.setattr(sciworld_spec.importlib.util, "find_spec", real_find_spec)
     real_which = shutil.which
     monkeypatch.setattr(
-        env_data.shutil, "which", lambda cmd, *a, **k: None if cmd == "java" else real_which(cmd)
+        sciworld_spec.shutil, "which", lambda cmd, *a, **k: None if cmd == "java" else real_which(cmd)
     )
     assert main(["data", "--env", "textcraft,sciworld", "--out-dir", str(tmp_path), "--train-rows", "2"]) == 2
     err = capsys.readouterr().err
@@ -219,7 +221,7 @@ def test_without_a_simulator_here_the_rows_come_from_the_services_resets(
     env_clients_in_process("webshop,sciworld")
     real_which = shutil.which
     monkeypatch.setattr(
-        env_data.shutil, "which", lambda cmd, *a, **k: None if cmd == "java" else real_which(cmd)
+        sciworld_spec.shutil, "which", lambda cmd, *a, **k: None if cmd == "java" else real_which(cmd)
     )
     monkeypatch.setenv("WEBSHOP_URL", "http://env.test")
     served = registry.make("sciworld")

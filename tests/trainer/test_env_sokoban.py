@@ -1,5 +1,5 @@
 """Sokoban's trainer spec (``agent_trainer.envs.sokoban``), reached through the environment's registration as an
-installed package's spec is (no line in the trainer's ``SPECS`` or ``env_data.RULES``): its prompt, parser,
+installed package's spec is (no line in the trainer's ``SPECS``): its prompt, parser,
 outcomes and splits, and episodes played turn by turn (``episode.play_turn``, what both verl routes run) against
 the real app in process, whose turn scores are gym-sokoban's step rewards."""
 
@@ -30,7 +30,7 @@ SECRET = "k3N9-pQ2_vX7zL4mR8tB-wYc5"
 def test_the_spec_comes_from_the_registration_not_the_trainers_tables() -> None:
     from webshop_env.envs import registry
 
-    assert "sokoban" not in envs.SPECS and "sokoban" not in env_data.RULES
+    assert "sokoban" not in envs.SPECS
     assert registry.registration("sokoban").trainer == "agent_trainer.envs.sokoban:SPEC"
     assert envs.plugins()["sokoban"] is envs.get("sokoban") is sokoban.SPEC
     assert "sokoban" in envs.ids() and envs.by_agent_name("sokoban_agent") is sokoban.SPEC

@@ -122,3 +122,40 @@ def test_webshops_episode_replays_through_its_spec_as_the_rehearsal_replays_it(
         "success": 0.0,
         "steps": 2.0,
     }
+
+
+def test_the_report_names_an_environments_groups_as_its_spec_says(shop: envs.EnvSpec) -> None:
+    """BabyAI's ``by_category`` groups are levels (its spec's ``category_label``); the others' are categories."""
+    metrics = {"reward_histogram": {"labels": ["0", "1"], "counts": [1, 1]}, "steps_histogram": {"labels": ["1"],
+               "counts": [2]}, "by_category": {"a": {"success_rate": 0.5, "episodes": 2}}}  # fmt: skip
+    charts = {e: "".join(report_html._charts({**metrics, "env": e})) for e in ("babyai", "textcraft", "shop")}
+    assert "Success rate by level" in charts["babyai"]
+    assert "Success rate by category" in charts["textcraft"] and "Success rate by category" in charts["shop"]
+
+
+def test_an_environments_splits_order_and_data_core_come_from_its_spec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dataset builder reads a spec's ``task_count``, ``split_of`` and ``task_order`` (no table of its own), and
+    builds rows on the spec's ``data_core`` where it has one: one it cannot run here says so and names
+    ``--env-url``, or, given a service, takes its resets."""
+    from agent_trainer import env_data
+
+    def missing(workers: int) -> Any:
+        raise envs.CoreUnavailable("no simulator here: install it")
+
+    spec = dataclasses.replace(envs.get("textcraft"), env_id="grid", task_count=10,
+                               split_of=lambda t: "test" if t < 4 else "train",
+                               task_order=lambda tasks: sorted(tasks, reverse=True), data_core=missing)  # fmt: skip
+    installed = envs.plugins()
+    monkeypatch.setattr(envs, "plugins", lambda: {**installed, "grid": spec})
+    assert env_data.split_tasks("grid", "test") == [3, 2, 1, 0]
+    assert env_data.split_tasks("grid", "train") == [9, 8, 7, 6, 5, 4]
+    with pytest.raises(env_data.DataError, match="grid: no simulator here: install it; or give --env-url"):
+        env_data.RowBuilder("grid")
+    monkeypatch.setenv("GRID_DATA_WORKERS", "3")
+    builder = env_data.RowBuilder("grid", env_url="http://service/")
+    assert (builder.env_url, builder.workers, builder.core) == ("http://service", 3, None)
+    monkeypatch.setenv("GRID_DATA_WORKERS", "x")
+    with pytest.raises(env_data.DataError, match="GRID_DATA_WORKERS must be a whole number"):
+        env_data.RowBuilder("grid", env_url="http://service/")

@@ -21,7 +21,8 @@ keeps the proportions (``data.train_max_samples`` takes the first rows). Validat
 environment's whole split (or its first ``--val-rows``/``--test-rows``), interleaved the same way, one environment
 after the other.
 
-The splits (task = the environment's own index, AgentGym's ``data_idx`` / ``item_id``):
+The splits (task = the environment's own index, AgentGym's ``data_idx`` / ``item_id``), each environment's
+``task_count``, ``split_of`` and ``task_order`` in its trainer module (``agent_trainer.envs.<env>``):
 
 - webshop (and any environment whose spec ``needs_catalog``): the goal-index ranges of ``agent-train data`` (test
   0-499, val = "eval" 500-1499, train 1500-) of the prepared catalog's goal set (default synthetic), each row the
@@ -33,13 +34,13 @@ The splits (task = the environment's own index, AgentGym's ``data_idx`` / ``item
 - sciworld: tasks 0-4638 (AgentGym's list: task type ``games.TASKS[k]``, variation ``v``), split by ScienceWorld's
   own train/dev/test variations (``get_variations_train/dev/test``; dev is val here): within each of the 23 task
   types its first half of the variations is train, the next quarter dev, the rest test (contiguous ranges,
-  ``SCIWORLD_VARIATION_SPLITS``, checked against a JVM by the tests): train 2,312, val 1,156, test 1,171. A
+  ``envs.sciworld.VARIATION_SPLITS``, checked against a JVM by the tests): train 2,312, val 1,156, test 1,171. A
   split's tasks come round-robin over the task types (one variation of each type, then the next), so any prefix
   (``--val-rows``, ``val_max_samples``, eval's ``MAX_SAMPLES``) covers every type.
 
 SciWorld's rows each need a reset in a *fresh* JVM: the service resets in a fresh JVM, and a second load in one JVM
 can list the room's objects in another order (5 of 40 reset texts differed when measured), which the interaction
-would refuse at the first turn. So one core and its warm pool (``webshop_env.envs.sciworld``: spare JVMs started in
+would refuse at the first turn. So one core and its warm pool (its spec's ``data_core``: spare JVMs started in
 the background) serve the whole build, ``SCIWORLD_DATA_WORKERS`` resets at a time (default half the CPUs, at most
 8), each in a JVM of its own that is closed at once; a progress bar counts them. That needs Java 17 and the
 ``scienceworld`` package where the data is built; without them (the trainer image), ``env_url`` (``--env-url``, or
@@ -49,23 +50,16 @@ the background) serve the whole build, ``SCIWORLD_DATA_WORKERS`` resets at a tim
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
-import shutil
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
-
-from webshop_env.envs.sciworld.games import GAME_COUNT as SCIWORLD_TASKS
-from webshop_env.envs.sciworld.games import TASKS as SCIWORLD_TASK_TYPES
-from webshop_env.envs.sciworld.games import game as sciworld_game
 
 from . import envs
 from .config import AGENT_NAME
@@ -75,25 +69,6 @@ from .data import SCHEMA as WEBSHOP_SCHEMA
 SPLITS = ("train", "val", "test")
 #: The catalog's name of each split (its goal ranges, ``webshop_env.envs.webshop.core.goals.SPLITS``).
 CATALOG_SPLIT = {"train": "train", "val": "eval", "test": "test"}
-TEXTCRAFT_TASKS = 544
-BABYAI_LEVELS = 40
-BABYAI_SEEDS = 50  # the pool: tasks 0 .. 40 * 50 - 1
-#: ScienceWorld's split of each task type's variations (scienceworld 1.2.3's ``get_variations_train/dev/test``,
-#: which are contiguous): variations below the first number are train, below the second dev (val here), the rest
-#: test. Static in the jar, so written down (no JVM to compute a split); the tests compare it with a JVM's.
-SCIWORLD_VARIATION_SPLITS: dict[str, tuple[int, int]] = {
-    "boil": (14, 21), "melt": (14, 21), "freeze": (14, 21), "change-the-state-of-matter-of": (14, 21),
-    "use-thermometer": (270, 405), "measure-melting-point-known-substance": (218, 327),
-    "measure-melting-point-unknown-substance": (150, 225), "power-component": (10, 15),
-    "power-component-renewable-vs-nonrenewable-energy": (10, 15), "test-conductivity": (450, 675),
-    "test-conductivity-of-unknown-substances": (300, 450), "find-living-thing": (150, 225),
-    "find-non-living-thing": (150, 225), "find-plant": (150, 225), "find-animal": (150, 225),
-    "chemistry-mix": (16, 24), "chemistry-mix-paint-secondary-color": (18, 27),
-    "chemistry-mix-paint-tertiary-color": (18, 27), "lifespan-longest-lived": (62, 93),
-    "lifespan-shortest-lived": (62, 93), "lifespan-longest-lived-then-shortest-lived": (62, 93),
-    "identify-life-stages-1": (6, 9), "identify-life-stages-2": (4, 6),
-}  # fmt: skip
-
 # WebShop's row schema (data.SCHEMA) with the environment and its task in ``extra_info``, after ``index``, and the
 # task in ``interaction_kwargs``, after ``name`` (what ``EnvInteraction.start_interaction`` reads).
 _WEBSHOP_EXTRA = WEBSHOP_SCHEMA.field("extra_info").type
@@ -125,42 +100,6 @@ SCHEMA = WEBSHOP_SCHEMA.set(
 METADATA_KEY = b"webshop.env_data"
 
 
-def _textcraft_split(task: int) -> str:
-    if task % 8 == 0:
-        return "test"
-    return "val" if task % 16 == 4 else "train"
-
-
-def _babyai_split(task: int) -> str:
-    seed = task // BABYAI_LEVELS
-    return "test" if seed < 5 else "val" if seed == 5 else "train"
-
-
-def _sciworld_split(task: int) -> str:
-    name, variation = sciworld_game(task)
-    train_end, dev_end = SCIWORLD_VARIATION_SPLITS[name]
-    return "train" if variation < train_end else "val" if variation < dev_end else "test"
-
-
-def _round_robin_task_types(tasks: Iterable[int]) -> list[int]:
-    """SciWorld's tasks one per task type in turn (the types in AgentGym's order, each type's in index order)."""
-    by_type: dict[str, list[int]] = {name: [] for _, name, _ in SCIWORLD_TASK_TYPES}
-    for task in tasks:
-        by_type[sciworld_game(task)[0]].append(task)
-    return [t for t in chain.from_iterable(zip_longest(*by_type.values())) if t is not None]
-
-
-#: Per environment of the trainer's own whose tasks are not a catalog's goals: its task pool and which split a task
-#: belongs to.
-RULES: dict[str, tuple[int, Callable[[int], str]]] = {
-    "textcraft": (TEXTCRAFT_TASKS, _textcraft_split),
-    "babyai": (BABYAI_LEVELS * BABYAI_SEEDS, _babyai_split),
-    "sciworld": (SCIWORLD_TASKS, _sciworld_split),
-}
-#: Per environment whose split is not listed in index order: the order of a split's tasks.
-ORDERS: dict[str, Callable[[Iterable[int]], list[int]]] = {"sciworld": _round_robin_task_types}
-
-
 def catalog_envs() -> list[str]:
     """The environments whose tasks are the prepared catalog's goals (their spec ``needs_catalog``: WebShop)."""
     return [env_id for env_id, spec in envs.specs().items() if spec.needs_catalog]
@@ -183,18 +122,12 @@ def split_tasks(
     spec = envs.specs().get(env_id)
     if spec is not None and spec.needs_catalog:
         return split_goal_ids(required_catalog(env_id, catalog), CATALOG_SPLIT[split], goal_set)
-    if env_id in RULES:
-        pool, rule = RULES[env_id]
-    else:  # an installed environment package's: its spec's pool and rule
-        if spec is None or spec.task_count is None or spec.split_of is None:
-            raise DataError(
-                f"{env_id}: no dataset rule (the trainer can build data for "
-                f"{', '.join([*catalog_envs(), *RULES])} and installed environment packages whose trainer spec "
-                "has task_count and split_of)"
-            )
-        pool, rule = spec.task_count, spec.split_of
-    tasks = [task for task in range(pool) if rule(task) == split]
-    return ORDERS[env_id](tasks) if env_id in ORDERS else tasks
+    if spec is None or spec.task_count is None or spec.split_of is None:
+        known = [e for e, s in envs.specs().items() if s.needs_catalog or (s.task_count and s.split_of)]
+        raise DataError(f"{env_id}: no dataset rule (the trainer can build data for {', '.join(known)}: environments "
+                        "whose trainer spec has task_count and split_of, or needs_catalog)")  # fmt: skip
+    tasks = [task for task in range(spec.task_count) if spec.split_of(task) == split]
+    return spec.task_order(tasks) if spec.task_order is not None else tasks
 
 
 def weighted_order(counts: Mapping[str, int], weights: Mapping[str, float]) -> list[str]:
@@ -276,8 +209,8 @@ class RowBuilder:
 
             self.catalog = required_catalog(env_id, catalog)
             self.catalog_env = WebShopEnv(self.catalog)
-        elif env_id == "sciworld":
-            self._sciworld(env_url)
+        elif self.spec.data_core is not None:
+            self._own_core(env_url)
         else:
             from webshop_env.envs import registry
 
@@ -319,31 +252,23 @@ class RowBuilder:
                 f"{self.spec.env_id}: {self.env_url} does not say which data it serves: {error}"
             ) from None
 
-    def _sciworld(self, env_url: str | None) -> None:
-        """SciWorld's resets: a core whose pool keeps ``workers`` spare JVMs warm (one per reset running at once)
-        where Java and scienceworld are here, else the service at ``env_url``."""
-        from webshop_env.envs.sciworld.pool import env_int
-
-        self.workers = env_int("SCIWORLD_DATA_WORKERS", max(1, min(8, (os.cpu_count() or 2) // 2)))
+    def _own_core(self, env_url: str | None) -> None:
+        """The environment's own data core (``spec.data_core``, SciWorld's: a fresh JVM per reset from a warm pool),
+        ``<ENV>_DATA_WORKERS`` resets at a time, where it can run here, else the service at ``env_url``."""
+        name = f"{self.spec.env_id.upper()}_DATA_WORKERS"
+        given = os.environ.get(name, "").strip()
+        if given and not given.isdigit():
+            raise DataError(f"{name} must be a whole number, not {given!r}")
+        self.workers = int(given) if given else max(1, min(8, (os.cpu_count() or 2) // 2))
         if self.workers < 1:
-            raise DataError("SCIWORLD_DATA_WORKERS must be at least 1")
-        missing = None
-        if importlib.util.find_spec("scienceworld") is None:
-            missing = ("the scienceworld package (ScienceWorld's simulator) is not installed here: pip install -e "
-                       "'services/env[sciworld]' (it also needs a Java 17 runtime)")  # fmt: skip
-        elif shutil.which("java") is None:
-            missing = ("no `java` on PATH, and ScienceWorld's simulator is a JVM: install a Java 17 runtime "
-                       "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")  # fmt: skip
-        if missing is None:
-            from webshop_env.envs.sciworld import JvmPool, SciWorldEnv
-
-            self.core = SciWorldEnv(JvmPool(spares=self.workers, max_live=2 * self.workers, wait_s=600))
-            self.core.prewarm()
-        elif env_url:
+            raise DataError(f"{name} must be at least 1")
+        try:
+            self.core = self.spec.data_core(self.workers)
+        except envs.CoreUnavailable as missing:
+            if not env_url:
+                raise DataError(f"{self.spec.env_id}: {missing}; or give --env-url (or $WEBSHOP_URL): a service "
+                                f"that serves {self.spec.env_id}, whose resets then make the rows") from None  # fmt: skip
             self.env_url = env_url.rstrip("/")
-        else:
-            raise DataError(f"sciworld: {missing}; or give --env-url (or $WEBSHOP_URL): a service that serves "
-                            "sciworld, whose resets then make the rows")  # fmt: skip
 
     def prefetch(self, tasks: Sequence[int], split: str) -> None:
         """Reset ``tasks`` now, ``workers`` at a time, with a progress bar (SciWorld: each reset is a JVM's);

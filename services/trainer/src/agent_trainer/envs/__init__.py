@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import cache
 
 from . import babyai, sciworld, textcraft, webshop
-from .spec import EnvSpec, Outcome, Parsed, TaskError, task_index
+from .spec import CoreUnavailable, EnvSpec, Outcome, Parsed, TaskError, task_index
 
 SPECS: dict[str, EnvSpec] = {s.env_id: s for s in (webshop.SPEC, textcraft.SPEC, babyai.SPEC, sciworld.SPEC)}
 #: WebShop's id, for what names no environment (records and metrics of WebShop's runner, which carry none). Not to
@@ -81,5 +81,5 @@ def parse_ids(text: str) -> list[str]:
     return names
 
 
-__all__ = ["SPECS", "WEBSHOP", "EnvSpec", "Outcome", "Parsed", "TaskError", "UnknownEnvironment", "by_agent_name",
+__all__ = ["SPECS", "WEBSHOP", "CoreUnavailable", "EnvSpec", "Outcome", "Parsed", "TaskError", "UnknownEnvironment", "by_agent_name",
            "get", "ids", "parse_ids", "plugins", "task_index"]  # fmt: skip

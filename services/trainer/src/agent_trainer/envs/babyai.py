@@ -23,6 +23,8 @@ from .agentgym import parse_reply
 from .spec import EnvSpec, Outcome, Parsed, observation_message, task_index
 
 ENV_ID = "babyai"
+LEVELS = 40  # a task is level ``task % LEVELS`` with seed ``task // LEVELS``
+SEEDS = 50  # the task pool: tasks 0 .. LEVELS * SEEDS - 1
 MAX_ROUNDS = 20  # AgentGym-RL's rounds for BabyAI (its ScalingInter-RL schedule: 6, 13, 20)
 COMPLETED = "The task is completed."
 #: How the environment's answer to an action it refused begins (AgentGym's texts).
@@ -83,6 +85,13 @@ def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
                    valid=parsed.well_formed and accepted, finished=ended)  # fmt: skip
 
 
+def split_of(task: int) -> str:
+    """The split of a task by its seed: test seeds 0-4 (200 tasks, every level 5 times), val seed 5 (every level
+    once), train seeds 6-49."""
+    seed = task // LEVELS
+    return "test" if seed < 5 else "val" if seed == 5 else "train"
+
+
 SPEC = EnvSpec(
     env_id=ENV_ID,
     title="BabyAI: reach a goal in a grid world of rooms (go to, pick up, open, put next to); 40 levels",
@@ -96,4 +105,7 @@ SPEC = EnvSpec(
     "success, 0 on failure; 0 if the rounds run out first (never AgentGym's running score)",
     success_rule="the level ended with a positive reward",
     task_of=functools.partial(task_index, env_id=ENV_ID),
+    task_count=LEVELS * SEEDS,
+    split_of=split_of,
+    category_label="level",
 )

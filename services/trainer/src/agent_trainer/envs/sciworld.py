@@ -17,10 +17,15 @@ episodes that merely ran out of moves with partial credit. Here:
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import importlib.util
+import shutil
+from collections.abc import Iterable, Mapping
+from itertools import chain, zip_longest
 from typing import Any
 
-from .spec import EnvSpec, Outcome, Parsed, cut, task_index
+from webshop_env.envs.sciworld.games import GAME_COUNT, TASKS, game
+
+from .spec import CoreUnavailable, EnvSpec, Outcome, Parsed, cut, task_index
 
 ENV_ID = "sciworld"
 MAX_ROUNDS = 20  # AgentGym-RL's rounds for SciWorld (its ScalingInter-RL schedule: 10, 20, 30)
@@ -92,6 +97,56 @@ def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
                    valid=parsed.well_formed and accepted, finished=done)  # fmt: skip
 
 
+#: ScienceWorld's split of each task type's variations (scienceworld 1.2.3's ``get_variations_train/dev/test``,
+#: which are contiguous): variations below the first number are train, below the second dev (val here), the rest
+#: test. Static in the jar, so written down (no JVM to compute a split); the tests compare it with a JVM's.
+VARIATION_SPLITS: dict[str, tuple[int, int]] = {
+    "boil": (14, 21), "melt": (14, 21), "freeze": (14, 21), "change-the-state-of-matter-of": (14, 21),
+    "use-thermometer": (270, 405), "measure-melting-point-known-substance": (218, 327),
+    "measure-melting-point-unknown-substance": (150, 225), "power-component": (10, 15),
+    "power-component-renewable-vs-nonrenewable-energy": (10, 15), "test-conductivity": (450, 675),
+    "test-conductivity-of-unknown-substances": (300, 450), "find-living-thing": (150, 225),
+    "find-non-living-thing": (150, 225), "find-plant": (150, 225), "find-animal": (150, 225),
+    "chemistry-mix": (16, 24), "chemistry-mix-paint-secondary-color": (18, 27),
+    "chemistry-mix-paint-tertiary-color": (18, 27), "lifespan-longest-lived": (62, 93),
+    "lifespan-shortest-lived": (62, 93), "lifespan-longest-lived-then-shortest-lived": (62, 93),
+    "identify-life-stages-1": (6, 9), "identify-life-stages-2": (4, 6),
+}  # fmt: skip
+
+
+def split_of(task: int) -> str:
+    """ScienceWorld's own split of the task's variation (``VARIATION_SPLITS``; its dev split is val here)."""
+    name, variation = game(task)
+    train_end, dev_end = VARIATION_SPLITS[name]
+    return "train" if variation < train_end else "val" if variation < dev_end else "test"
+
+
+def round_robin_task_types(tasks: Iterable[int]) -> list[int]:
+    """The tasks one per task type in turn (the types in AgentGym's order, each type's in index order), so any
+    prefix of a split (``--val-rows``, ``val_max_samples``, eval's ``MAX_SAMPLES``) covers every type."""
+    by_type: dict[str, list[int]] = {name: [] for _, name, _ in TASKS}
+    for task in tasks:
+        by_type[game(task)[0]].append(task)
+    return [t for t in chain.from_iterable(zip_longest(*by_type.values())) if t is not None]
+
+
+def data_core(workers: int) -> Any:
+    """A core for building rows: each reset in a fresh JVM (a second load in one JVM can list a room's objects in
+    another order, which the interaction would refuse at the first turn), from a pool that keeps ``workers`` spare
+    JVMs warm. Raises ``CoreUnavailable`` where Java 17 or the scienceworld package is missing (the trainer image)."""
+    if importlib.util.find_spec("scienceworld") is None:
+        raise CoreUnavailable("the scienceworld package (ScienceWorld's simulator) is not installed here: pip install "
+                              "-e 'services/env[sciworld]' (it also needs a Java 17 runtime)")  # fmt: skip
+    if shutil.which("java") is None:
+        raise CoreUnavailable("no `java` on PATH, and ScienceWorld's simulator is a JVM: install a Java 17 runtime "
+                              "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")  # fmt: skip
+    from webshop_env.envs.sciworld import JvmPool, SciWorldEnv
+
+    core = SciWorldEnv(JvmPool(spares=workers, max_live=2 * workers, wait_s=600))
+    core.prewarm()
+    return core
+
+
 SPEC = EnvSpec(
     env_id=ENV_ID,
     title="SciWorld: elementary science tasks in a text simulation (ScienceWorld); 4,639 task variations",
@@ -106,4 +161,8 @@ SPEC = EnvSpec(
     success_rule="the score reached 100 (the task completed); a move- or round-limit ending never counts",
     task_of=functools.partial(task_index, env_id=ENV_ID),
     holds_simulator=True,
+    task_count=GAME_COUNT,
+    split_of=split_of,
+    task_order=round_robin_task_types,
+    data_core=data_core,
 )

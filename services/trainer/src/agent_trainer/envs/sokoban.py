@@ -8,7 +8,7 @@ An action it does not recognise is a no-op step (``info.valid`` false); a move i
 moves nothing (``info.moved`` false).
 
 This spec reaches the trainer through the environment's registration (``Registration.trainer``), as an installed
-environment package's does: no line in ``SPECS`` or ``env_data.RULES``. Its task pool is the environment's 10,000
+environment package's does: no line in ``SPECS``. Its task pool is the environment's 10,000
 rooms, split by ranges (rooms are independent draws of the generator, so ranges are unbiased): test 0-499, val
 500-999, train 1000-9999.
 """

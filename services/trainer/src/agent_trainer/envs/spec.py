@@ -10,7 +10,7 @@ prompt and the first turn from the same spec, so training, evaluation and data s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,11 @@ class Outcome:
 
 class TaskError(ValueError):
     """A dataset row that names no task (or not as an index)."""
+
+
+class CoreUnavailable(RuntimeError):
+    """An environment's ``data_core`` cannot run on this machine (a simulator or its runtime is missing); the
+    message says what to install."""
 
 
 def task_index(fields: Mapping[str, Any], env_id: str = "") -> int:
@@ -108,8 +113,14 @@ class EnvSpec:
             takes, by name; each defaults to the interaction setting of that name where there is one (WebShop:
             ``goal_set``, ``split``; the others: none, a task is all their reset takes).
         task_count, split_of: the task pool (tasks ``0 .. task_count - 1``) and the split of a task (``train``,
-            ``val`` or ``test``), for an environment the dataset builder has no rule of its own for (an installed
-            environment package's: ``agent_trainer.env_data.split_tasks``); None: the builder's rule.
+            ``val`` or ``test``): the dataset builder's and eval's splits (``agent_trainer.env_data.split_tasks``);
+            None for an environment whose tasks are a catalog's goals (``needs_catalog``).
+        task_order: the order of a split's tasks where index order would not do (SciWorld: round-robin over its
+            task types, so any prefix covers every type); None: index order.
+        data_core: a core of the dataset builder's own, made for ``workers`` resets at once, where the registry's
+            shared core would not do (SciWorld: each reset in a fresh JVM); raises ``CoreUnavailable`` where it
+            cannot run here (the builder then uses a service's resets). None: ``registry.make``'s core.
+        category_label: what the report calls the groups of ``metrics.by_category`` (BabyAI's are levels).
         eval_protocol: how ``agent-train eval`` plays the environment (``evaluation.runner.PLAYS``): ``"spec"``,
             as the agent loop does (the tasks of the training data's split, the spec's user turns, every reply
             through ``parse``); ``"pages"``, WebShop's own protocol (the service's goal sets and their splits,
@@ -142,6 +153,9 @@ class EnvSpec:
     eval_protocol: str = "spec"
     needs_catalog: bool = False
     client: Callable[..., ServiceClient] = served_client
+    task_order: Callable[[Iterable[int]], list[int]] | None = None
+    data_core: Callable[[int], Any] | None = None
+    category_label: str = "category"
 
     def __post_init__(self) -> None:
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:

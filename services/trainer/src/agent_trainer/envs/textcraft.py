@@ -16,6 +16,7 @@ from .agentgym import parse_reply
 from .spec import EnvSpec, Outcome, Parsed, observation_message, task_index
 
 ENV_ID = "textcraft"
+TASKS = 544  # the goals, sorted by crafting depth (the task pool: tasks 0 .. 543)
 MAX_ROUNDS = 30  # AgentGym-RL's rounds for TextCraft (its ScalingInter-RL schedule: 10, 20, 30)
 #: How the environment's answer to an action it carried out begins (anything else was refused).
 ACCEPTED = ("Got ", "Crafted ", "Inventory: ")
@@ -64,6 +65,14 @@ def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
                    valid=parsed.well_formed and accepted, finished=done)  # fmt: skip
 
 
+def split_of(task: int) -> str:
+    """The split of a goal: test every 8th (68), val ``task % 16 == 4`` (34), train the other 442; as the goals are
+    sorted by crafting depth, every depth is in every split."""
+    if task % 8 == 0:
+        return "test"
+    return "val" if task % 16 == 4 else "train"
+
+
 SPEC = EnvSpec(
     env_id=ENV_ID,
     title="TextCraft: craft a Minecraft item from the recipes listed (get, craft, inventory); 544 goals",
@@ -76,4 +85,6 @@ SPEC = EnvSpec(
     reward_rule="1 when the goal item is crafted (the episode ends there), else 0",
     success_rule="the goal item was crafted (reward 1)",
     task_of=functools.partial(task_index, env_id=ENV_ID),
+    task_count=TASKS,
+    split_of=split_of,
 )

@@ -41,7 +41,7 @@ def _budget(env_id: str, directory: str, default_turn_tokens: int) -> TrainingBu
     from .. import envs
 
     spec = envs.get(env_id)
-    name = "webshop_grpo_test" if env_id == "webshop" else f"{env_id}_grpo_test"
+    name = f"{env_id}_grpo_test"
     path = Path(directory) / f"{name}.yaml"
     if not path.is_file():  # an environment without a config of its own (a plugin): its spec's rounds
         return TrainingBudget(spec.max_rounds, default_turn_tokens, 4096)

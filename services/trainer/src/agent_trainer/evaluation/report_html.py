@@ -57,6 +57,12 @@ def played_pages(env_id: str | None) -> bool:
     return spec is not None and spec.eval_protocol == PAGES_PROTOCOL
 
 
+def _category_label(env_id: str | None) -> str:
+    """What the environment's ``by_category`` groups are (its spec's ``category_label``: BabyAI's levels)."""
+    spec = env_spec(env_id)
+    return spec.category_label if spec is not None else "category"
+
+
 def env_title(env_id: str | None) -> str:
     """How the reports name an environment: its spec's name (``WebShop``, ``TextCraft``), else its id."""
     spec = env_spec(env_id)
@@ -185,7 +191,7 @@ def _charts(metrics: Mapping[str, Any], prefix: str = "chart") -> tuple[str, str
     category_svg = hbar_chart(
         names,
         [categories[n]["success_rate"] for n in names],
-        "Success rate by " + ("level" if metrics.get("env") == "babyai" else "category"),
+        f"Success rate by {_category_label(metrics.get('env'))}",
         annotations=[f"{_pct(categories[n]['success_rate'])} of {categories[n]['episodes']}" for n in names],
         element_id=f"{prefix}-category",
     )

@@ -56,7 +56,7 @@ $(STAMP09): constraints.txt constraints-verl09.txt scripts/merge_constraints.py 
 # one loud message says that title nouns will be heuristic and how to fix it; setup goes on. Once per .venv.
 SPACY_STAMP := $(VENV)/.spacy-model
 SPACY_MODEL_WHEEL ?=
-SPACY_CHECK = $(VENV)/bin/webshop-env conformance check --traces tests/fixtures/conformance/original-seed3 --unpin nouns --quiet --max-differences 3
+SPACY_CHECK = $(VENV)/bin/agent-envs conformance check --traces tests/fixtures/conformance/original-seed3 --unpin nouns --quiet --max-differences 3
 $(SPACY_STAMP): $(STAMP) docker/env.Dockerfile
 	@status=0; $(PY) scripts/host_checks.py spacy $(if $(SPACY_MODEL_WHEEL),--wheel $(SPACY_MODEL_WHEEL)) || status=$$?; \
 	case $$status in 0) $(SPACY_CHECK) ;; 3) ;; *) exit $$status ;; esac
@@ -85,8 +85,8 @@ chromium: ## install headless Chromium (Debian package) for the report tests, wh
 	@chromium --version
 
 $(CATALOG_DIR)/manifest.json: | $(STAMP)
-	$(VENV)/bin/webshop-env catalog generate --products $(CATALOG_PRODUCTS) --seed $(CATALOG_SEED) --out $(RAW_DIR)
-	$(VENV)/bin/webshop-env catalog prepare --raw $(RAW_DIR) --out $(CATALOG_DIR)
+	$(VENV)/bin/agent-envs catalog generate --products $(CATALOG_PRODUCTS) --seed $(CATALOG_SEED) --out $(RAW_DIR)
+	$(VENV)/bin/agent-envs catalog prepare --raw $(RAW_DIR) --out $(CATALOG_DIR)
 
 data: $(CATALOG_DIR)/manifest.json ## generate and prepare the bundled catalog at $(CATALOG_DIR)
 
@@ -151,13 +151,13 @@ TRL_ARGS ?=
 .PHONY: train-trl
 train-trl: $(STAMP) $(VENV_TRL)/.installed nginx redis data ## TRL's GRPOTrainer on CPU, a few steps on a mix of the served environments through OpenEnv (ENV=textcraft: one; TRL_ARGS=--steps N) -> outputs/trl[-<env>]/summary.json
 	@started=$$SECONDS; rm -rf $(TRL_RUN); \
-	WEBSHOP_ENVS=$(TRL_ENVS) $(PY) -m webshop_env.cluster up --replicas 2 --workers 1 --catalog $(CATALOG_DIR) \
+	WEBSHOP_ENVS=$(TRL_ENVS) $(PY) -m agent_envs.cluster up --replicas 2 --workers 1 --catalog $(CATALOG_DIR) \
 	  --port 0 --base-port 0 --run-dir $(TRL_RUN) >/dev/null || exit 1; \
 	url=$$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' $(TRL_RUN)/pids.json); \
 	echo "make train-trl: $(TRL_ENVS) served at $$url"; status=0; \
 	$(VENV_TRL)/bin/python examples/trl/train_grpo.py --url $$url --envs $(TRL_ENVS) --catalog $(CATALOG_DIR) \
 	  --out outputs/trl$(if $(ENV),-$(subst $(comma),-,$(ENV))) $(TRL_ARGS) || status=$$?; \
-	$(PY) -m webshop_env.cluster down --run-dir $(TRL_RUN) >/dev/null; \
+	$(PY) -m agent_envs.cluster down --run-dir $(TRL_RUN) >/dev/null; \
 	echo "make train-trl: $$((SECONDS - started)) s"; exit $$status
 
 # The docs site (MkDocs + Material, pinned in requirements-docs.txt, in an environment of its own): strict, so a
@@ -180,19 +180,19 @@ format: setup ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format services tests scripts examples
 
 up-ray: setup data ## a one-node Ray cluster here (ray start --head, run/ray) with the env on it as a Ray Serve app on :$(WEBSHOP_RAY_PORT)
-	$(PY) -m webshop_env.ray_serve.local up --catalog $(CATALOG_DIR) --port $(WEBSHOP_RAY_PORT) --replicas-per-node $(REPLICAS)
+	$(PY) -m agent_envs.ray_serve.local up --catalog $(CATALOG_DIR) --port $(WEBSHOP_RAY_PORT) --replicas-per-node $(REPLICAS)
 
 down-ray: setup ## stop make up-ray's Ray head (only that one; other Ray clusters of the machine stay up)
-	$(PY) -m webshop_env.ray_serve.local down
+	$(PY) -m agent_envs.ray_serve.local down
 
 up-local: setup nginx redis data ## start REPLICAS env replicas + nginx on :$(WEBSHOP_PORT) in the background
-	$(PY) -m webshop_env.cluster up --replicas $(REPLICAS) --workers $(WORKERS) --catalog $(CATALOG_DIR) --port $(WEBSHOP_PORT)
+	$(PY) -m agent_envs.cluster up --replicas $(REPLICAS) --workers $(WORKERS) --catalog $(CATALOG_DIR) --port $(WEBSHOP_PORT)
 
 down-local: ## stop what up-local started
-	$(PY) -m webshop_env.cluster down
+	$(PY) -m agent_envs.cluster down
 
 status-local: ## show the local cluster
-	$(PY) -m webshop_env.cluster status
+	$(PY) -m agent_envs.cluster status
 
 # ENV=textcraft|babyai|sciworld, a list (textcraft,webshop) or mixed (textcraft,babyai,webshop): that environment's
 # configs (<env>_grpo_test/_train, mixed_grpo_* for several), data, a cluster serving it and its agent loop.
@@ -206,14 +206,14 @@ rehearse: setup nginx redis data ## the test training run on CPU through verl's 
 	$(TRAIN_VENV)/bin/agent-train rehearse --catalog $(CATALOG_DIR) $(if $(ENV),--envs $(ENV)) $(REHEARSE_ARGS)
 
 bench: setup data ## in-process simulator benchmark (JSON)
-	$(VENV)/bin/webshop-env bench --catalog $(CATALOG_DIR) --json
+	$(VENV)/bin/agent-envs bench --catalog $(CATALOG_DIR) --json
 
 bench-ray: setup nginx redis data ## Ray Serve against nginx on this machine (same replicas, alternating rounds): steps/s, latency, CPU per step -> markdown table (BENCH_RAY_ARGS=--json ...)
 	$(PY) scripts/bench_ray_vs_nginx.py --catalog $(CATALOG_DIR) $(BENCH_RAY_ARGS)
 
 bench-readme: setup data nginx redis ## the README's performance figures: bench --products 100000,1200000 (catalogs built once, cached) and bench-http --calibrate per kind
-	$(VENV)/bin/webshop-env bench --products 100000,1200000
-	for kind in click search search-varied; do $(VENV)/bin/webshop-env bench-http --calibrate --kind $$kind --catalog $(CATALOG_DIR) --json || exit 1; done
+	$(VENV)/bin/agent-envs bench --products 100000,1200000
+	for kind in click search search-varied; do $(VENV)/bin/agent-envs bench-http --calibrate --kind $$kind --catalog $(CATALOG_DIR) --json || exit 1; done
 
 clean: ## remove caches (keeps .venv and data)
 	rm -rf .pytest_cache .ruff_cache .hypothesis

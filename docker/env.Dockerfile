@@ -1,11 +1,11 @@
-# WebShop environment service image: `webshop-env serve` (FastAPI/uvicorn, several workers) on port 8000.
+# WebShop environment service image: `agent-envs serve` (FastAPI/uvicorn, several workers) on port 8000.
 #
 #   docker build -f docker/env.Dockerfile -t webshop-env:local .      (context: the repository root)
 #   docker build -f docker/env.Dockerfile --target sciworld -t webshop-sciworld:local .   (the SciWorld image)
 #   docker run --rm -v "$PWD/data/catalog:/data/catalog:ro" -e WEBSHOP_STATE_SECRET=... -p 36001:8000 webshop-env:local
 #
 # The prepared catalog is mounted read-only at /data/catalog (compose mounts the whole data volume at /data).
-# The same image also runs the one-shot `catalog-init` job (`webshop-env catalog generate|download|prepare`),
+# The same image also runs the one-shot `catalog-init` job (`agent-envs catalog generate|download|prepare`),
 # which is why spaCy and its English model are installed: catalog prepare computes the title nouns with them,
 # exactly as the original does. Nothing on the request path loads spaCy.
 #
@@ -66,8 +66,8 @@ RUN --mount=type=secret,id=build_ca \
       export PIP_CERT=/tmp/build-ca.pem; \
     fi; \
     case "$SPACY_MODEL" in \
-      url|wheel) package="./services/env[spacy,python-only]"; printf 'webshop-env[spacy,python-only]\nen_core_web_sm\n' > /tmp/install.txt ;; \
-      none) package="./services/env[python-only]"; printf 'webshop-env[python-only]\n' > /tmp/install.txt ;; \
+      url|wheel) package="./services/env[spacy,python-only]"; printf 'agent-envs[spacy,python-only]\nen_core_web_sm\n' > /tmp/install.txt ;; \
+      none) package="./services/env[python-only]"; printf 'agent-envs[python-only]\n' > /tmp/install.txt ;; \
       *) echo "SPACY_MODEL must be url, wheel or none (got '$SPACY_MODEL')" >&2; exit 2 ;; \
     esac; \
     pip wheel --wheel-dir /wheels --constraint constraints.txt "$package"; \
@@ -129,14 +129,14 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels --requirement /wheels/install.txt \
  && pip check \
- && python -c "from webshop_env.envs.webshop.core.nouns import default_noun_extractor as d; print('title nouns:', d().name)" \
+ && python -c "from agent_envs.envs.webshop.core.nouns import default_noun_extractor as d; print('title nouns:', d().name)" \
  && if grep -q en_core_web_sm /wheels/install.txt; then \
       python -c "import spacy; spacy.load('en_core_web_sm'); print('spacy', spacy.__version__)"; \
     fi
 
 # The search kernels are compiled (numba) once here, into the seed that each container copies to its tmpfs
 # cache (NUMBA_CACHE_DIR above: the root file system is read-only at run time), instead of ~15 s per worker.
-RUN NUMBA_CACHE_DIR="$WEBSHOP_NUMBA_CACHE_SEED" python -c "from webshop_env.envs.webshop.search.bm25 import compile_kernels; compile_kernels()" \
+RUN NUMBA_CACHE_DIR="$WEBSHOP_NUMBA_CACHE_SEED" python -c "from agent_envs.envs.webshop.search.bm25 import compile_kernels; compile_kernels()" \
  && chmod -R a+rX "$WEBSHOP_NUMBA_CACHE_SEED"
 
 # Non-root user with a fixed uid/gid (compose may run the container as the host user instead, see .env.example).
@@ -155,7 +155,7 @@ EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('WEBSHOP_PORT', '8000'), timeout=4)"]
 
-ENTRYPOINT ["webshop-env"]
+ENTRYPOINT ["agent-envs"]
 # Host, port and catalog come from WEBSHOP_HOST/WEBSHOP_PORT/WEBSHOP_CATALOG above (the health check reads the
 # same port); several uvicorn workers per replica, all sharing the catalog through the OS page cache.
 CMD ["serve", "--workers", "4"]
@@ -183,7 +183,7 @@ RUN --mount=type=bind,from=sciworld-wheels,source=/wheels,target=/sciworld-wheel
     pip install --no-index --find-links=/sciworld-wheels scienceworld; \
     pip check; \
     java -version; \
-    python -c "from webshop_env.envs.sciworld import Simulator, game; s = Simulator(); print('sciworld:', s.load(*game(0))[0][:70]); s.close()"
+    python -c "from agent_envs.envs.sciworld import Simulator, game; s = Simulator(); print('sciworld:', s.load(*game(0))[0][:70]); s.close()"
 USER 10001:10001
 # One JVM per episode; each JVM's heap capped (the default is a quarter of the machine's memory).
 ENV JAVA_TOOL_OPTIONS=-Xmx384m

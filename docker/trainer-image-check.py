@@ -5,7 +5,7 @@
 
 1. Imports every module a GPU run imports: the verl entry point and its FSDP workers, the agent loop, the sglang
    server (verl's async sglang server and sglang's own launch_server, which eval runs), Ray, Ray Serve and the
-   env's Serve app (WEBSHOP_ENV=ray: webshop-env[ray] on the training cluster; its fastapi/starlette must suit
+   env's Serve app (WEBSHOP_ENV=ray: agent-envs[ray] on the training cluster; its fastapi/starlette must suit
    the image's Ray), the merger, the WebShop trainer modules, TensorBoard's writer. flash_attn is required when a
    training config asks for it (attn_implementation flash_attention_2, verl's default, or use_remove_padding,
    which imports flash_attn.bert_padding), as each config composes (its environment's file over its base). A
@@ -44,10 +44,10 @@ from pathlib import Path
 _COMMON_MODULES = (
     "torch",
     "ray",
-    # WEBSHOP_ENV=ray: the env as a Ray Serve app on this cluster (`webshop-env serve-ray`); a Serve whose web stack
+    # WEBSHOP_ENV=ray: the env as a Ray Serve app on this cluster (`agent-envs serve-ray`); a Serve whose web stack
     # does not fit the image's Ray fails here, not when the first replica starts
     "ray.serve",
-    "webshop_env.ray_serve.app",
+    "agent_envs.ray_serve.app",
     "transformers",
     "verl.trainer.main_ppo",
     "verl.experimental.agent_loop.tool_agent_loop",
@@ -57,7 +57,7 @@ _COMMON_MODULES = (
     "sglang",
     "sglang.launch_server",
     "torch.utils.tensorboard",
-    "webshop_env.client",
+    "agent_envs.client",
     "agent_trainer.agent_loop",
     "agent_trainer.evaluation.policies",
     "agent_trainer.evaluation.model_path",
@@ -163,7 +163,7 @@ def import_errors(modules: tuple[str, ...] | list[str], deferred: list[str] | No
 def serve_problems() -> list[str]:
     """Ray Serve's deploy path without a cluster: its controller reads every deployment's config from protobuf.
     Ray 2.49's Serve does that through ``FieldDescriptor.label``, which protobuf 7 removed (Ray 2.60 handles both):
-    under protobuf 7 it imports, and fails when the env's app is deployed (`webshop-env serve-ray`)."""
+    under protobuf 7 it imports, and fails when the env's app is deployed (`agent-envs serve-ray`)."""
     try:
         from ray.serve._private.config import DeploymentConfig
 

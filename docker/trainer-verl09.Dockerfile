@@ -47,7 +47,7 @@ WORKDIR /opt/webshop
 #    - TransferQueue: verl's sgl0512 image was built with TransferQueue 0.1.8, below verl 0.9.1's floor (0.1.10);
 #    - transformers: sglang 0.5.12 pins transformers==5.6.0, which verl 0.9.1 excludes (transformers!=5.6.0,
 #      >=5.5.3,<5.11); pinned to 5.9.0, verl 0.9.1's own [sglang] pin (its tokenizers range is 5.6.0's);
-#    - fastapi and starlette: the trainer package pulls in webshop-env[ray], and ray[serve] 2.60 needs
+#    - fastapi and starlette: the trainer package pulls in agent-envs[ray], and ray[serve] 2.60 needs
 #      fastapi>=0.133 and starlette>=1.0.1; pinned to the versions the env's API is tested with
 #      (../constraints.txt), since Serve runs that API in this image; sglang's HTTP server (imported by verl's
 #      sglang server) is import-checked under them (step 3).
@@ -106,7 +106,7 @@ RUN --mount=type=secret,id=build_ca \
         export PIP_CERT=/tmp/build-ca.pem; fi; } \
  && python3 -m pip install --no-deps --force-reinstall ./services/env ./services/trainer \
  && rm -f /tmp/build-ca.pem \
- && python3 -c "import webshop_env, agent_trainer.agent_loop"
+ && python3 -c "import agent_envs, agent_trainer.agent_loop"
 
 COPY configs/ /opt/webshop/configs/
 

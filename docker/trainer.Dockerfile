@@ -70,7 +70,7 @@ RUN --mount=type=secret,id=build_ca \
 # 2. verl without its dependency list (`verl[sglang]==0.7.1` would pin sglang 0.5.6 and downgrade the image),
 #    then the env package (its client, and its API as a Ray Serve app), the trainer package and verl's remaining
 #    dependencies. Nothing the image ships moves but what step 1 moved (image-lock.txt). The trainer package
-#    pulls in webshop-env[ray], i.e. Ray Serve at this image's Ray (2.49.2): its [serve] extra sets no floor on
+#    pulls in agent-envs[ray], i.e. Ray Serve at this image's Ray (2.49.2): its [serve] extra sets no floor on
 #    fastapi or starlette (the verl 0.9 image's Ray 2.60 needs newer ones and unlocks them); step 3 imports Ray
 #    Serve and the env's Serve app. tests/deploy/test_trainer_verl09_resolution.py runs step 1's derivation and
 #    pip's resolver over this step against the base's documented package set.

@@ -211,7 +211,7 @@ TRAIN_SERVE_ENVS = $(subst $(STACK_SPACE),$(STACK_COMMA),$(sort webshop $(subst 
 # test|full: the config of a run (WebShop: test / full, as ever; the others: <env>_grpo_test / <env>_grpo_train)
 TRAIN_CONFIG_OF = $(if $(filter webshop,$(TRAIN_ENV_NAME)),$(1),$(TRAIN_ENV_NAME)_grpo_$(if $(filter full,$(1)),train,test))
 # The environments ENV may name: every registered one (configs/nginx/environments/placements.txt, which
-# `webshop-env envs --write-deploy` writes from the registry: read here without Python), and mixed.
+# `agent-envs envs --write-deploy` writes from the registry: read here without Python), and mixed.
 STACK_REGISTERED_ENVS := $(shell awk '$$2 == "any" || $$2 == "sticky" { print $$1 }' configs/nginx/environments/placements.txt 2>/dev/null)
 define STACK_TRAIN_ENV_CHECK
 for e in $(TRAIN_ENV_LIST); do case " $(STACK_REGISTERED_ENVS) mixed " in *" $$e "*) ;; \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # AgentGym's own TextCraft, BabyAI and SciWorld servers, unmodified, each in a throwaway venv of its own, for
-# `webshop-env bench-envs --agentgym ENV=URL` (docs/performance.md) and for recording oracle episodes
+# `agent-envs bench-envs --agentgym ENV=URL` (docs/performance.md) and for recording oracle episodes
 # (scripts/record_agentgym_babyai.py). Nothing of AgentGym's is copied into this project: the servers are
 # installed from the AgentGym checkout you give, with their dependencies from PyPI at the versions AgentGym's
 # recordings were made with (the project's constraints.txt pins the same simulators).

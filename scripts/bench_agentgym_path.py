@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
-from webshop_env import cluster
-from webshop_env.bench import percentile
+from agent_envs import cluster
+from agent_envs.bench import percentile
 
 ACTIONS = {
     "textcraft": ["inventory", "get 1 oak logs", "inventory"],

@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 
-from webshop_env import cluster
-from webshop_env.bench import percentile
+from agent_envs import cluster
+from agent_envs.bench import percentile
 
 MODES = {
     "none": ("--save", "", "--appendonly", "no"),
@@ -81,7 +81,7 @@ async def store_load(redis_url: str, clients: int, steps: int) -> dict[str, Any]
     """The session store's share of a step alone: ``RedisSessionStore.get`` + ``put`` (the two Lua scripts a
     ``/step`` runs, with a request key and a recorded answer as through the balancer) from ``clients``
     concurrent sessions, ``steps`` in all; store steps/s and latencies."""
-    from webshop_env.api.compat_sessions import Answer, RedisSessionStore
+    from agent_envs.api.compat_sessions import Answer, RedisSessionStore
 
     store = RedisSessionStore(redis_url, str, int, max_sessions=10_000, client_quota=10_000)
     latencies: list[float] = []

@@ -6,13 +6,13 @@
 
 It starts both paths side by side and keeps them up for the whole run:
 
-- nginx: ``webshop_env.cluster.up`` (what ``python -m webshop_env.cluster up`` runs): REPLICAS uvicorn replicas
+- nginx: ``agent_envs.cluster.up`` (what ``python -m agent_envs.cluster up`` runs): REPLICAS uvicorn replicas
   (one worker each) behind a real nginx, Redis for the AgentGym sessions, in a temporary run directory;
 - Ray Serve: a private one-node Ray cluster (``ray start --head``: its own temp dir and ports, no dashboard,
-  token auth off, ``--num-cpus`` = the machine's cores) and ``webshop-env serve-ray`` with REPLICAS replicas
+  token auth off, ``--num-cpus`` = the machine's cores) and ``agent-envs serve-ray`` with REPLICAS replicas
   per node, Serve's proxy on a free loopback port.
 
-Then, round after round, it runs ``bench-http``'s load (the same function, ``webshop_env.cli.serve.bench_http``:
+Then, round after round, it runs ``bench-http``'s load (the same function, ``agent_envs.cli.serve.bench_http``:
 EPISODES expert episodes, CONCURRENCY in flight, the native protocol) against each path's URL: nginx then
 Serve in rounds 1, 3, ..., Serve then nginx in rounds 2, 4, ..., so that drifting machine noise falls on both
 alike.
@@ -48,10 +48,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from webshop_env import cluster
-from webshop_env.cli.serve import bench_http
-from webshop_env.client.native import WebShopClient
-from webshop_env.ray_serve.local import LocalRayHead, all_pids, proc_stat
+from agent_envs import cluster
+from agent_envs.cli.serve import bench_http
+from agent_envs.client.native import WebShopClient
+from agent_envs.ray_serve.local import LocalRayHead, all_pids, proc_stat
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -217,10 +217,10 @@ def ray_env() -> dict[str, str]:
 
 
 def deploy_serve(head: LocalRayHead, catalog: Path, replicas: int, timeout: float = 600.0) -> str:
-    """``webshop-env serve-ray`` on the head; returns the local URL once every node serves."""
+    """``agent-envs serve-ray`` on the head; returns the local URL once every node serves."""
     port = cluster.free_ports(1)[0]
     command = [
-        _binary("webshop-env"), "serve-ray", "--address", head.address, "--catalog", str(catalog),
+        _binary("agent-envs"), "serve-ray", "--address", head.address, "--catalog", str(catalog),
         "--replicas-per-node", str(replicas), "--port", str(port), "--host", "127.0.0.1",
         "--wait", str(timeout),
     ]  # fmt: skip

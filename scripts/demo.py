@@ -41,8 +41,8 @@ def ensure_catalog(catalog: Path, raw: Path, products: int, seed: int) -> None:
     if (catalog / "manifest.json").exists():
         print(f"catalog: {catalog} (already prepared)")
         return
-    from webshop_env.envs.webshop.catalog.generate import generate_catalog
-    from webshop_env.envs.webshop.catalog.prepare import prepare_catalog
+    from agent_envs.envs.webshop.catalog.generate import generate_catalog
+    from agent_envs.envs.webshop.catalog.prepare import prepare_catalog
 
     print(f"catalog: generating {products} products (seed {seed}) into {raw}, preparing {catalog}")
     generate_catalog(raw, products=products, seed=seed, progress=True)
@@ -61,7 +61,7 @@ def reward_definition(metrics: dict[str, Any]) -> str | None:
     catalog = metrics.get("catalog")
     if not isinstance(catalog, dict) or "fidelity" not in catalog:
         return None
-    from webshop_env.envs.webshop.catalog.fidelity import describe_fidelity
+    from agent_envs.envs.webshop.catalog.fidelity import describe_fidelity
 
     return f"catalog {catalog['fingerprint']}: {describe_fidelity(catalog['fidelity'])}"
 
@@ -141,8 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.max_samples < 0:
         parser.error("--max-samples must be 0 (the whole split) or more")
 
+    from agent_envs import cluster
     from agent_trainer.evaluation.runner import EvalError
-    from webshop_env import cluster
 
     env_ids = demo_envs()
     started = time.monotonic()

@@ -331,7 +331,7 @@ def heuristic_warning(reason: str, url: str) -> str:
         "                                            checked against the nouns recorded from the original)\n"
         "  make spacy SPACY_MODEL_WHEEL=FILE         the official wheel, copied from a machine that can download\n"
         "                                            it (checked against the pinned SHA-256)\n"
-        "  webshop-env catalog prepare --pin-title-nouns FILE   the nouns of a reference run of the original\n"
+        "  agent-envs catalog prepare --pin-title-nouns FILE   the nouns of a reference run of the original\n"
         f"{rule}"
     )
 

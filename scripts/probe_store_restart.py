@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as CE, TimeoutError as TE, RedisError
-# the replicas' settings (webshop_env.api.compat_sessions.RedisSessionStore)
+# the replicas' settings (agent_envs.api.compat_sessions.RedisSessionStore)
 r = aioredis.Redis.from_url(sys.argv[1], socket_timeout=2.0, socket_connect_timeout=0.5,
     retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3), retry_on_error=[CE, TE], health_check_interval=30)
 async def one(i):

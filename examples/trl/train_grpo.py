@@ -66,7 +66,7 @@ def train_tasks(env_id: str, count: int, catalog: str | None, seed: int) -> list
     from agent_trainer import env_data
 
     if env_id == envs.WEBSHOP:
-        from webshop_env.envs.webshop.catalog.store import open_catalog
+        from agent_envs.envs.webshop.catalog.store import open_catalog
 
         if catalog is None:
             raise SystemExit("webshop needs --catalog (its training goals come from the prepared catalog)")

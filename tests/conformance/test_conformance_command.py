@@ -1,4 +1,4 @@
-"""``webshop-env conformance record|check``: the committed recording checks at 100 %, and the recording path
+"""``agent-envs conformance record|check``: the committed recording checks at 100 %, and the recording path
 (the same adapter interface the original is driven through) reproduces itself exactly.
 
 The original WebShop is not available here; ``shim_checkout/`` stands in for a checkout of it, with the
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from webshop_env.cli.main import main
-from webshop_env.envs.webshop.conformance.adapter import AdapterError, LocalAdapter, OriginalAdapter
-from webshop_env.envs.webshop.conformance.check import check_traces, compare_step
-from webshop_env.envs.webshop.conformance.record import record
+from agent_envs.cli.main import main
+from agent_envs.envs.webshop.conformance.adapter import AdapterError, LocalAdapter, OriginalAdapter
+from agent_envs.envs.webshop.conformance.check import check_traces, compare_step
+from agent_envs.envs.webshop.conformance.record import record
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "conformance" / "original-seed3"
 SHIM = Path(__file__).parent / "shim_checkout"
@@ -149,7 +149,7 @@ def test_record_from_a_checkout_through_the_command_line(
     command = [
         sys.executable,
         "-m",
-        "webshop_env.cli.main",
+        "agent_envs.cli.main",
         "conformance",
         "record",
         "--original",
@@ -212,7 +212,7 @@ def test_catalog_info_prints_the_fidelity_limits(
 
 def test_unpinned_title_nouns_change_only_purchase_rewards(tmp_path: Path) -> None:
     """The noun extractor feeds the type reward and nothing else: pages, clickables and goals stay identical."""
-    from webshop_env.envs.webshop.conformance.check import prepare_for_traces
+    from agent_envs.envs.webshop.conformance.check import prepare_for_traces
 
     manifest = prepare_for_traces(FIXTURE, tmp_path / "catalog", unpin=frozenset({"nouns"}))
     summary = check_traces(FIXTURE, tmp_path / "catalog", max_differences=1000, progress=False)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from webshop_env.envs.webshop.catalog.raw import index_text, iter_products
-from webshop_env.envs.webshop.search.bm25 import BM25Index, build_index
+from agent_envs.envs.webshop.catalog.raw import index_text, iter_products
+from agent_envs.envs.webshop.search.bm25 import BM25Index, build_index
 
 ORIGINAL = Path(__file__).resolve().parents[1] / "fixtures" / "conformance" / "original-seed3"
 TRACE_FILES = ("synthetic-goals/traces.jsonl", "human-goals/traces.jsonl")

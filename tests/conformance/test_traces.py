@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from webshop_env.envs.webshop.conformance.adapter import goal_as_original
-from webshop_env.envs.webshop.core.env import WebShopEnv
+from agent_envs.envs.webshop.conformance.adapter import goal_as_original
+from agent_envs.envs.webshop.core.env import WebShopEnv
 
 CONFORMANCE = Path(__file__).parents[1] / "fixtures" / "conformance" / "original-seed3"
 
@@ -77,7 +77,7 @@ def _difflib_ratio(a: str, b: str) -> int:
 
 def test_both_fuzzy_backends_score_the_recorded_episodes_alike(conformance_catalog, monkeypatch) -> None:
     """docs/deviations.md #9: the difflib backend gives the same rewards on every recorded purchase."""
-    from webshop_env.envs.webshop.core import fuzz
+    from agent_envs.envs.webshop.core import fuzz
 
     fuzz._token_set_ratio_processed.cache_clear()
     monkeypatch.setattr(fuzz, "ratio", _difflib_ratio)

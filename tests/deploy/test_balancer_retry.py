@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 
 class DropsFirstConnections:

@@ -139,8 +139,8 @@ def test_sciworld_replicas(rendered: dict, compose: Compose) -> None:
 def test_webshop_replicas_leave_sciworld_to_its_own(rendered: dict) -> None:
     """The `webshop` replicas serve the environments of WEBSHOP_ENVS that any replica serves (their registrations'
     placement, through `serve --placement any`): SciWorld (sticky) is dropped, the rest kept in order, WebShop alone
-    when nothing else is left. The filter is the one `serve` applies (`webshop-env envs --placement`)."""
-    from webshop_env.cli.envs import placed
+    when nothing else is left. The filter is the one `serve` applies (`agent-envs envs --placement`)."""
+    from agent_envs.cli.envs import placed
 
     webshop = rendered["services"]["webshop"]
     assert webshop["command"] == ["serve", "--placement", "any"] and webshop.get("entrypoint") is None

@@ -1,5 +1,5 @@
 """The shell scripts compose.yaml runs (catalog-init, trainer, eval), executed here as the containers would get
-them after compose's interpolation: catalog-init against the real `webshop-env` CLI on a small generated
+them after compose's interpolation: catalog-init against the real `agent-envs` CLI on a small generated
 catalog, the trainer and eval scripts against recording stubs of `agent-train`, `nvidia-smi` and `python3`."""
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def stubs(tmp_path: Path) -> dict[str, Any]:
 # ---- catalog-init ----------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def webshop_env_bin() -> Path:
-    candidate = Path(sys.executable).parent / "webshop-env"
+    candidate = Path(sys.executable).parent / "agent-envs"
     if not candidate.exists():
-        pytest.skip("webshop-env is not installed in this environment (make setup)")
+        pytest.skip("agent-envs is not installed in this environment (make setup)")
     return candidate
 
 

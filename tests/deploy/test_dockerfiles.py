@@ -132,7 +132,7 @@ def test_base_images_are_pinned(dockerfile: Path) -> None:
 def test_env_image_contract() -> None:
     path = REPO / "docker" / "env.Dockerfile"
     final = dict(_final_stage(path))
-    assert final["ENTRYPOINT"] == '["webshop-env"]'
+    assert final["ENTRYPOINT"] == '["agent-envs"]'
     assert re.fullmatch(r'\["serve", "--workers", "\d+"\]', final["CMD"])
     assert "/healthz" in final["HEALTHCHECK"] and "python" in final["HEALTHCHECK"]
     assert "WEBSHOP_CATALOG=/data/catalog" in final["ENV"] and "WEBSHOP_PORT=8000" in final["ENV"]
@@ -160,7 +160,7 @@ def test_sciworld_image_contract() -> None:
     assert "openjdk-17-jre-headless" in own and "--no-index --find-links=/sciworld-wheels scienceworld" in own
     assert [a for k, a in stage if k == "USER"][-1] == "10001:10001"
     assert dict(stage)["CMD"] == '["serve", "--workers", "1", "--envs", "sciworld"]'
-    assert dict(stage)["ENTRYPOINT"] == '["webshop-env"]'
+    assert dict(stage)["ENTRYPOINT"] == '["agent-envs"]'
 
 
 def test_trainer_image_contract() -> None:
@@ -274,10 +274,10 @@ def test_dockerignore_sends_what_the_images_copy_and_nothing_secret() -> None:
     assert copied
     for source in copied:
         assert not excluded(source), f"{source} is COPYed but .dockerignore excludes it"
-    for needed in ("services/env/pyproject.toml", "services/env/README.md", "services/env/src/webshop_env/cli/main.py",
+    for needed in ("services/env/pyproject.toml", "services/env/README.md", "services/env/src/agent_envs/cli/main.py",
                    "configs/nginx/webshop.conf.template", "docker/balancer/entrypoint.sh"):  # fmt: skip
         assert not excluded(needed), needed
     for private in (".env", ".venv/bin/python", "data/catalog/manifest.json", "outputs/checkpoints/x", ".git/HEAD",
-                    "run/local/state_secret", "services/env/src/webshop_env.egg-info/PKG-INFO",
-                    "services/env/src/webshop_env/__pycache__/app.cpython-311.pyc", "tests/conftest.py"):  # fmt: skip
+                    "run/local/state_secret", "services/env/src/agent_envs.egg-info/PKG-INFO",
+                    "services/env/src/agent_envs/__pycache__/app.cpython-311.pyc", "tests/conftest.py"):  # fmt: skip
         assert excluded(private), private

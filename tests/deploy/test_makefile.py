@@ -291,7 +291,7 @@ def test_an_unknown_env_is_refused_before_anything_runs() -> None:
     result = _make("train-test", "ENV=textcraft,alfworld")
     assert result.returncode == 2 and "not 'alfworld'" in result.stderr
     # the registered environments, as configs/nginx/environments/placements.txt lists them (from the registry)
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     registered = " ".join(r.id for r in registry.BUILTIN)
     assert f"a registered environment ({registered})" in result.stderr
@@ -303,7 +303,7 @@ def test_an_unknown_env_is_refused_before_anything_runs() -> None:
 def test_any_registered_environment_is_accepted_and_one_without_a_config_is_told_which_file(
     stack_copy: Path,
 ) -> None:
-    """ENV takes any environment the registry lists (a plugin's, once `webshop-env envs --write-deploy` wrote it
+    """ENV takes any environment the registry lists (a plugin's, once `agent-envs envs --write-deploy` wrote it
     into placements.txt); without a training config of its own on that line, the run stops before anything else,
     naming the file to write. With the file there, the run goes on (here: to the GPU check)."""
     placements = stack_copy / "configs" / "nginx" / "environments" / "placements.txt"

@@ -1,8 +1,8 @@
-"""The registry deploys: every registered environment's declarations (``webshop_env.envs.registry``) and the files
+"""The registry deploys: every registered environment's declarations (``agent_envs.envs.registry``) and the files
 derived from them agree, and a real nginx routes each environment as its registration asks.
 
 - the committed deployment files (the balancer's routes and placements, the docs' list) are what the registrations
-  render to now (`webshop-env envs --write-deploy` rewrites them);
+  render to now (`agent-envs envs --write-deploy` rewrites them);
 - each registration says what its package does: its AgentGym routes, its step limit, its slow calls;
 - the packaging names no environment by hand: the meta-extras are the registrations' extras, and the images and
   venvs install those;
@@ -30,8 +30,8 @@ import httpx
 import pytest
 import tomllib
 
-from webshop_env import cluster, deploy
-from webshop_env.envs import registry
+from agent_envs import cluster, deploy
+from agent_envs.envs import registry
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRATIONS = list(registry.registrations().values())
@@ -40,10 +40,10 @@ BUILTIN = {r.id: r for r in registry.BUILTIN}
 
 # ---- the committed files ----------------------------------------------------------------------------------------
 def test_the_committed_deployment_files_are_the_registrations() -> None:
-    """configs/nginx/environments/ and docs/environments/index.md's list, as `webshop-env envs --write-deploy`
+    """configs/nginx/environments/ and docs/environments/index.md's list, as `agent-envs envs --write-deploy`
     writes them from this project's registrations."""
     for path, content in deploy.render_files(REPO, list(registry.BUILTIN)).items():
-        assert path.read_text() == content, f"{path} is stale: run `webshop-env envs --write-deploy`"
+        assert path.read_text() == content, f"{path} is stale: run `agent-envs envs --write-deploy`"
 
 
 def test_every_registered_environment_has_routes_of_its_own() -> None:
@@ -64,8 +64,8 @@ def test_every_registered_environment_has_routes_of_its_own() -> None:
 # ---- each registration and its package -------------------------------------------------------------------------
 def _app_paths(env_id: str) -> set[str]:
     """The paths the app mounts for ``env_id``, from its OpenAPI document (no runtime opened: nothing is served)."""
-    from webshop_env.api.app import create_app
-    from webshop_env.api.settings import Settings
+    from agent_envs.api.app import create_app
+    from agent_envs.api.settings import Settings
 
     app = create_app(Settings(envs=env_id, state_secret="k3N9-pQ2_vX7zL4mR8tB-wYc5", access_log=False))
     return set(app.openapi()["paths"])
@@ -96,15 +96,15 @@ def test_each_registration_says_what_its_package_does(env_id: str) -> None:
 
 
 def test_step_limits_are_the_cores() -> None:
-    from webshop_env.api.settings import Settings
+    from agent_envs.api.settings import Settings
 
     limits = {"webshop": Settings.model_fields["max_steps"].default, "textcraft": None}
     pytest.importorskip("minigrid", reason="BabyAI: pip install -e 'services/env[babyai]'")
     if importlib.util.find_spec("gym_sokoban") is None:  # never imported: the core reads its generator's file
         pytest.skip("Sokoban: pip install -e 'services/env[sokoban]'")
-    from webshop_env.envs.babyai.core import MAX_STEPS
-    from webshop_env.envs.sciworld.core import MAX_ACTIONS
-    from webshop_env.envs.sokoban.core import MAX_STEPS as SOKOBAN_MAX_STEPS
+    from agent_envs.envs.babyai.core import MAX_STEPS
+    from agent_envs.envs.sciworld.core import MAX_ACTIONS
+    from agent_envs.envs.sokoban.core import MAX_STEPS as SOKOBAN_MAX_STEPS
 
     limits |= {"babyai": MAX_STEPS, "sciworld": MAX_ACTIONS, "sokoban": SOKOBAN_MAX_STEPS}
     assert {env_id: r.max_steps for env_id, r in BUILTIN.items()} == limits
@@ -112,7 +112,7 @@ def test_step_limits_are_the_cores() -> None:
 
 def test_a_registration_refuses_what_would_break_a_deployment() -> None:
     """Values end up in nginx's configuration and command lines: each is checked when the registration is made."""
-    from webshop_env.envs.registration import Registration, RegistrationError
+    from agent_envs.envs.registration import Registration, RegistrationError
 
     ok = {"id": "myenv", "module": "my_env", "title": "mine"}
     Registration(**ok)
@@ -134,13 +134,11 @@ def test_packaging_installs_the_registrations_extras() -> None:
         assert r.extra is None or r.extra in extras, (
             f"{r.id}: no extra {r.extra!r} in services/env/pyproject.toml"
         )
-    assert extras["agentgym"] == [f"webshop-env[{','.join(deploy.extras(builtin))}]"]
-    assert extras["python-only"] == [
-        f"webshop-env[{','.join(deploy.extras(builtin, system_free_only=True))}]"
-    ]
+    assert extras["agentgym"] == [f"agent-envs[{','.join(deploy.extras(builtin))}]"]
+    assert extras["python-only"] == [f"agent-envs[{','.join(deploy.extras(builtin, system_free_only=True))}]"]
     dockerfile = (REPO / "docker" / "env.Dockerfile").read_text()
     build = dockerfile.split("AS build", 1)[1].split("FROM ", 1)[0]
-    assert "./services/env[spacy,python-only]" in build and "webshop-env[python-only]" in build
+    assert "./services/env[spacy,python-only]" in build and "agent-envs[python-only]" in build
     assert not any(f"{extra}]" in build or f"{extra}," in build for extra in deploy.extras(builtin))
     system_stage = dockerfile.split("FROM runtime AS sciworld", 1)[1].split("FROM ", 1)[0]
     for package in deploy.system_packages(builtin):
@@ -150,7 +148,7 @@ def test_packaging_installs_the_registrations_extras() -> None:
 
 
 def test_the_conformance_command_offers_the_contract_environments() -> None:
-    from webshop_env.cli.main import build_parser
+    from agent_envs.cli.main import build_parser
 
     parser = build_parser()
     conformance = parser._subparsers._group_actions[0].choices["conformance"]  # type: ignore[union-attr]

@@ -116,7 +116,7 @@ def test_a_serve_that_does_not_fit_the_images_web_stack_fails_the_build(tmp_path
     """Both lines import Ray Serve and the env's Serve app (WEBSHOP_ENV=ray): a fastapi that Ray Serve cannot use
     (here one that fails to import, as a version outside Serve's range would) fails the check, not deferred."""
     check = _check_module()
-    serve = ["ray.serve", "webshop_env.ray_serve.app"]
+    serve = ["ray.serve", "agent_envs.ray_serve.app"]
     for line in ("0.7", "0.9"):
         assert set(serve) <= set(check.GPU_RUN_MODULES[line]), line
     fake = tmp_path / "site" / "fastapi"

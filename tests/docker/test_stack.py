@@ -34,9 +34,9 @@ ENV_SIDE = ("catalog-init", "webshop", "sessions", "balancer")
 
 
 def _expert_actions(stack: Stack, goal: int) -> list[str]:
-    """`webshop-env solve` on the catalog the stack prepared (the host's CLI, the container's catalog)."""
+    """`agent-envs solve` on the catalog the stack prepared (the host's CLI, the container's catalog)."""
     result = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "webshop-env"), "solve", "--catalog", str(_catalog(stack)), "--goal", str(goal)],
+        [str(REPO / ".venv" / "bin" / "agent-envs"), "solve", "--catalog", str(_catalog(stack)), "--goal", str(goal)],
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     return [line for line in result.stdout.splitlines() if line.strip()]
@@ -48,8 +48,8 @@ def _catalog(stack: Stack) -> Path:
 
 def _expected(stack: Stack, goal: int, actions: list[str]) -> list[tuple[str, float, bool]]:
     """(observation, reward, done) of every step, in-process on the same catalog (no HTTP, no container)."""
-    from webshop_env.envs.webshop.catalog.store import open_catalog
-    from webshop_env.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.core.env import WebShopEnv
 
     env = _expected.envs.setdefault(str(_catalog(stack)), WebShopEnv(open_catalog(_catalog(stack))))
     step = env.reset(goal, goal_set="synthetic")
@@ -65,7 +65,7 @@ _expected.envs = {}  # type: ignore[attr-defined]
 
 @pytest.fixture(scope="module")
 def expert(stack: Stack) -> dict[int, tuple[list[str], list[tuple[str, float, bool]]]]:
-    """goal -> (the expert's actions from `webshop-env solve`, the in-process outcome of every step)."""
+    """goal -> (the expert's actions from `agent-envs solve`, the in-process outcome of every step)."""
     goals = range(EXPERT_EPISODES)
     with ThreadPoolExecutor(max_workers=4) as pool:
         actions = dict(zip(goals, pool.map(lambda goal: _expert_actions(stack, goal), goals), strict=True))
@@ -499,10 +499,10 @@ def test_every_environment_through_the_balancer(stack: Stack) -> None:
     """`make up ENVS=webshop,textcraft,babyai,sciworld`: the SciWorld replicas (their own image, with Java, on the
     internal network: nothing to download) come up beside the others, and each environment serves an episode
     through the balancer, by AgentGym's requests (the recorded answers, exactly) and by the native protocol."""
-    from webshop_env.client import EnvClient
-    from webshop_env.envs.agentgym import replay_trace
-    from webshop_env.envs.sciworld import python_index
-    from webshop_env.envs.sciworld.agentgym import documented_difference
+    from agent_envs.client import EnvClient
+    from agent_envs.envs.agentgym import replay_trace
+    from agent_envs.envs.sciworld import python_index
+    from agent_envs.envs.sciworld.agentgym import documented_difference
 
     started = time.monotonic()
     stack.make("up", f"ENVS={ALL_ENVS}")

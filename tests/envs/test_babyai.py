@@ -17,9 +17,9 @@ import pytest
 
 pytest.importorskip("minigrid", reason="minigrid (the BabyAI simulator) is not installed")
 
-from webshop_env.envs import agentgym as protocol
-from webshop_env.envs.agentgym import InProcessAgentGym, replay_trace
-from webshop_env.envs.babyai import (
+from agent_envs.envs import agentgym as protocol
+from agent_envs.envs.agentgym import InProcessAgentGym, replay_trace
+from agent_envs.envs.babyai import (
     AGENTGYM_ROUTES,
     ActionRefused,
     BabyAI,
@@ -27,8 +27,8 @@ from webshop_env.envs.babyai import (
     core,
     make,
 )
-from webshop_env.envs.babyai.levels import LEVELS, level_of
-from webshop_env.envs.contract import (
+from agent_envs.envs.babyai.levels import LEVELS, level_of
+from agent_envs.envs.contract import (
     BadState,
     EnvError,
     EpisodeOver,
@@ -269,7 +269,7 @@ def test_a_fresh_process_replays_the_same(env: BabyAI, tmp_path: Path) -> None:
     (tmp_path / "cases.json").write_text(json.dumps([[b, a] for b, a, _ in cases]))
     script = (
         "import json, sys\n"
-        "from webshop_env.envs.babyai import make\n"
+        "from agent_envs.envs.babyai import make\n"
         "env = make()\n"
         "out = []\n"
         "for state, action in json.load(open(sys.argv[1])):\n"

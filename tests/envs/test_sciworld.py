@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from webshop_env.envs import agentgym as protocol
-from webshop_env.envs.agentgym import InProcessAgentGym, replay_trace
-from webshop_env.envs.contract import BadState, EpisodeLost, EpisodeOver, Transition, UnknownTask
-from webshop_env.envs.sciworld import (
+from agent_envs.envs import agentgym as protocol
+from agent_envs.envs.agentgym import InProcessAgentGym, replay_trace
+from agent_envs.envs.contract import BadState, EpisodeLost, EpisodeOver, Transition, UnknownTask
+from agent_envs.envs.sciworld import (
     AGENTGYM_ROUTES,
     GAME_COUNT,
     JvmPool,
@@ -36,8 +36,8 @@ from webshop_env.envs.sciworld import (
     game,
     python_index,
 )
-from webshop_env.envs.sciworld import games as games_module
-from webshop_env.envs.sciworld.agentgym import documented_difference
+from agent_envs.envs.sciworld import games as games_module
+from agent_envs.envs.sciworld.agentgym import documented_difference
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "conformance" / "agentgym-sciworld"
 HAVE_JVM = (
@@ -463,8 +463,8 @@ def test_an_app_stopped_in_a_process_leaves_the_next_app_a_running_core(generate
     answers every reset 503 "shutting down"."""
     from fastapi.testclient import TestClient
 
-    from webshop_env.api.app import create_app
-    from webshop_env.api.settings import Settings
+    from agent_envs.api.app import create_app
+    from agent_envs.api.settings import Settings
 
     def first_reset() -> Any:
         settings = Settings(

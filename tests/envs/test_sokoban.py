@@ -24,10 +24,10 @@ import pytest
 if importlib.util.find_spec("gym_sokoban") is None:
     pytest.skip("gym-sokoban (Sokoban's rooms) is not installed", allow_module_level=True)
 
-from webshop_env.envs import registry
-from webshop_env.envs.contract import BadState, EnvError, EpisodeOver, TextEnv, Transition, UnknownTask
-from webshop_env.envs.sokoban import AGENTGYM_ROUTES, ActionRefused, Sokoban, core, make, rooms
-from webshop_env.envs.sokoban.rooms import Room
+from agent_envs.envs import registry
+from agent_envs.envs.contract import BadState, EnvError, EpisodeOver, TextEnv, Transition, UnknownTask
+from agent_envs.envs.sokoban import AGENTGYM_ROUTES, ActionRefused, Sokoban, core, make, rooms
+from agent_envs.envs.sokoban.rooms import Room
 
 SECRET = "k3N9-pQ2_vX7zL4mR8tB-wYc5"
 
@@ -79,7 +79,7 @@ def test_gym_and_the_gym_sokoban_package_are_never_imported() -> None:
     setuptools 81 on), and registers gym environments."""
     code = (
         "import sys\n"
-        "from webshop_env.envs.sokoban import make\n"
+        "from agent_envs.envs.sokoban import make\n"
         "env = make()\n"
         "t = env.reset(5)\n"
         "env.step(t.state, 'Up'); env.expert(5)\n"
@@ -137,7 +137,7 @@ def test_the_same_task_gives_the_same_room_in_threads_and_in_another_process(tmp
     assert rooms_digest(range(200)) == want
     code = (
         "import hashlib\n"
-        "from webshop_env.envs.sokoban import rooms\n"
+        "from agent_envs.envs.sokoban import rooms\n"
         "print(hashlib.sha256(repr([rooms.room(t) for t in range(200)]).encode()).hexdigest())\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
@@ -350,7 +350,7 @@ def test_a_fresh_process_steps_the_same_from_the_states(env: Sokoban, tmp_path: 
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     script = (
         "import json, sys\n"
-        "from webshop_env.envs.sokoban import make\n"
+        "from agent_envs.envs.sokoban import make\n"
         "env = make()\n"
         "out = []\n"
         "for state, action in json.load(open(sys.argv[1])):\n"
@@ -398,8 +398,8 @@ def test_bad_input_is_a_clear_error(env: Sokoban) -> None:
 def api() -> Any:
     from fastapi.testclient import TestClient
 
-    from webshop_env.api.app import create_app
-    from webshop_env.api.settings import Settings
+    from agent_envs.api.app import create_app
+    from agent_envs.api.settings import Settings
 
     with TestClient(create_app(Settings(envs="sokoban", state_secret=SECRET, access_log=False))) as client:
         yield client

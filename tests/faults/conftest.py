@@ -1,4 +1,4 @@
-"""The fault-tolerance suite: real replicas, Redis and nginx (``webshop_env.cluster``), real signals, real
+"""The fault-tolerance suite: real replicas, Redis and nginx (``agent_envs.cluster``), real signals, real
 network namespaces. Each test measures what a training run would see and records it as a figure; the figures
 are printed together at the end of the run (``pytest_terminal_summary``).
 
@@ -21,8 +21,8 @@ import _faults
 @pytest.fixture(scope="session")
 def expert_plans(conformance_catalog) -> dict[int, list[str]]:
     """Synthetic goals (of the first 300) whose expert actions reach reward 1.0, with those actions."""
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.oracle import expert_actions, run_actions
 
     env = WebShopEnv(conformance_catalog)
     plans: dict[int, list[str]] = {}

@@ -35,8 +35,8 @@ from _agentgym import AgentGymClient
 from _agentgym_envs import CLIENTS, AgentGymEnvClient, last_action_line
 from _faults import SECRET, figure, native_trace, signal_replica, start
 
-from webshop_env import cluster
-from webshop_env.envs.agentgym import remap_id
+from agent_envs import cluster
+from agent_envs.envs.agentgym import remap_id
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
 SCORE = {"textcraft": "reward", "babyai": "score", "sciworld": "score"}  # what the client hands on as reward
@@ -244,10 +244,10 @@ def test_without_a_balancer_the_request_in_flight_fails_and_the_session_lives_on
 
 
 def _serve_again(replica: dict[str, Any], redis_url: str, log: Path) -> subprocess.Popen:
-    """``webshop-env serve`` on the dead replica's port, with the cluster's session store."""
+    """``agent-envs serve`` on the dead replica's port, with the cluster's session store."""
     env = {**os.environ, "WEBSHOP_STATE_SECRET": SECRET, "WEBSHOP_REDIS_URL": redis_url,
            "WEBSHOP_ENVS": "textcraft", "WEBSHOP_WATCHDOG_INTERVAL_S": "0"}  # fmt: skip
-    command = [sys.executable, "-m", "webshop_env.cli", "serve", "--host", "127.0.0.1", "--port",
+    command = [sys.executable, "-m", "agent_envs.cli", "serve", "--host", "127.0.0.1", "--port",
                str(replica["port"]), "--workers", "1"]  # fmt: skip
     with open(log, "ab") as out:
         process = subprocess.Popen(

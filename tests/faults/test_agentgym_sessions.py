@@ -16,7 +16,7 @@ import requests
 from _agentgym import AgentGymClient
 from _faults import figure, native_trace, signal_replica, start
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 SESSIONS = 32
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 pytestmark = pytest.mark.slow
 load_all_checks()

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 from _faults import CONCURRENT, figure, run_slots, signal_replica, start
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 FREEZE_AFTER_S = 0.4
 FROZEN_RUN_S = 14.0  # longer than fail_timeout (10 s): the hung replica is probed again while still hung
@@ -141,7 +141,7 @@ def test_hung_workers_are_replaced_and_a_hung_single_process_replica_exits(
 
 WATCHDOG_SCRIPT = """
 import os, socket, sys, threading, time
-from webshop_env.cli.serve import start_watchdog
+from agent_envs.cli.serve import start_watchdog
 listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen(64)
 port = listener.getsockname()[1]
 hung = []

@@ -14,7 +14,7 @@ import pytest
 import requests
 from _faults import figure, start
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 SILENT_CONNECTIONS = 200
 AGENTGYM_PATHS = ("/step", "/webshop/reset", "/textcraft/step", "/babyai/reset", "/sciworld/step")

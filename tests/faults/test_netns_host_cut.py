@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from _faults import CONCURRENT, SECRET, figure, run_slots
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 CUT_AFTER_S = 0.4
 CUT_RUN_S = 14.0
@@ -64,7 +64,7 @@ def two_hosts(conformance_catalog_dir: Path, tmp_path: Path):
             log = open(tmp_path / f"replica-{n}.log", "wb")  # noqa: SIM115 (closed with the process)
             replicas.append(
                 subprocess.Popen(
-                    ["ip", "netns", "exec", ns, sys.executable, "-m", "webshop_env.cli", "serve",
+                    ["ip", "netns", "exec", ns, sys.executable, "-m", "agent_envs.cli", "serve",
                      "--catalog", str(conformance_catalog_dir), "--host", f"10.231.{n}.2", "--port", str(PORT),
                      "--workers", "1"],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

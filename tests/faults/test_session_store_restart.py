@@ -24,7 +24,7 @@ import pytest
 from _agentgym import AgentGymClient, episodes_across
 from _faults import figure, native_trace, signal_replica, start
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 CLIENTS = 32
 DOWN_S = 1.0  # how long the store stays down

@@ -12,7 +12,7 @@ import sys
 
 BUSY_SCRIPT = """
 import os, socket, sys, threading, time
-from webshop_env.cli.serve import start_watchdog
+from agent_envs.cli.serve import start_watchdog
 listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen(64)
 port = listener.getsockname()[1]
 answered = []

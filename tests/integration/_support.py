@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "integration-test-secret-0123456789"
@@ -20,7 +20,7 @@ COMPAT_CAP = 50
 
 
 class Replica:
-    """One ``webshop-env serve`` process on a free port (stopped by ``stop``)."""
+    """One ``agent-envs serve`` process on a free port (stopped by ``stop``)."""
 
     def __init__(
         self,
@@ -38,7 +38,7 @@ class Replica:
         child_env = {**base, **(env or {})}
         child_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         command = [
-            sys.executable, "-m", "webshop_env.cli", "serve", "--catalog", str(catalog),
+            sys.executable, "-m", "agent_envs.cli", "serve", "--catalog", str(catalog),
             "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),
         ]  # fmt: skip
         with open(log_path, "ab") as log:

@@ -1,6 +1,6 @@
 """Integration fixtures: real replica processes and a real nginx on free loopback ports.
 
-- ``cluster``: 2 replicas + nginx (``webshop_env.cluster``), the conformance catalog, for the session;
+- ``cluster``: 2 replicas + nginx (``agent_envs.cluster``), the conformance catalog, for the session;
 - ``replica``: one stand-alone replica (1 worker) with a small AgentGym session cap (50), for the session;
 - ``expert_plans``: goals whose expert episode reaches reward 1.0, computed in-process on the same catalog.
 
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _support import COMPAT_CAP, Replica, start_cluster
 
-from webshop_env import cluster as cluster_module
+from agent_envs import cluster as cluster_module
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +53,8 @@ def replica(conformance_catalog_dir: Path, tmp_path_factory) -> Iterator[Replica
 @pytest.fixture(scope="session")
 def expert_plans(conformance_catalog) -> dict[int, list[str]]:
     """Synthetic goals (of the first 300) whose expert actions reach reward 1.0, with those actions."""
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.oracle import expert_actions, run_actions
 
     env = WebShopEnv(conformance_catalog)
     plans: dict[int, list[str]] = {}

@@ -26,7 +26,7 @@ import pytest
 import requests
 from _support import Replica, start_cluster
 
-from webshop_env.envs.agentgym import remap_id
+from agent_envs.envs.agentgym import remap_id
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
 ENVS = "webshop,textcraft,babyai"
@@ -221,7 +221,7 @@ def bare_redis(tmp_path: Path) -> Any:
     import subprocess
     import time
 
-    from webshop_env import cluster
+    from agent_envs import cluster
 
     (port,) = cluster.free_ports(1)
     command = [
@@ -253,7 +253,7 @@ def test_copies_of_sessions_are_left_alone_where_they_do_not_pay(bare_redis: str
     store first (a stale copy costs more than it saves); one process alone keeps using its copies."""
     import asyncio
 
-    from webshop_env.api.compat_sessions import RedisSessionStore, SessionConflict
+    from agent_envs.api.compat_sessions import RedisSessionStore, SessionConflict
 
     async def steps(stores: list[RedisSessionStore], count: int) -> list[bool]:
         env_idx = stores[0].new_id()
@@ -289,7 +289,7 @@ def test_a_write_the_store_runs_after_its_deadline_is_not_applied(bare_redis: st
     import os
     import signal
 
-    from webshop_env.api.compat_sessions import RedisSessionStore, SessionStoreUnavailable
+    from agent_envs.api.compat_sessions import RedisSessionStore, SessionStoreUnavailable
 
     port = int(bare_redis.rsplit(":", 1)[1].split("/")[0])
     pid = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _listens(int(p), port))
@@ -336,7 +336,7 @@ def test_a_slow_clock_measurement_does_not_refuse_the_write_that_follows(bare_re
     off by half its round trip: the first write after it is applied, and the next write measures again."""
     import asyncio
 
-    from webshop_env.api.compat_sessions import RedisSessionStore
+    from agent_envs.api.compat_sessions import RedisSessionStore
 
     async def scenario() -> tuple[int, int]:
         store = RedisSessionStore(bare_redis, str, int, max_sessions=10, client_quota=10, deadline_s=1.5)

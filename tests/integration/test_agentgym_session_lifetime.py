@@ -19,7 +19,7 @@ import requests
 from _agentgym_envs import TextCraftEnvClient
 from _support import metric_value, start_cluster
 
-from webshop_env.api.compat_sessions import CompatSessions
+from agent_envs.api.compat_sessions import CompatSessions
 
 OLD_LIMIT_S = 900  # WEBSHOP_COMPAT_IDLE_TTL_S before this change: 15 minutes
 CAP = 5
@@ -112,7 +112,7 @@ def test_the_single_process_store_keeps_idle_sessions_and_evicts_at_the_cap(capl
     second = store.create("second")
     clock.now += 10
     store.get(first)  # first is now used more recently than second
-    with caplog.at_level(logging.WARNING, logger="webshop_env.api"):
+    with caplog.at_level(logging.WARNING, logger="agent_envs.api"):
         store.create("third")
     assert first in store.ids() and second not in store.ids() and len(store) == 2
     assert evicted == [("cap", 1)]

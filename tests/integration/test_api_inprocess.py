@@ -9,10 +9,10 @@ import pytest
 from _support import SECRET, json_of
 from fastapi.testclient import TestClient
 
-from webshop_env.api.app import create_app
-from webshop_env.api.settings import Settings, SettingsError
-from webshop_env.envs.webshop.core.env import EpisodeState
-from webshop_env.envs.webshop.http import token_codec
+from agent_envs.api.app import create_app
+from agent_envs.api.settings import Settings, SettingsError
+from agent_envs.envs.webshop.core.env import EpisodeState
+from agent_envs.envs.webshop.http import token_codec
 
 
 def make_client(catalog: Path, **overrides) -> TestClient:
@@ -166,7 +166,7 @@ def test_not_ready_without_catalog(conformance_catalog_dir: Path) -> None:
 
 
 def test_missing_catalog_fails_at_startup(tmp_path: Path) -> None:
-    from webshop_env.envs.webshop.catalog.store import CatalogError
+    from agent_envs.envs.webshop.catalog.store import CatalogError
 
     with pytest.raises(CatalogError, match="not a prepared catalog"), make_client(tmp_path):
         pass

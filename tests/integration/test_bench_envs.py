@@ -1,4 +1,4 @@
-"""``webshop-env bench-envs`` runs every path it reports, for real (a local cluster: real replicas behind nginx):
+"""``agent-envs bench-envs`` runs every path it reports, for real (a local cluster: real replicas behind nginx):
 in process, native and AgentGym's requests through the balancer, and SciWorld's warm-pool and cold-JVM resets;
 with ``--agentgym``, our one process and the deployed cluster beside a server of AgentGym's protocol (here the
 cluster's own routes stand in for AgentGym's server). It checks that every row measured something without
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from _support import start_cluster
 
-from webshop_env.envs import bench, bench_agentgym
+from agent_envs.envs import bench, bench_agentgym
 
 pytestmark = pytest.mark.slow
 

@@ -8,15 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from webshop_env.bench import bench_generated, ensure_generated_catalog, markdown_table
-from webshop_env.calibrate import step_requests
+from agent_envs.bench import bench_generated, ensure_generated_catalog, markdown_table
+from agent_envs.calibrate import step_requests
 
 SIDE_KEYS = {"steps_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_step", "errors"}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "webshop_env.cli", *args], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "agent_envs.cli", *args], capture_output=True, text=True, timeout=600
     )
 
 
@@ -59,9 +59,9 @@ def test_calibrated_bench_http_prints_both_sides_and_ratios(generated_catalog_di
 
 
 def test_calibration_requests_are_valid_steps(generated_catalog_dir: Path) -> None:
-    from webshop_env.envs.webshop.catalog.store import open_catalog
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.http import token_codec
+    from agent_envs.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.http import token_codec
 
     catalog = open_catalog(generated_catalog_dir)
     env, codec = WebShopEnv(catalog), token_codec(b"s" * 32, catalog.fingerprint)

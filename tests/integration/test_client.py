@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from webshop_env import cluster
-from webshop_env.client import WebShopClient, WebShopRequestError, WebShopUnavailable
-from webshop_env.client.transport import LeanTransport
+from agent_envs import cluster
+from agent_envs.client import WebShopClient, WebShopRequestError, WebShopUnavailable
+from agent_envs.client.transport import LeanTransport
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 

@@ -1,6 +1,6 @@
 """The native client leaves a slow but live address, not only a failing one (issue 29).
 
-A real replica (``webshop-env serve``) is reached through a local TCP proxy that holds every answer back for
+A real replica (``agent-envs serve``) is reached through a local TCP proxy that holds every answer back for
 a while, like a node behind a throttled link: nothing fails, every answer is only late, so a client that
 fails over on errors alone keeps playing through it. With a fallback address the client hedges a reset or
 step that has no answer after ``hedge_after`` on the next address, takes the first answer, and moves there.
@@ -15,7 +15,7 @@ import contextlib
 
 import pytest
 
-from webshop_env.client import EnvClient, WebShopClient
+from agent_envs.client import EnvClient, WebShopClient
 
 pytestmark = pytest.mark.timeout(300)
 

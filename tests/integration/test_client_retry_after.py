@@ -17,7 +17,7 @@ import _agentgym
 import pytest
 from _agentgym import AgentGymClient
 
-from webshop_env.client import WebShopClient, WebShopUnavailable, base
+from agent_envs.client import WebShopClient, WebShopUnavailable, base
 
 
 # ---- WebShopClient (and EnvClient, which is one) ----------------------------------------------------------------

@@ -11,8 +11,8 @@ import pytest
 import requests
 from _support import start_cluster
 
-from webshop_env.client import WebShopClient, WebShopRequestError
-from webshop_env.cluster import http_status
+from agent_envs.client import WebShopClient, WebShopRequestError
+from agent_envs.cluster import http_status
 
 pytestmark = pytest.mark.cluster
 

@@ -1,4 +1,4 @@
-"""The AgentGym routes' fast path (``webshop_env.api.routes_envs.CompatFastPath``) answers exactly as their FastAPI
+"""The AgentGym routes' fast path (``agent_envs.api.routes_envs.CompatFastPath``) answers exactly as their FastAPI
 routes do: two apps get the same requests, one with the fast path and one without, and every answer is the same
 (status, headers, body; the session id, drawn at random by each app, aside). What the fast path declines (a body
 the model refuses, not JSON) reaches the route, which answers it as before; an error raised
@@ -13,10 +13,10 @@ import pytest
 from _support import SECRET
 from fastapi.testclient import TestClient
 
-from webshop_env.api import routes_envs
-from webshop_env.api.app import create_app
-from webshop_env.api.settings import Settings
-from webshop_env.envs.agentgym import remap_id
+from agent_envs.api import routes_envs
+from agent_envs.api.app import create_app
+from agent_envs.api.settings import Settings
+from agent_envs.envs.agentgym import remap_id
 
 
 def _app(fast: bool, **settings: Any) -> TestClient:

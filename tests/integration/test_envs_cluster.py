@@ -20,10 +20,10 @@ import httpx
 import pytest
 from _support import SECRET, start_cluster
 
-from webshop_env.client import EnvClient, WebShopRequestError
-from webshop_env.cluster import http_status
-from webshop_env.envs import registry
-from webshop_env.envs.agentgym import over_the_request_cap, replay_trace
+from agent_envs.client import EnvClient, WebShopRequestError
+from agent_envs.cluster import http_status
+from agent_envs.envs import registry
+from agent_envs.envs.agentgym import over_the_request_cap, replay_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
 ENVS = ("textcraft", "babyai")  # with AgentGym's recorded traces
@@ -221,8 +221,8 @@ def test_every_environment_served_by_one_cluster(
     SciWorld gets replicas of its own (one worker each: its JVMs live in one process, and the balancer's affinity is
     per replica) behind the sticky upstream, the others share theirs; each environment plays an episode through
     the balancer, SciWorld's by AgentGym's requests and natively, both exactly as recorded."""
-    from webshop_env.envs.sciworld import python_index
-    from webshop_env.envs.sciworld.agentgym import documented_difference
+    from agent_envs.envs.sciworld import python_index
+    from agent_envs.envs.sciworld.agentgym import documented_difference
 
     run_dir = tmp_path / "run"
     record = local_cluster.up(
@@ -299,8 +299,8 @@ def test_a_data_idx_out_of_range_is_answered_one_way(
     (HTTP 200, ``{"error"}``; AgentGym's servers: TextCraft took it modulo, BabyAI's gymnasium refused the seed,
     SciWorld's list index failed). SciWorld in process (its JVMs are test-all's), through the same check."""
     if env_id == "sciworld":
-        from webshop_env.envs.agentgym import InProcessAgentGym
-        from webshop_env.envs.sciworld import AGENTGYM_ROUTES, JvmPool, SciWorldEnv
+        from agent_envs.envs.agentgym import InProcessAgentGym
+        from agent_envs.envs.sciworld import AGENTGYM_ROUTES, JvmPool, SciWorldEnv
 
         gym = InProcessAgentGym(SciWorldEnv(JvmPool(spares=0)), AGENTGYM_ROUTES)
         sid = gym.call("POST", "/create")[1]["id"]
@@ -314,8 +314,8 @@ def test_a_data_idx_out_of_range_is_answered_one_way(
 
 
 def test_sciworld_close_of_an_unknown_or_closed_id_answers_false_like_the_others(envs_cluster: dict) -> None:
-    from webshop_env.envs.agentgym import InProcessAgentGym
-    from webshop_env.envs.sciworld import AGENTGYM_ROUTES, JvmPool, SciWorldEnv
+    from agent_envs.envs.agentgym import InProcessAgentGym
+    from agent_envs.envs.sciworld import AGENTGYM_ROUTES, JvmPool, SciWorldEnv
 
     gym = InProcessAgentGym(SciWorldEnv(JvmPool(spares=0)), AGENTGYM_ROUTES)
     sid = gym.call("POST", "/create")[1]["id"]

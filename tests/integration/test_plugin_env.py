@@ -1,6 +1,6 @@
 """An environment package from outside the project, added with no edit to it: installed from a temporary copy of
 tests/fixtures/plugins/guess-env (pip, into a directory of its own on PYTHONPATH: a real dist-info with the
-``agent_envs`` entry point), it is served by `make up-local`'s topology (``python -m webshop_env.cluster up``: real
+``agent_envs`` entry point), it is served by `make up-local`'s topology (``python -m agent_envs.cluster up``: real
 replicas, nginx and Redis) beside WebShop, through the balancer on its native and AgentGym routes, gets its data
 built (`agent-train data --env guess`) and is evaluated (`agent-train eval --env guess --policy expert`), each
 command finding the package's registration, core and trainer spec through the entry point alone."""
@@ -54,7 +54,7 @@ def served(plugin_env: dict[str, str], conformance_catalog_dir: Path, tmp_path_f
     """`make up-local ENVS=webshop,guess`: the cluster's own command line, with free ports."""
     run_dir = tmp_path_factory.mktemp("plugin-cluster")
     up = subprocess.run(
-        [sys.executable, "-m", "webshop_env.cluster", "up", "--replicas", "2", "--workers", "2", "--catalog",
+        [sys.executable, "-m", "agent_envs.cluster", "up", "--replicas", "2", "--workers", "2", "--catalog",
          str(conformance_catalog_dir), "--base-port", "0", "--port", "0", "--run-dir", str(run_dir), "--json",
          "--timeout", "180"],
         env={**plugin_env, "WEBSHOP_ENVS": "webshop,guess"}, capture_output=True, text=True, timeout=300,
@@ -63,7 +63,7 @@ def served(plugin_env: dict[str, str], conformance_catalog_dir: Path, tmp_path_f
     try:
         yield json.loads(up.stdout)
     finally:
-        subprocess.run([sys.executable, "-m", "webshop_env.cluster", "down", "--run-dir", str(run_dir)],
+        subprocess.run([sys.executable, "-m", "agent_envs.cluster", "down", "--run-dir", str(run_dir)],
                        env=plugin_env, capture_output=True, timeout=120)  # fmt: skip
 
 
@@ -81,7 +81,7 @@ def test_the_project_does_not_name_the_plugin() -> None:
 def test_a_plugin_is_served_through_the_balancer(served: dict) -> None:
     """Native (any replica, the state in the token) and AgentGym routes (by session, in Redis) of the plugin, its
     balancer routes rendered from its registration, and WebShop at the root beside it."""
-    from webshop_env.client.envs import EnvClient
+    from agent_envs.client.envs import EnvClient
 
     conf = Path(served["run_dir"]) / "nginx" / "nginx.conf"
     assert "        location /guess/ {" in conf.read_text()

@@ -3,7 +3,7 @@
 
 Two heads that are gone: a port where nothing listens any more (a killed head on a live machine), and a port
 that accepts TCP connections but never speaks Ray (a hung head, or a connection that goes nowhere). Both
-``webshop-env serve-ray`` and ``agent-train env-check`` return non-zero with the message naming the head
+``agent-envs serve-ray`` and ``agent-train env-check`` return non-zero with the message naming the head
 (``WEBSHOP_RAY_ATTACH_TIMEOUT_S`` = 10 s); the test's own bound is generous, and nothing is timed beyond "it
 returns". Without the attach timeout each command waits on ``ray.init`` past that bound.
 """
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 pytestmark = pytest.mark.timeout(900)
 BOUND_S = 180  # each command's own bound in this test: far above the 10 s attach timeout
@@ -47,7 +47,7 @@ def _run(command: list[str], address: str) -> subprocess.CompletedProcess[str]:
 def test_serve_ray_and_env_check_fail_clearly_when_the_head_is_gone(dead_heads, kind: str) -> None:
     address = dead_heads[kind]
     port = address.rsplit(":", 1)[1]
-    served = _run([sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", address, "--catalog", "x"],
+    served = _run([sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", address, "--catalog", "x"],
                   address)  # fmt: skip
     assert served.returncode != 0
     assert "Ray head at" in served.stderr and port in served.stderr, served.stderr[-3000:]

@@ -1,6 +1,6 @@
 """Serve's HTTP proxy has the balancer's request limits (issue 29), seen with raw sockets on a real deployment.
 
-``make up-ray``'s one-node Ray cluster with the env deployed by ``webshop-env serve-ray`` (short timeouts:
+``make up-ray``'s one-node Ray cluster with the env deployed by ``agent-envs serve-ray`` (short timeouts:
 ``WEBSHOP_HEADER_TIMEOUT_S`` / ``WEBSHOP_BODY_TIMEOUT_S`` = 2 s). Before, Serve's proxy (plain uvicorn in a Ray
 actor) accepted a 1 MiB header, held half-sent request heads and bodies open forever, and answered non-HTTP
 bytes in plain text. Now, as through nginx: a request head over 32 KiB gets 431, a head or body that stalls
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from webshop_env import cluster
-from webshop_env.client import WebShopClient
-from webshop_env.ray_serve import local
+from agent_envs import cluster
+from agent_envs.client import WebShopClient
+from agent_envs.ray_serve import local
 
 pytestmark = pytest.mark.timeout(600)
 SECRET = "ray-serve-limits-test-secret-0123456789"

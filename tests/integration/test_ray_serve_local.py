@@ -1,4 +1,4 @@
-"""``make up-ray``'s one-node Ray cluster (``webshop_env.ray_serve.local``) with the env as a Ray Serve app, for
+"""``make up-ray``'s one-node Ray cluster (``agent_envs.ray_serve.local``) with the env as a Ray Serve app, for
 real: a native episode and an AgentGym episode (sessions in a Redis every replica reaches) through Serve's
 proxy, both with the rewards of the in-process env; the Serve config file that ``--write-config`` writes runs
 with Ray's own ``serve run``; ``down`` stops that head and nothing else.
@@ -19,9 +19,9 @@ import pytest
 import requests
 from _agentgym import AgentGymClient
 
-from webshop_env import cluster
-from webshop_env.client import EnvClient, WebShopClient
-from webshop_env.ray_serve import local
+from agent_envs import cluster
+from agent_envs.client import EnvClient, WebShopClient
+from agent_envs.ray_serve import local
 
 pytestmark = pytest.mark.timeout(600)
 SECRET = "ray-serve-local-test-secret-0123456789"
@@ -55,9 +55,9 @@ def run_dir(tmp_path: Path, monkeypatch):
 
 
 def expert(catalog_dir: Path, goal: int) -> tuple[list[str], float]:
-    from webshop_env.envs.webshop.catalog.store import open_catalog
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
+    from agent_envs.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.oracle import expert_actions, run_actions
 
     env = WebShopEnv(open_catalog(catalog_dir))
     actions = expert_actions(env, goal, "synthetic")
@@ -121,7 +121,7 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
     # serve-ray with the same arguments keeps it too (Ray would give every serve.run a new version: restarts).
     def serve_ray(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", record["address"], "--port",
+            [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", record["address"], "--port",
              str(serve_port), "--wait", "120", *args],
             capture_output=True, text=True, env={**os.environ, "WEBSHOP_STATE_SECRET": SECRET}, timeout=300,
         )  # fmt: skip
@@ -139,17 +139,17 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
     config = tmp_path / "webshop-serve.yaml"
     env = {**os.environ, "WEBSHOP_STATE_SECRET": SECRET}
     written = subprocess.run(
-        [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", record["address"], "--catalog",
+        [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", record["address"], "--catalog",
          str(generated_catalog_dir), "--port", str(serve_port), "--app-name", "webshop2",
          "--write-config", str(config)],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert written.returncode == 0, written.stderr[-2000:]
     text = config.read_text()
-    assert SECRET not in text and "webshop_env.ray_serve.app:build" in text
+    assert SECRET not in text and "agent_envs.ray_serve.app:build" in text
     text = text.replace("route_prefix: /\n", "route_prefix: /second\n")  # beside the first app
     config.write_text(text)
-    from webshop_env.ray_serve import needs_token_mode
+    from agent_envs.ray_serve import needs_token_mode
 
     serve_env = {**env, **({"RAY_AUTH_MODE": "token"} if needs_token_mode(env) else {})}
     ran = subprocess.run(
@@ -180,9 +180,9 @@ def test_up_ray_serves_every_environment(
     JVM replays it there: the same answer)."""
     from _support import REPO
 
-    from webshop_env.envs.agentgym import replay_trace
-    from webshop_env.envs.sciworld import python_index
-    from webshop_env.envs.sciworld.agentgym import documented_difference
+    from agent_envs.envs.agentgym import replay_trace
+    from agent_envs.envs.sciworld import python_index
+    from agent_envs.envs.sciworld.agentgym import documented_difference
 
     monkeypatch.setenv("SCIWORLD_SPARE_JVMS", "1")
     serve_port = cluster.free_ports(1)[0]

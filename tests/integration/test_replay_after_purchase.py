@@ -19,8 +19,8 @@ import pytest
 from _support import SECRET
 from fastapi.testclient import TestClient
 
-from webshop_env.api.app import create_app
-from webshop_env.api.settings import Settings
+from agent_envs.api.app import create_app
+from agent_envs.api.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ import httpx
 import pytest
 from _support import start_cluster
 
-from webshop_env.client import EnvClient
-from webshop_env.cluster import http_status
-from webshop_env.envs.agentgym import over_the_request_cap, replay_trace
-from webshop_env.envs.sciworld import python_index
-from webshop_env.envs.sciworld.agentgym import documented_difference
+from agent_envs.client import EnvClient
+from agent_envs.cluster import http_status
+from agent_envs.envs.agentgym import over_the_request_cap, replay_trace
+from agent_envs.envs.sciworld import python_index
+from agent_envs.envs.sciworld.agentgym import documented_difference
 
 pytestmark = pytest.mark.slow
 TRACES = (
@@ -198,7 +198,7 @@ def test_a_replicas_episode_lost_reaches_the_client_as_it_is(tmp_path: Path) -> 
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from webshop_env import cluster
+    from agent_envs import cluster
 
     hits: list[tuple[int, str]] = []
     lost = {"error": "episode_lost", "detail": "episode 0123abcd could not be rebuilt: start a new episode"}

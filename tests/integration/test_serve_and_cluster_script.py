@@ -15,9 +15,9 @@ import pytest
 import requests
 from _support import SECRET, Replica, metric_value
 
-from webshop_env.cli.serve import add_commands
+from agent_envs.cli.serve import add_commands
 
-SERVE = [sys.executable, "-m", "webshop_env.cli"]
+SERVE = [sys.executable, "-m", "agent_envs.cli"]
 
 
 def run(
@@ -136,7 +136,7 @@ def test_workers_slow_to_start_are_given_time_not_killed(
         replica.stop()
 
 
-# ---- webshop_env.cluster ----------------------------------------------------------------------------
+# ---- agent_envs.cluster ----------------------------------------------------------------------------
 def test_nginx_template_renders_and_passes_nginx_t_as_non_root(local_cluster) -> None:
     with tempfile.TemporaryDirectory(prefix="webshop-nginx-") as directory:  # pytest's tmp dirs are root-only
         os.chmod(directory, 0o777)

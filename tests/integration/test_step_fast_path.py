@@ -1,4 +1,4 @@
-"""`POST /v1/step`'s fast path (webshop_env.envs.webshop.http.native.StepFastPath) answers exactly as the FastAPI route
+"""`POST /v1/step`'s fast path (agent_envs.envs.webshop.http.native.StepFastPath) answers exactly as the FastAPI route
 does: same status, headers and body bytes for every step it serves, and every request it declines or every step
 that fails reaches the route, which answers it (errors included) as before."""
 
@@ -12,9 +12,9 @@ import pytest
 from _support import SECRET
 from fastapi.testclient import TestClient
 
-from webshop_env.api import routes_native
-from webshop_env.api.app import create_app
-from webshop_env.api.settings import Settings
+from agent_envs.api import routes_native
+from agent_envs.api.app import create_app
+from agent_envs.api.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import zlib
 import orjson
 import pytest
 
-from webshop_env.api.compat_sessions import CompatSessions, UnknownSession
-from webshop_env.api.tokens import TokenError
-from webshop_env.envs.webshop.core.env import EpisodeState
-from webshop_env.envs.webshop.core.pages import PageKind
-from webshop_env.envs.webshop.http import token_codec
+from agent_envs.api.compat_sessions import CompatSessions, UnknownSession
+from agent_envs.api.tokens import TokenError
+from agent_envs.envs.webshop.core.env import EpisodeState
+from agent_envs.envs.webshop.core.pages import PageKind
+from agent_envs.envs.webshop.http import token_codec
 
 FINGERPRINT = "a54d05279e77cd0c"
 
@@ -117,7 +117,7 @@ def test_sessions_close() -> None:
 
 
 def test_small_states_travel_uncompressed_and_long_ones_compressed() -> None:
-    from webshop_env.api.tokens import COMPRESS_ABOVE, _b64decode
+    from agent_envs.api.tokens import COMPRESS_ABOVE, _b64decode
 
     codec = token_codec(b"k" * 32, FINGERPRINT)
     small = EpisodeState(goal_set="synthetic", goal=1, query="red shoes", steps=3)

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from webshop_env.client import WebShopClient
+from agent_envs.client import WebShopClient
 
 
 async def drive(spec: dict) -> dict:

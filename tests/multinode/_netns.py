@@ -59,7 +59,7 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def _pid_alive(pid: int) -> bool:
-    from webshop_env.cluster import _alive  # the local cluster's check: a zombie is not alive either
+    from agent_envs.cluster import _alive  # the local cluster's check: a zombie is not alive either
 
     return _alive(pid)
 

@@ -2,7 +2,7 @@
 
 A real 2-node Ray cluster (head + worker, each in a network namespace of its own, ``ray start``). The head is
 lost in one of two ways: its Ray processes are SIGKILLed (its address then refuses connections), or its link
-goes down (its address no longer answers at all: a blackhole). Then, on the worker node, ``webshop-env
+goes down (its address no longer answers at all: a blackhole). Then, on the worker node, ``agent-envs
 serve-ray`` and ``agent-train env-check`` are pointed at the head, as a requeued job step or an operator
 would: each returns non-zero with the message naming the head, within the test's generous bound (the probe
 that found it: a new ``ray.init`` hung for more than 150 s). Nothing is timed beyond "it returns".
@@ -49,7 +49,7 @@ def test_attaching_to_a_lost_head_fails_with_a_message(two_nodes: RayNodes, faul
         hosts.cut(0)
     env = {**ray_env(), "RAY_ADDRESS": nodes.address, "WEBSHOP_RAY_ATTACH_TIMEOUT_S": "20"}
     served = hosts.run(
-        1, [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", nodes.address, "--catalog", "x"],
+        1, [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", nodes.address, "--catalog", "x"],
         timeout=BOUND_S, env=env,
     )  # fmt: skip
     assert served.returncode != 0

@@ -1,11 +1,11 @@
 """The env as a Ray Serve app on a real 3-node Ray cluster (head + 2 workers, each in a network namespace of
-its own on one bridge, started with ``ray start``), deployed by ``webshop-env serve-ray`` with the catalog
+its own on one bridge, started with ``ray start``), deployed by ``agent-envs serve-ray`` with the catalog
 staged on every node by Ray tasks.
 
 64 concurrent expert episodes run from all three nodes, each node's client through its own node's Serve proxy
 (``http://127.0.0.1:<port>``, the other nodes' proxies as fallbacks, as the trainer's ``WEBSHOP_ENV=ray``
 does). Mid-run one worker node fails: its Ray processes are SIGKILLed (``kill``), or its link goes down
-(``cut``). Every episode completes with the reward the expert's actions earn in-process (what ``webshop-env
+(``cut``). Every episode completes with the reward the expert's actions earn in-process (what ``agent-envs
 solve`` plays), none is lost; the worst step delay is reported.
 
 Needs root and ``ip``; skips with the reason otherwise. Everything it creates is removed.
@@ -36,8 +36,8 @@ DRIVE = Path(__file__).with_name("_drive.py")
 @pytest.fixture(scope="module")
 def expert_plans(conformance_catalog) -> dict[int, tuple[list[str], float]]:
     """Synthetic goals with an expert plan of at least 3 actions: (actions, the reward they earn in-process)."""
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.oracle import expert_actions, run_actions
 
     env = WebShopEnv(conformance_catalog)
     plans = {}
@@ -68,7 +68,7 @@ def ray_cluster():
 def deploy(nodes: RayNodes, catalog: Path, stage_root: Path) -> dict:
     done = nodes.hosts.run(
         0,
-        [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", nodes.address, "--catalog", str(catalog),
+        [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", nodes.address, "--catalog", str(catalog),
          "--stage-catalog", "--stage-root", str(stage_root), "--port", str(PORT), "--wait", "300"],
         timeout=400, env=ray_env(),
     )  # fmt: skip
@@ -96,7 +96,7 @@ def test_episodes_survive_a_lost_node(
         0,
         "import json, ray\n"
         "from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On\n"
-        "from webshop_env.ray_serve.nodes import node_proxy_urls\n"
+        "from agent_envs.ray_serve.nodes import node_proxy_urls\n"
         "ray.init(address=ADDRESS, logging_level='ERROR', log_to_driver=False)\n"
         "f = ray.remote(num_cpus=0)(lambda: (ray.util.get_node_ip_address(), node_proxy_urls(8000)))\n"
         "print(json.dumps(ray.get([f.options(scheduling_strategy=On(n['NodeID'], soft=False)).remote() "

@@ -1,7 +1,7 @@
 """verl's own trainer across two Ray nodes, on CPU: the path a multi-node GPU job takes, minus CUDA (issue 29).
 
 A real 2-node Ray cluster (head + worker, each in a network namespace of its own on one bridge, ``ray start``
-with 1 declared GPU each), the env deployed on both by ``webshop-env serve-ray`` (the catalog staged on each
+with 1 declared GPU each), the env deployed on both by ``agent-envs serve-ray`` (the catalog staged on each
 node by Ray tasks), then the rehearsal's training run (its tiny model, its CPU rollout engine and CPU seams;
 ``agent_trainer.rehearsal``) launched by ``agent-train train`` on the head with ``trainer.nnodes=2
 trainer.n_gpus_per_node=1`` and ``WEBSHOP_ENV=ray``: the actor's FSDP workers, one per node, train together
@@ -76,7 +76,7 @@ def test_verls_trainer_runs_across_two_nodes(
     stage = tmp_path / "stage"
     deployed = hosts.run(
         0,
-        [sys.executable, "-m", "webshop_env.cli", "serve-ray", "--address", nodes.address, "--catalog",
+        [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", nodes.address, "--catalog",
          str(prepared["catalog"]), "--stage-catalog", "--stage-root", str(stage), "--port", str(PORT),
          "--wait", "600"],
         timeout=900, env={**ray_env(), "WEBSHOP_STATE_SECRET": "two-node-verl-secret-0123456789"},

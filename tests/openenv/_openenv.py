@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 DRIVER = Path(__file__).with_name("_openenv_driver.py")
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # _openenv
 
 from _openenv import FLEET_ENVS, OpenEnvDriver, start_fleet, trl_python
 
-from webshop_env import cluster
+from agent_envs import cluster
 
 
 @pytest.fixture(scope="session")

@@ -36,9 +36,9 @@ from _openenv import (
     start_fleet,
 )
 
-from webshop_env import cluster
-from webshop_env.api.settings import Settings
-from webshop_env.envs import registry
+from agent_envs import cluster
+from agent_envs.api.settings import Settings
+from agent_envs.envs import registry
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """OpenEnv's own client (``openenv`` 0.10 from PyPI, unmodified, in .venv-trl) plays through the Ray Serve app, not
-only through nginx: ``make up-ray``'s one-node Ray head (``webshop_env.ray_serve.local``, as
+only through nginx: ``make up-ray``'s one-node Ray head (``agent_envs.ray_serve.local``, as
 tests/integration/test_ray_serve_local.py starts it) serving TextCraft and BabyAI in 2 replicas, and the client
 pointed at Serve's proxy (``http://127.0.0.1:<port>/<env>/openenv``).
 
@@ -18,10 +18,10 @@ import pytest
 import requests
 from _openenv import SECRET, OpenEnvDriver, core_trace, openenv_trace, play
 
-from webshop_env import cluster
-from webshop_env.api.settings import Settings
-from webshop_env.envs import registry
-from webshop_env.ray_serve import local
+from agent_envs import cluster
+from agent_envs.api.settings import Settings
+from agent_envs.envs import registry
+from agent_envs.ray_serve import local
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -1,4 +1,4 @@
-"""The OpenEnv protocol this project speaks (``webshop_env.api.routes_openenv``) against the installed client's.
+"""The OpenEnv protocol this project speaks (``agent_envs.api.routes_openenv``) against the installed client's.
 
 OpenEnv's client (``openenv`` in .venv-trl, pinned in constraints-trl.txt) reports what it speaks: the WebSocket path
 it connects to, the messages it sends and the answer types it reads, the error codes, the request and answer models'
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from _openenv import OpenEnvDriver
 
-from webshop_env.api import routes_openenv as ours
-from webshop_env.api.app import create_app
-from webshop_env.api.settings import Settings
+from agent_envs.api import routes_openenv as ours
+from agent_envs.api.app import create_app
+from agent_envs.api.settings import Settings
 
 SECRET = "openenv-drift-secret-0123456789-abcdef"
 

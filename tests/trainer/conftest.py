@@ -17,8 +17,8 @@ NEEDS_VERL = "the trainer package needs verl: .venv/bin/pip install -c constrain
 @pytest.fixture
 def env_app(generated_catalog_dir: Path) -> Any:
     """The env service app with its runtime opened (ASGITransport does not run the lifespan)."""
-    from webshop_env.api.app import create_app, open_runtimes
-    from webshop_env.api.settings import Settings
+    from agent_envs.api.app import create_app, open_runtimes
+    from agent_envs.api.settings import Settings
 
     app = create_app(Settings(catalog=generated_catalog_dir, state_secret=SECRET, access_log=False))
     open_runtimes(app)
@@ -32,8 +32,8 @@ def in_process_env(monkeypatch: pytest.MonkeyPatch, env_app: Any) -> Iterator[An
         pytest.skip(NEEDS_VERL)
     import httpx
 
+    from agent_envs.client import native
     from agent_trainer import interaction
-    from webshop_env.client import native
 
     class InProcessClient(native.WebShopClient):
         def __init__(self, base_url: str, **kwargs: Any) -> None:
@@ -50,7 +50,7 @@ def in_process_env(monkeypatch: pytest.MonkeyPatch, env_app: Any) -> Iterator[An
 def babyai_served() -> bool:
     """Whether BabyAI can be served here (minigrid installed)."""
     try:
-        from webshop_env.envs import registry
+        from agent_envs.envs import registry
 
         registry.make("babyai")
     except Exception:  # not installed (minigrid) or not there yet
@@ -61,8 +61,8 @@ def babyai_served() -> bool:
 def served_app(catalog_dir: Path, envs: str) -> Any:
     """The env service app serving ``envs`` (comma-separated) with its runtimes opened (ASGITransport does not run
     the lifespan): the real app, routes and signed tokens."""
-    from webshop_env.api.app import create_app, open_runtimes
-    from webshop_env.api.settings import Settings
+    from agent_envs.api.app import create_app, open_runtimes
+    from agent_envs.api.settings import Settings
 
     app = create_app(Settings(catalog=catalog_dir, state_secret=SECRET, access_log=False, envs=envs))
     open_runtimes(app)
@@ -71,11 +71,11 @@ def served_app(catalog_dir: Path, envs: str) -> Any:
 
 @pytest.fixture
 def env_clients_in_process(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) -> Any:
-    """``serve(envs)``: every ``webshop_env.client.envs.EnvClient`` made afterwards talks to an in-process app
+    """``serve(envs)``: every ``agent_envs.client.envs.EnvClient`` made afterwards talks to an in-process app
     serving ``envs`` (whatever URL it is given); returns the app."""
     import httpx
 
-    from webshop_env.client import envs as client_envs
+    from agent_envs.client import envs as client_envs
 
     def serve(envs: str) -> Any:
         app = served_app(generated_catalog_dir, envs)
@@ -99,9 +99,9 @@ def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) ->
         pytest.skip(NEEDS_VERL)
     import httpx
 
+    from agent_envs.client import envs as client_envs
+    from agent_envs.client import native
     from agent_trainer import interaction
-    from webshop_env.client import envs as client_envs
-    from webshop_env.client import native
 
     served = ["webshop", "textcraft", *(["babyai"] if babyai_served() else [])]
     app = served_app(generated_catalog_dir, ",".join(served))
@@ -126,8 +126,8 @@ def env_service(monkeypatch: pytest.MonkeyPatch, generated_catalog_dir: Path) ->
 @pytest.fixture(scope="session")
 def expert_plans_generated(generated_catalog) -> dict[int, list[str]]:
     """Train-split synthetic goals of the generated catalog whose expert plan reaches reward 1.0."""
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.oracle import expert_actions, run_actions
 
     env = WebShopEnv(generated_catalog)
     plans: dict[int, list[str]] = {}

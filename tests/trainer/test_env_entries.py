@@ -12,11 +12,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from agent_envs.envs import registry
+from agent_envs.envs.registration import Registration, Timeouts
 from agent_trainer import envs
 from agent_trainer.cli import main
 from agent_trainer.envs import entries
-from webshop_env.envs import registry
-from webshop_env.envs.registration import Registration, Timeouts
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"

@@ -59,7 +59,7 @@ def row(env_id: str, task: int, split: str = "train") -> dict[str, Any]:
 
 
 def expert(env_id: str, task: int) -> list[str]:
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     return list(registry.make(env_id).expert(task))
 
@@ -203,7 +203,7 @@ def test_the_rows_rounds_else_the_specs_end_the_episode() -> None:
     assert reached_rounds(2, {"max_rounds": 2}, 24) and not reached_rounds(2, {"max_rounds": 3}, 2)
 
 
-@pytest.mark.skipif(not babyai_served(), reason="webshop_env.envs.babyai is not servable here (minigrid)")
+@pytest.mark.skipif(not babyai_served(), reason="agent_envs.envs.babyai is not servable here (minigrid)")
 def test_babyai_expert_plan_reaches_the_goal(env_service) -> None:
     task = 1
     results = run(play(interactions()["babyai"], row("babyai", task), react(expert("babyai", task))))
@@ -248,7 +248,7 @@ class ScriptedSciWorld:
 def test_sciworld_pays_its_score_in_proportion_and_frees_the_simulator(
     monkeypatch, rounds: int, reward: float, success: float
 ) -> None:
-    from webshop_env.client import envs as client_envs
+    from agent_envs.client import envs as client_envs
 
     monkeypatch.setattr(client_envs, "EnvClient", ScriptedSciWorld)  # what SciWorld's spec opens
     ScriptedSciWorld.instances.clear()

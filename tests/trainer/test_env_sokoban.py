@@ -28,7 +28,7 @@ SECRET = "k3N9-pQ2_vX7zL4mR8tB-wYc5"
 
 
 def test_the_spec_comes_from_the_registration_not_the_trainers_tables() -> None:
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     assert "sokoban" not in envs.SPECS
     assert registry.registration("sokoban").trainer == "agent_trainer.envs.sokoban:SPEC"
@@ -46,7 +46,7 @@ def test_the_splits_are_ranges_of_the_10000_rooms() -> None:
 
 @needs_rooms
 def test_the_pool_and_the_rounds_fit_the_environment() -> None:
-    from webshop_env.envs.sokoban import core
+    from agent_envs.envs.sokoban import core
 
     env = core.make()
     assert env.task_count() == sokoban.TASKS and tuple(core.ACTIONS) == sokoban.ACTIONS
@@ -55,7 +55,7 @@ def test_the_pool_and_the_rounds_fit_the_environment() -> None:
 
 @needs_rooms
 def test_the_prompts_example_is_a_real_episode_of_a_training_room() -> None:
-    from webshop_env.envs.sokoban import core
+    from agent_envs.envs.sokoban import core
 
     env = core.make()
     first = env.reset(1002)
@@ -103,9 +103,9 @@ def test_outcomes() -> None:
 async def _play(task: int, replies: list[str]) -> list[Any]:
     import httpx
 
-    from webshop_env.api.app import create_app, open_runtimes
-    from webshop_env.api.settings import Settings
-    from webshop_env.client.envs import EnvClient
+    from agent_envs.api.app import create_app, open_runtimes
+    from agent_envs.api.settings import Settings
+    from agent_envs.client.envs import EnvClient
 
     app = create_app(Settings(envs="sokoban", state_secret=SECRET, access_log=False))
     open_runtimes(app)

@@ -104,10 +104,10 @@ def test_webshops_episode_replays_through_its_spec_as_the_rehearsal_replays_it(
 ) -> None:
     """``envs.replay.replay_score`` plays WebShop as any environment (its contract core, ``WebShopTextEnv``), with
     the score the rehearsal's own replay on the simulator gives, a reply without an action included."""
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.textenv import WebShopTextEnv
     from agent_trainer.envs.replay import replay_score
     from agent_trainer.rehearsal.checks import replay_reward
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.textenv import WebShopTextEnv
 
     goal, plan = next(iter(expert_plans_generated.items()))
     replies = [f"Action: {plan[0]}", "I would rather not say.", *(f"Action: {action}" for action in plan[1:])]

@@ -141,7 +141,7 @@ def test_babyai_outcomes(
 
 
 def test_babyai_reads_the_services_info_flags() -> None:
-    """webshop_env.envs.babyai sends ``info.valid`` and ``info.success`` (minigrid terminated the level this step)."""
+    """agent_envs.envs.babyai sends ``info.valid`` and ``info.success`` (minigrid terminated the level this step)."""
     slow = {"observation": "x", "reward": 0.38, "done": False, "info": {"success": True, "valid": True}}
     assert babyai.outcome(slow, OK).success and babyai.outcome(slow, OK).env_reward == 0.38
     failed = {"observation": "x", "reward": 0.0, "done": False, "info": {"success": True, "valid": True}}
@@ -232,7 +232,7 @@ def test_each_environment_has_its_own_agent_name_data_source_and_prompt() -> Non
 
 def test_the_textcraft_prompts_example_is_a_real_episode() -> None:
     """The worked example in the system prompt is what the environment answers (task 101)."""
-    core = pytest.importorskip("webshop_env.envs.textcraft").make()
+    core = pytest.importorskip("agent_envs.envs.textcraft").make()
     first = core.reset(101)
     assert first.observation in textcraft.SYSTEM_PROMPT
     state = first.state

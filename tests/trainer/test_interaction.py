@@ -16,12 +16,12 @@ pytest.importorskip(
     "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
 )
 
+from agent_envs.client import WebShopRequestError, WebShopUnavailable
 from agent_trainer import prompts
 from agent_trainer.config import InteractionSettings
 from agent_trainer.envs.webshop import parse_goal
 from agent_trainer.episode import TurnScore
 from agent_trainer.interaction import EPISODES, EpisodeRegistry, WebshopInteraction, close_shared_clients
-from webshop_env.client import WebShopRequestError, WebShopUnavailable
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -251,7 +251,7 @@ def test_verl_builds_it_from_the_repository_interaction_config(monkeypatch: pyte
 
     monkeypatch.setenv("WEBSHOP_URL", "http://10.0.0.1:1234")
     interactions = initialize_interactions_from_config(str(REPO / "configs" / "webshop_interaction.yaml"))
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     assert list(interactions) == [r.id for r in registry.BUILTIN]  # one entry per environment, generated
     settings = {i.settings for name, i in interactions.items() if name != "sciworld"}

@@ -57,7 +57,7 @@ def react(actions: Sequence[str]) -> list[str]:
 
 
 def expert(env_id: str, task: int) -> list[str]:
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     return list(registry.make(env_id).expert(task))
 
@@ -122,10 +122,10 @@ def test_one_070_batch_mixes_environments_and_routes_each_row_by_its_name(
 ) -> None:  # fmt: skip
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
+    from agent_envs.envs.webshop.catalog.store import open_catalog
     from agent_trainer.agent_loop import EnvAgentLoop
     from agent_trainer.env_data import RowBuilder
     from agent_trainer.tool_agent_loop import WebShopToolAgentLoop
-    from webshop_env.envs.webshop.catalog.store import open_catalog
 
     monkeypatch.setenv("WEBSHOP_URL", "http://env.invalid")  # the in-process app answers whatever the URL
     goal, webshop_plan = next(iter(expert_plans_generated.items()))

@@ -95,10 +95,10 @@ def test_oracle_goals_fit_the_env_steps_verl_allows_and_cover_every_plan_length(
     generated_catalog_dir: Path,
 ) -> None:
     """``max_assistant_turns = N`` gives N - 1 env steps (verl stops after the N-th reply without sending it)."""
+    from agent_envs.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.oracle import expert_actions
     from agent_trainer.harness import HarnessError, pick_oracle_goals
-    from webshop_env.envs.webshop.catalog.store import open_catalog
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.oracle import expert_actions
 
     env = WebShopEnv(open_catalog(generated_catalog_dir))
     lengths = {len(expert_actions(env, goal, goal_set="synthetic")) for goal in range(1500, 1700)}

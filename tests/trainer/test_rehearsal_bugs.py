@@ -139,9 +139,9 @@ def test_the_step_checks_see_a_flipped_reward_and_a_mask_over_env_pages(
     agent: str, in_process_env: Any, generated_catalog: Any, generated_catalog_dir: Path, tiny_model: Path,
     expert_plans_generated: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
+    from agent_envs.envs.webshop.core.env import WebShopEnv
     from agent_trainer.rehearsal import checks, inject
     from agent_trainer.rehearsal.direction import trajectories_verl07
-    from webshop_env.envs.webshop.core.env import WebShopEnv
 
     monkeypatch.setenv("WEBSHOP_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
     monkeypatch.setenv("WEBSHOP_INVALID_ACTION_PENALTY", str(PENALTY))

@@ -26,8 +26,8 @@ def _episode(core, task: int, replies: list[str], score: float, uid: str):
 
 
 def test_the_reward_check_replays_textcraft_trajectories_on_textcraft_and_sees_a_flipped_reward() -> None:
+    from agent_envs.envs import registry
     from agent_trainer.rehearsal import checks
-    from webshop_env.envs import registry
 
     core = registry.make("textcraft")
     task = 1

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from webshop_env.envs.webshop.core.actions import parse_action
-from webshop_env.envs.webshop.core.model import ProductRecord
-from webshop_env.envs.webshop.core.pages import (
+from agent_envs.envs.webshop.core.actions import parse_action
+from agent_envs.envs.webshop.core.model import ProductRecord
+from agent_envs.envs.webshop.core.pages import (
     SEP,
     item_clickables,
     join_nodes,

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from webshop_env.envs import bench_agentgym
-from webshop_env.envs.bench_agentgym import Episode, interleaved, markdown, rows_of
+from agent_envs.envs import bench_agentgym
+from agent_envs.envs.bench_agentgym import Episode, interleaved, markdown, rows_of
 
 
 class FakeAgentGym:

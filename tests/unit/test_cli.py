@@ -1,4 +1,4 @@
-"""The `webshop-env` command line: episodes as JSON lines, the expert, clear errors."""
+"""The `agent-envs` command line: episodes as JSON lines, the expert, clear errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "webshop_env.cli.main", *args]
+    command = [sys.executable, "-m", "agent_envs.cli.main", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -54,7 +54,7 @@ def test_generate_refuses_fewer_than_one_product(tmp_path: Path, products: str) 
     result = run_cli("catalog", "generate", "--products", products, "--out", str(tmp_path / "raw"), "--quiet")
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        f"webshop-env catalog generate: error: --products must be at least 1 (got {products})"
+        f"agent-envs catalog generate: error: --products must be at least 1 (got {products})"
     )
     assert not (tmp_path / "raw").exists()  # nothing written that `catalog prepare` would then reject
 
@@ -72,7 +72,7 @@ def test_play_reads_actions_from_the_terminal(conformance_catalog_dir: Path) -> 
     command = [
         sys.executable,
         "-m",
-        "webshop_env.cli.main",
+        "agent_envs.cli.main",
         "play",
         "--catalog",
         str(conformance_catalog_dir),
@@ -93,8 +93,8 @@ def test_play_reads_actions_from_the_terminal(conformance_catalog_dir: Path) -> 
 
 def test_serve_module_does_not_import_the_cli_entry_point() -> None:
     """cli/main.py imports cli/serve.py to register its commands; the reverse would be an import cycle."""
-    probe = "import sys, webshop_env.cli.serve; print('webshop_env.cli.main' in sys.modules)"
+    probe = "import sys, agent_envs.cli.serve; print('agent_envs.cli.main' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
-    done = subprocess.run([sys.executable, "-m", "webshop_env.cli", "--help"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "agent_envs.cli", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "conformance" in done.stdout and "serve" in done.stdout

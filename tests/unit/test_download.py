@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from webshop_env.envs.webshop.catalog import download
-from webshop_env.envs.webshop.catalog.download import DownloadError, download_catalog, download_file
+from agent_envs.envs.webshop.catalog import download
+from agent_envs.envs.webshop.catalog.download import DownloadError, download_catalog, download_file
 
 SMALL = download.SMALL_FILES
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webshop_env.envs.webshop.core.env import EpisodeFinished, EpisodeState, UnknownGoal, WebShopEnv
-from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
-from webshop_env.envs.webshop.core.pages import PageKind
+from agent_envs.envs.webshop.core.env import EpisodeFinished, EpisodeState, UnknownGoal, WebShopEnv
+from agent_envs.envs.webshop.core.oracle import expert_actions, run_actions
+from agent_envs.envs.webshop.core.pages import PageKind
 
 
 @pytest.fixture(scope="module")

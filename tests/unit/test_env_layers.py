@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "services" / "env" / "src" / "webshop_env"
+PACKAGE = Path(__file__).resolve().parents[2] / "services" / "env" / "src" / "agent_envs"
 #: The code that serves, reaches and deploys every environment alike.
 GENERIC = [
     *sorted((PACKAGE / "api").glob("*.py")),
@@ -49,10 +49,10 @@ def test_the_generic_code_names_no_environment(path: Path) -> None:
 def test_webshops_errors_are_the_contracts() -> None:
     """One hierarchy: the HTTP layer answers WebShop's refusals with their own status and kind, as every
     environment's."""
-    from webshop_env.api.errors import classify
-    from webshop_env.envs import contract
-    from webshop_env.envs.webshop.core.env import EnvError, EpisodeFinished, InvalidState, UnknownGoal
-    from webshop_env.envs.webshop.textenv import GoalNotInSplit
+    from agent_envs.api.errors import classify
+    from agent_envs.envs import contract
+    from agent_envs.envs.webshop.core.env import EnvError, EpisodeFinished, InvalidState, UnknownGoal
+    from agent_envs.envs.webshop.textenv import GoalNotInSplit
 
     assert EnvError is contract.EnvError
     for error, parent, answer in (
@@ -66,8 +66,8 @@ def test_webshops_errors_are_the_contracts() -> None:
 
 
 def test_the_client_hedges_as_each_registration_says() -> None:
-    from webshop_env.client.envs import EnvClient
-    from webshop_env.envs import registry
+    from agent_envs.client.envs import EnvClient
+    from agent_envs.envs import registry
 
     for registration in registry.registrations().values():
         assert EnvClient("http://127.0.0.1:9", registration.id)._hedge is registration.hedge
@@ -78,11 +78,11 @@ def test_the_client_hedges_as_each_registration_says() -> None:
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("webshop_env.core.env", "webshop_env.envs.webshop.core.env"),
-        ("webshop_env.catalog.store", "webshop_env.envs.webshop.catalog.store"),
-        ("webshop_env.search.kernels", "webshop_env.envs.webshop.search.kernels"),
-        ("webshop_env.conformance.check", "webshop_env.envs.webshop.conformance.check"),
-        ("webshop_env.api.routes_native", "webshop_env.envs.webshop.http.native"),
+        ("agent_envs.core.env", "agent_envs.envs.webshop.core.env"),
+        ("agent_envs.catalog.store", "agent_envs.envs.webshop.catalog.store"),
+        ("agent_envs.search.kernels", "agent_envs.envs.webshop.search.kernels"),
+        ("agent_envs.conformance.check", "agent_envs.envs.webshop.conformance.check"),
+        ("agent_envs.api.routes_native", "agent_envs.envs.webshop.http.native"),
     ],
 )
 def test_old_module_paths_give_the_moved_modules(old: str, new: str) -> None:

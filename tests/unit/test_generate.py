@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from webshop_env.envs.webshop.catalog.generate import (
+from agent_envs.envs.webshop.catalog.generate import (
     ATTRIBUTE_FILE,
     CATEGORIES,
     HUMAN_FILE,
     PRODUCT_FILE,
     generate_catalog,
 )
-from webshop_env.envs.webshop.catalog.raw import (
+from agent_envs.envs.webshop.catalog.raw import (
     DUMMY_ATTR,
     MAX_ASIN_LENGTH,
     Product,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from webshop_env.envs.webshop.catalog.raw import iter_products
-from webshop_env.envs.webshop.core.nouns import HeuristicNounExtractor, default_noun_extractor
+from agent_envs.envs.webshop.catalog.raw import iter_products
+from agent_envs.envs.webshop.core.nouns import HeuristicNounExtractor, default_noun_extractor
 
 CONFORMANCE = Path(__file__).parents[1] / "fixtures" / "conformance" / "original-seed3"
 
@@ -64,7 +64,7 @@ def test_spacy_extractor_runs_the_whole_pipeline(monkeypatch) -> None:
 
     fake = types.SimpleNamespace(__version__="3.8.18", load=lambda *a, **k: calls.append((a, k)) or FakeNlp())
     monkeypatch.setitem(sys.modules, "spacy", fake)
-    from webshop_env.envs.webshop.core.nouns import SpacyNounExtractor
+    from agent_envs.envs.webshop.core.nouns import SpacyNounExtractor
 
     extractor = SpacyNounExtractor()
     assert calls == [(("en_core_web_sm",), {})]
@@ -83,7 +83,7 @@ def test_spacy_extractor_gives_the_recorded_nouns_when_installed() -> None:
 
 
 def test_extractor_by_name() -> None:
-    from webshop_env.envs.webshop.core.nouns import noun_extractor_named
+    from agent_envs.envs.webshop.core.nouns import noun_extractor_named
 
     assert isinstance(noun_extractor_named("heuristic"), HeuristicNounExtractor)
     with pytest.raises(ValueError, match="unknown noun extractor"):

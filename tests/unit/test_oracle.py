@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from webshop_env.envs.webshop.core.env import WebShopEnv
-from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
+from agent_envs.envs.webshop.core.env import WebShopEnv
+from agent_envs.envs.webshop.core.oracle import expert_actions, run_actions
 
 
 def test_expert_solves_at_least_95_percent(generated_catalog) -> None:

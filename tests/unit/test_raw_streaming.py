@@ -11,16 +11,16 @@ from typing import Any
 import orjson
 import pytest
 
-from webshop_env.envs.webshop.catalog import raw
-from webshop_env.envs.webshop.catalog.generate import ATTRIBUTE_FILE, HUMAN_FILE, generate_catalog
-from webshop_env.envs.webshop.catalog.prepare import prepare_catalog
-from webshop_env.envs.webshop.catalog.raw import (
+from agent_envs.envs.webshop.catalog import raw
+from agent_envs.envs.webshop.catalog.generate import ATTRIBUTE_FILE, HUMAN_FILE, generate_catalog
+from agent_envs.envs.webshop.catalog.prepare import prepare_catalog
+from agent_envs.envs.webshop.catalog.raw import (
     JsonObjectFile,
     RawDataError,
     iter_json_object,
     load_json_object,
 )
-from webshop_env.envs.webshop.catalog.store import MANIFEST
+from agent_envs.envs.webshop.catalog.store import MANIFEST
 
 
 def random_value(rng: random.Random, depth: int = 0) -> Any:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from webshop_env.ray_serve import local
+from agent_envs.ray_serve import local
 
 
 def _fake_nvidia_smi(tmp_path: Path, gpus: int) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from webshop_env.ray_serve import needs_token_mode
-from webshop_env.ray_serve.app import ServeArgs
-from webshop_env.ray_serve.deploy import serve_config
+from agent_envs.ray_serve import needs_token_mode
+from agent_envs.ray_serve.app import ServeArgs
+from agent_envs.ray_serve.deploy import serve_config
 
 
 def test_defaults_and_known_settings_pass() -> None:
@@ -41,14 +41,14 @@ def test_serve_config_names_the_builder_and_carries_no_secret() -> None:
     config = serve_config(args, "webshop", 36080)
     text = yaml.safe_dump(config)
     app = config["applications"][0]
-    assert app["import_path"] == "webshop_env.ray_serve.app:build"
+    assert app["import_path"] == "agent_envs.ray_serve.app:build"
     assert config["proxy_location"] == "EveryNode" and config["http_options"]["port"] == 36080
     assert ServeArgs.parse(app["args"]) == args  # what `serve run/deploy` hands the builder round-trips
     assert "state_secret:" not in text
 
 
 def test_token_mode_only_when_a_token_exists_and_no_mode_is_set(tmp_path, monkeypatch) -> None:
-    import webshop_env.ray_serve as module
+    import agent_envs.ray_serve as module
 
     monkeypatch.setattr(module, "DEFAULT_TOKEN_PATH", tmp_path / "auth_token")
     assert needs_token_mode({}) is False

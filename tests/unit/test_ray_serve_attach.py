@@ -1,4 +1,4 @@
-"""``webshop_env.ray_serve.attach``: the attach timeout's setting and the head check's answers (the commands
+"""``agent_envs.ray_serve.attach``: the attach timeout's setting and the head check's answers (the commands
 against dead heads: ``tests/integration/test_ray_serve_attach.py``, ``tests/multinode/test_ray_head_loss.py``)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from webshop_env import cluster
-from webshop_env.ray_serve.attach import DEFAULT_ATTACH_TIMEOUT_S, AttachError, attach_timeout, check_head
+from agent_envs import cluster
+from agent_envs.ray_serve.attach import DEFAULT_ATTACH_TIMEOUT_S, AttachError, attach_timeout, check_head
 
 
 def test_the_attach_timeout_is_a_positive_number_of_seconds() -> None:

@@ -1,4 +1,4 @@
-"""``webshop_env.ray_serve.limits``: the proxy middleware's answers, driven as an ASGI app (no Ray), and its
+"""``agent_envs.ray_serve.limits``: the proxy middleware's answers, driven as an ASGI app (no Ray), and its
 settings. The real proxy is exercised in ``tests/integration/test_ray_serve_limits.py``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from webshop_env.ray_serve.limits import LimitsMiddleware, ProxyLimits
+from agent_envs.ray_serve.limits import LimitsMiddleware, ProxyLimits
 
 
 @pytest.fixture(autouse=True)
@@ -87,13 +87,11 @@ def test_limits_answer_json() -> None:
 
 
 def test_the_proxy_environment_round_trips() -> None:
-    from webshop_env.ray_serve.limits import proxy_middlewares
+    from agent_envs.ray_serve.limits import proxy_middlewares
 
     limits = ProxyLimits(header_timeout_s=2.5, max_body_bytes=2048)
     env = limits.proxy_env()
-    assert (
-        env["RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"] == "webshop_env.ray_serve.limits:proxy_middlewares"
-    )
+    assert env["RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"] == "agent_envs.ray_serve.limits:proxy_middlewares"
     assert ProxyLimits.from_env(env) == limits
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from webshop_env.envs.webshop.core.colors import normalize_color
-from webshop_env.envs.webshop.core.fuzz import full_process, ratio, token_set_ratio
-from webshop_env.envs.webshop.core.reward import (
+from agent_envs.envs.webshop.core.colors import normalize_color
+from agent_envs.envs.webshop.core.fuzz import full_process, ratio, token_set_ratio
+from agent_envs.envs.webshop.core.reward import (
     RewardGoal,
     RewardProduct,
     attribute_reward,

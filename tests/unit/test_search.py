@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from webshop_env.envs.webshop.search import bm25
-from webshop_env.envs.webshop.search.analyzer import (
+from agent_envs.envs.webshop.search import bm25
+from agent_envs.envs.webshop.search.analyzer import (
     STOP_WORDS,
     analyze,
     lower_case,
@@ -20,7 +20,7 @@ from webshop_env.envs.webshop.search.analyzer import (
     strip_possessive,
     tokenize,
 )
-from webshop_env.envs.webshop.search.bm25 import (
+from agent_envs.envs.webshop.search.bm25 import (
     LENGTH_TABLE,
     NUM_FREE_VALUES,
     BM25Index,
@@ -32,7 +32,7 @@ from webshop_env.envs.webshop.search.bm25 import (
     long_to_int4,
     norm_bytes,
 )
-from webshop_env.envs.webshop.search.porter import stem
+from agent_envs.envs.webshop.search.porter import stem
 
 # --- SmallFloat -----------------------------------------------------------------------------------------------
 
@@ -246,7 +246,7 @@ def test_porter_short_and_odd_words() -> None:
 
 def test_porter_leaves_words_not_ending_in_a_letter_alone() -> None:
     """Why ``stem`` may skip them: the full algorithm, run step by step, never changes such a word."""
-    from webshop_env.envs.webshop.search.porter import _Stemmer
+    from agent_envs.envs.webshop.search.porter import _Stemmer
 
     def all_steps(word: str) -> str:
         stemmer = _Stemmer(word)

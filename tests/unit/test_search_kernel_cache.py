@@ -7,7 +7,7 @@ from pathlib import Path
 import numba
 import pytest
 
-from webshop_env.envs.webshop.search import kernels
+from agent_envs.envs.webshop.search import kernels
 
 
 def test_an_empty_cache_dir_is_seeded_from_the_build_time_compile(

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from webshop_env.envs.webshop.catalog.generate import generate_catalog
-from webshop_env.envs.webshop.catalog.raw import index_text, iter_products
-from webshop_env.envs.webshop.search.analyzer import analyze, tokenize
-from webshop_env.envs.webshop.search.bm25 import BM25Index, build_index
+from agent_envs.envs.webshop.catalog.generate import generate_catalog
+from agent_envs.envs.webshop.catalog.raw import index_text, iter_products
+from agent_envs.envs.webshop.search.analyzer import analyze, tokenize
+from agent_envs.envs.webshop.search.bm25 import BM25Index, build_index
 
 JARS = [
     sorted(glob.glob(f"/usr/share/java/lucene-{name}-8*.jar"))[-1:] for name in ("core", "analyzers-common")
@@ -281,7 +281,7 @@ LARGE_RAW = os.environ.get("WEBSHOP_LUCENE_LARGE_RAW")
 def test_search_matches_lucene_on_a_large_catalog(lucene: LuceneOracle, tmp_path: Path) -> None:
     """Opt-in, full scale: ``WEBSHOP_LUCENE_LARGE_RAW=raw dir`` and ``WEBSHOP_LUCENE_LARGE_CATALOG=its prepared
     catalog`` (whose index is used as is; without it an index is built here), e.g. the 1.2M-product catalog
-    that ``webshop-env bench --products 1200000`` caches. Default thresholds: what a replica serves is checked.
+    that ``agent-envs bench --products 1200000`` caches. Default thresholds: what a replica serves is checked.
     """
     raw = Path(str(LARGE_RAW))
     count = int(os.environ.get("WEBSHOP_LUCENE_LARGE_QUERIES", "200"))

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from webshop_env.envs.webshop.catalog.generate import generate_catalog
-from webshop_env.envs.webshop.catalog.raw import index_text, iter_products
-from webshop_env.envs.webshop.search import bm25, kernels
-from webshop_env.envs.webshop.search.bm25 import BM25Index, build_index, lookup_code_terms
+from agent_envs.envs.webshop.catalog.generate import generate_catalog
+from agent_envs.envs.webshop.catalog.raw import index_text, iter_products
+from agent_envs.envs.webshop.search import bm25, kernels
+from agent_envs.envs.webshop.search.bm25 import BM25Index, build_index, lookup_code_terms
 
 VOCABULARY = [f"w{i}" for i in range(400)]
 

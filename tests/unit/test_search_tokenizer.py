@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webshop_env.envs.webshop.search.analyzer import _ASCII_PATTERN, _unicode_pattern, tokenize
+from agent_envs.envs.webshop.search.analyzer import _ASCII_PATTERN, _unicode_pattern, tokenize
 
 ASCII_ALPHABET = "aZb9_0.,:;'\"- /$\t\n\x0b\x1c"  # with whitespace that str.split() splits at
 UNICODE_ALPHABET = (

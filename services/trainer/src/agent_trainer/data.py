@@ -23,10 +23,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from webshop_env.envs.webshop.catalog.fidelity import describe_fidelity, fidelity_limits
-from webshop_env.envs.webshop.catalog.store import PreparedCatalog, open_catalog
-from webshop_env.envs.webshop.core.env import WebShopEnv
-from webshop_env.envs.webshop.core.goals import SPLITS, split_range
+from agent_envs.envs.webshop.catalog.fidelity import describe_fidelity, fidelity_limits
+from agent_envs.envs.webshop.catalog.store import PreparedCatalog, open_catalog
+from agent_envs.envs.webshop.core.env import WebShopEnv
+from agent_envs.envs.webshop.core.goals import SPLITS, split_range
 
 from . import prompts
 from .config import AGENT_LOOP_NAME, AGENT_NAME, DATA_SOURCE, INTERACTION_NAME

@@ -12,7 +12,7 @@ step an hour in.
 
 The report says, per node and environment, which address served each episode, its reward, whether it ended and,
 for an environment that holds a simulator per episode (SciWorld), the node's simulator counts afterwards (a replay
-there means an episode's steps left the replica holding its JVM). Run it after ``webshop-env serve-ray`` and
+there means an episode's steps left the replica holding its JVM). Run it after ``agent-envs serve-ray`` and
 before a long run (the Slurm script does).
 """
 
@@ -32,10 +32,10 @@ TRIES_PER_EPISODE = 4
 
 def served_envs(env: Mapping[str, str], envs: str | Sequence[str] | None = None) -> list[str]:
     """The environments to play: ``envs`` (a comma-separated string or a list), else ``$WEBSHOP_ENVS`` (what
-    ``webshop-env serve-ray`` serves), else what the service serves when that names none (its default, WebShop:
-    ``webshop_env.deploy.parse_envs``); in that order, each once. Raises ``ValueError`` naming an environment the
+    ``agent-envs serve-ray`` serves), else what the service serves when that names none (its default, WebShop:
+    ``agent_envs.deploy.parse_envs``); in that order, each once. Raises ``ValueError`` naming an environment the
     trainer does not know."""
-    from webshop_env.deploy import parse_envs
+    from agent_envs.deploy import parse_envs
 
     from . import envs as specs
 
@@ -61,7 +61,7 @@ async def _play_env(env_id: str, episodes: int, goal_set: str, first: int) -> di
     """Up to ``episodes`` expert episodes of ``env_id`` from task ``first`` on (a task without an expert skipped,
     at most :data:`TRIES_PER_EPISODE` tasks tried per episode). The goal set goes to the expert and the reset
     where the environment's reset takes one (its spec's ``reset_fields``: WebShop's goals are indices in it)."""
-    from webshop_env.client import WebShopRequestError
+    from agent_envs.client import WebShopRequestError
 
     from . import envs as specs
     from .interaction import ensure_ready, shared_client
@@ -161,8 +161,8 @@ def run_env_check(env: Mapping[str, str], episodes: int = 8, goal_set: str = "sy
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from webshop_env.ray_serve.attach import AttachError, attach, attach_timeout
-    from webshop_env.ray_serve.deploy import use_cluster_token
+    from agent_envs.ray_serve.attach import AttachError, attach, attach_timeout
+    from agent_envs.ray_serve.deploy import use_cluster_token
 
     from .config import worker_env
 

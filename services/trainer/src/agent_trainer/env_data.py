@@ -67,7 +67,7 @@ from .data import DEFAULT_GOAL_SET, DataError, split_goal_ids
 from .data import SCHEMA as WEBSHOP_SCHEMA
 
 SPLITS = ("train", "val", "test")
-#: The catalog's name of each split (its goal ranges, ``webshop_env.envs.webshop.core.goals.SPLITS``).
+#: The catalog's name of each split (its goal ranges, ``agent_envs.envs.webshop.core.goals.SPLITS``).
 CATALOG_SPLIT = {"train": "train", "val": "eval", "test": "test"}
 # WebShop's row schema (data.SCHEMA) with the environment and its task in ``extra_info``, after ``index``, and the
 # task in ``interaction_kwargs``, after ``name`` (what ``EnvInteraction.start_interaction`` reads).
@@ -205,14 +205,14 @@ class RowBuilder:
         self.catalog: Any = None  # set: the rows are the catalog's (``needs_catalog``)
         self.catalog_env: Any = None  # the simulator on that catalog, whose reset is a goal's first page
         if self.spec.needs_catalog:
-            from webshop_env.envs.webshop.core.env import WebShopEnv
+            from agent_envs.envs.webshop.core.env import WebShopEnv
 
             self.catalog = required_catalog(env_id, catalog)
             self.catalog_env = WebShopEnv(self.catalog)
         elif self.spec.data_core is not None:
             self._own_core(env_url)
         else:
-            from webshop_env.envs import registry
+            from agent_envs.envs import registry
 
             try:  # may fail on its package (ImportError), its data (TextCraft's RecipeDataMissing), ...
                 self.core = registry.make(env_id)
@@ -238,8 +238,8 @@ class RowBuilder:
             return f"{self.spec.env_id}:{self.catalog.fingerprint}"
         if self.core is not None:
             return f"{self.spec.env_id}:{self.core.fingerprint()}"
-        from webshop_env.client.envs import EnvClient
-        from webshop_env.client.native import WebShopError
+        from agent_envs.client.envs import EnvClient
+        from agent_envs.client.native import WebShopError
 
         async def info() -> dict[str, Any]:
             async with EnvClient(self.env_url or "", self.spec.env_id, timeout=30.0) as client:
@@ -301,8 +301,8 @@ class RowBuilder:
 
     async def _fetch(self, tasks: Sequence[int], bar: Any) -> None:
         """The service's resets of ``tasks``, ``workers`` at a time, each episode closed at once."""
-        from webshop_env.client.envs import EnvClient
-        from webshop_env.client.native import WebShopError
+        from agent_envs.client.envs import EnvClient
+        from agent_envs.client.native import WebShopError
 
         limit = asyncio.Semaphore(self.workers)
 
@@ -322,7 +322,7 @@ class RowBuilder:
     def _reset(self, task: int) -> dict[str, Any]:
         """The core's reset of ``task`` as {observation, info}; an episode that holds a simulator is closed at
         once (its JVM freed)."""
-        from webshop_env.envs.contract import EnvError
+        from agent_envs.envs.contract import EnvError
 
         if self.env_url:
             self.prefetch([task], "row")
@@ -420,7 +420,7 @@ def build_env_datasets(
     catalog = None
     needing = [e for e in env_ids if envs.get(e).needs_catalog]
     if needing:
-        from webshop_env.envs.webshop.catalog.store import open_catalog
+        from agent_envs.envs.webshop.catalog.store import open_catalog
 
         catalog = open_catalog(required_catalog(needing[0], catalog_dir))
     by_env = dict(zip(env_ids, weights, strict=True))

@@ -31,7 +31,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from webshop_env.client import WebShopRequestError
+from agent_envs.client import WebShopRequestError
 
 from .config import InteractionSettings
 from .envs.spec import EnvSpec, Outcome, Parsed

@@ -47,7 +47,7 @@ except ImportError:
     # registry, so the module must import there (WebshopInteraction is unusable then).
     BaseInteraction = object  # type: ignore[assignment,misc]
 
-from webshop_env.client import ServiceClient
+from agent_envs.client import ServiceClient
 
 from . import envs, prompts
 from . import episode as episodes
@@ -132,7 +132,7 @@ def env_urls(settings: InteractionSettings) -> list[str]:
     """Where this process reaches the env, in order of preference (``env: ray``: its own node's Serve proxy
     first, then the other nodes' proxies; ``env: http``: ``env_url``)."""
     if settings.env == "ray":
-        from webshop_env.ray_serve.nodes import node_proxy_urls
+        from agent_envs.ray_serve.nodes import node_proxy_urls
 
         return node_proxy_urls(settings.ray_port)
     return [settings.env_url]
@@ -184,7 +184,7 @@ async def ensure_ready(settings: InteractionSettings, client: ServiceClient) -> 
             return
         if not await client.health():
             hint = (
-                "is the env deployed on this Ray cluster? `webshop-env serve-ray`"
+                "is the env deployed on this Ray cluster? `agent-envs serve-ray`"
                 if settings.env == "ray"
                 else "set env_url in the interaction config or WEBSHOP_URL; `make up-local` starts one locally"
             )

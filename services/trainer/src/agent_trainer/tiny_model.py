@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from webshop_env.envs.webshop.catalog.store import open_catalog
-from webshop_env.envs.webshop.core.env import WebShopEnv
+from agent_envs.envs.webshop.catalog.store import open_catalog
+from agent_envs.envs.webshop.core.env import WebShopEnv
 
 from . import prompts
 

@@ -31,8 +31,8 @@ class UnknownEnvironment(ValueError):
 @cache
 def plugins() -> dict[str, EnvSpec]:
     """The specs of the installed environment packages' environments: those their registrations name
-    (``webshop_env.envs.registry``), by id; each is checked to be an ``EnvSpec`` of that id."""
-    from webshop_env.envs import registry
+    (``agent_envs.envs.registry``), by id; each is checked to be an ``EnvSpec`` of that id."""
+    from agent_envs.envs import registry
 
     found: dict[str, EnvSpec] = {}
     for registration in registry.registrations().values():

@@ -1,7 +1,7 @@
 """BabyAI as a spec: AgentGym's BabyAI client's format (prompt in our own words, see docs/training-environments.md),
 20 rounds as in AgentGym-RL, reward = minigrid's success reward.
 
-The environment (``webshop_env.envs.babyai``) reproduces AgentGym's server, quirks included: minigrid pays
+The environment (``agent_envs.envs.babyai``) reproduces AgentGym's server, quirks included: minigrid pays
 ``1 - 0.9 * steps / max_steps`` on the step that reaches the goal (0 when a level ends in failure), the wrapper's
 ``done`` is forced back to False when that reward is 0.5 or less, and the wrapper's ``score`` adds the last reward
 again at every later step (so AgentGym-RL, which trains on the last ``score``, can pay a slow success more than 1).

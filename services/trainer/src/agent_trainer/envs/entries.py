@@ -5,12 +5,12 @@ configs/webshop_interaction.yaml (its interaction, verl 0.7.1).
 The generated entries differ only in their id and, where the balancer may take long over one of their requests,
 in the client's seconds per attempt; both come from what the environment declares: its trainer spec
 (``agent_trainer.envs``, a plugin's through its registration's ``trainer=``) and its registration
-(``webshop_env.envs.registry``: the balancer's timeouts). The entries sit between two marker comments in each file;
+(``agent_envs.envs.registry``: the balancer's timeouts). The entries sit between two marker comments in each file;
 the rest of the file is written by hand, an environment's entries there included (WebShop's: the settings every
 generated entry takes with ``<<:``), and an environment whose entries are written by hand gets none generated.
 
 ``agent-train configs --write`` rewrites the blocks from the registry, ``--check`` says which file is stale
-(``tests/trainer/test_env_entries.py`` fails while one is), as ``webshop-env envs --write-deploy`` does for the
+(``tests/trainer/test_env_entries.py`` fails while one is), as ``agent-envs envs --write-deploy`` does for the
 balancer's routes.
 """
 
@@ -64,7 +64,7 @@ def env_entries(inherited_timeout: float, env_ids: Sequence[str] | None = None,
                 written_by_hand: Collection[str] = ()) -> list[EnvEntry]:  # fmt: skip
     """The entries of ``env_ids`` (default: every environment the trainer has a spec for, plugins included), those
     of ``written_by_hand`` left out (their entries are in the files already: :func:`hand_written`)."""
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     entries: list[EnvEntry] = []
     for env_id in env_ids if env_ids is not None else ids():

@@ -1,7 +1,7 @@
 """An episode's score recomputed from the environment itself, in process: what a checker compares with the reward
 the trainer used (the rehearsal's ``reward_matches_env``).
 
-``replay_score(env_id, task, replies)`` resets the environment's core (``webshop_env.envs.registry``) on ``task``
+``replay_score(env_id, task, replies)`` resets the environment's core (``agent_envs.envs.registry``) on ``task``
 and plays each reply as the agent loop does: the spec parses it, a reply the client answers itself sends nothing,
 the spec judges the step, each turn adds the change in the episode's reward less ``penalty`` for a reply without a
 usable action, and the episode stops where the spec says it ends. A step the environment refuses ends it with the
@@ -25,11 +25,11 @@ def replay_score(env_id: str, task: int, replies: Sequence[str], penalty: float 
                  ) -> dict[str, float]:  # fmt: skip
     """``{"score", "env_reward", "success", "steps"}`` of playing ``replies`` on ``task`` in ``core`` (default:
     the registry's core of ``env_id``)."""
-    from webshop_env.envs.contract import EnvError
+    from agent_envs.envs.contract import EnvError
 
     spec = get(env_id)
     if core is None:
-        from webshop_env.envs import registry
+        from agent_envs.envs import registry
 
         core = registry.make(env_id)
     state = core.reset(task).state

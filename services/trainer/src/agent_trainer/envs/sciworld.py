@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from itertools import chain, zip_longest
 from typing import Any
 
-from webshop_env.envs.sciworld.games import GAME_COUNT, TASKS, game
+from agent_envs.envs.sciworld.games import GAME_COUNT, TASKS, game
 
 from .spec import CoreUnavailable, EnvSpec, Outcome, Parsed, cut, task_index
 
@@ -140,7 +140,7 @@ def data_core(workers: int) -> Any:
     if shutil.which("java") is None:
         raise CoreUnavailable("no `java` on PATH, and ScienceWorld's simulator is a JVM: install a Java 17 runtime "
                               "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")  # fmt: skip
-    from webshop_env.envs.sciworld import JvmPool, SciWorldEnv
+    from agent_envs.envs.sciworld import JvmPool, SciWorldEnv
 
     core = SciWorldEnv(JvmPool(spares=workers, max_live=2 * workers, wait_s=600))
     core.prewarm()

@@ -1,7 +1,7 @@
 """Sokoban as a spec: the reply format of the other environments (``Action: <the action>``, prompt in our own
 words), 20 rounds, and gym-sokoban's rewards summed over the episode (RAGEN's and verl-agent's episode reward).
 
-The environment (``webshop_env.envs.sokoban``) answers every action with the room (RAGEN's symbols) and pays
+The environment (``agent_envs.envs.sokoban``) answers every action with the room (RAGEN's symbols) and pays
 gym-sokoban's step rewards: -0.1 a step, +1 for a box pushed onto a target, -1 for one pushed off, +10 when every
 box is on a target (``done``, ``info.success``); ``info.score`` is what the episode's step rewards sum to so far.
 An action it does not recognise is a no-op step (``info.valid`` false); a move into a wall is a valid step that
@@ -23,7 +23,7 @@ from .agentgym import parse_reply
 from .spec import EnvSpec, Outcome, Parsed, observation_message, task_index
 
 ENV_ID = "sokoban"
-TASKS = 10_000  # the environment's task_count() (webshop_env.envs.sokoban.core.TASKS; tested equal)
+TASKS = 10_000  # the environment's task_count() (agent_envs.envs.sokoban.core.TASKS; tested equal)
 TEST_TASKS = 500  # tasks 0-499
 VAL_TASKS = 500  # tasks 500-999; the rest are train
 MAX_ROUNDS = 20  # every expert plan of the 10,000 rooms fits (at most 13 steps; docs/environments/sokoban.md)

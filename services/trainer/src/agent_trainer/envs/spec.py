@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webshop_env.client import ServiceClient
+from agent_envs.client import ServiceClient
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ def task_index(fields: Mapping[str, Any], env_id: str = "") -> int:
 
 def served_client(base_url: str, env_id: str, **options: Any) -> ServiceClient:
     """The client of the routes every served environment shares (``/<env_id>/v1/...``): ``EnvClient``, looked up
-    when called (``webshop_env.client.envs``), so a test's in-process client stands in for it."""
-    from webshop_env.client import envs as clients
+    when called (``agent_envs.client.envs``), so a test's in-process client stands in for it."""
+    from agent_envs.client import envs as clients
 
     return clients.EnvClient(base_url, env_id, **options)
 

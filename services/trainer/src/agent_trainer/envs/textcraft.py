@@ -1,7 +1,7 @@
 """TextCraft as a spec: AgentGym's TextCraft client's format (prompt in our own words, see docs/training-environments.md),
 30 rounds as in AgentGym-RL, reward 1 for crafting the goal item.
 
-The environment (``webshop_env.envs.textcraft``) answers every action with a text and pays 1 (``done``) on the step
+The environment (``agent_envs.envs.textcraft``) answers every action with a text and pays 1 (``done``) on the step
 that crafts the goal; it has no step limit, so the round budget ends an unsolved episode. Its answers to a refused
 action start ``Could not ...`` or ``Wrong item format``; an accepted one ``Got``, ``Crafted`` or ``Inventory:``.
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webshop_env.client import ServiceClient
+from agent_envs.client import ServiceClient
 
 from .. import prompts
 from ..actions import UNPARSEABLE_ACTION, extract_action
@@ -69,8 +69,8 @@ def step_message(
 
 def client(base_url: str, env_id: str, **options: Any) -> ServiceClient:
     """WebShop's own routes (``/v1/...``, ``WebShopClient``) rather than the ``/<env_id>/v1`` every other environment
-    is served on; looked up when called (``webshop_env.client.native``), so a test's in-process client stands in."""
-    from webshop_env.client import native
+    is served on; looked up when called (``agent_envs.client.native``), so a test's in-process client stands in."""
+    from agent_envs.client import native
 
     return native.WebShopClient(base_url, **options)
 

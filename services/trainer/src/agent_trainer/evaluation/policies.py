@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from webshop_env.cluster import free_ports
+from agent_envs.cluster import free_ports
 
 from ..config import TURN_TOKENS
 
@@ -158,9 +158,9 @@ class _PlanAgent(EpisodeAgent):
 
 def catalog_plans(catalog: Any) -> PlanSource:
     """Expert plans computed in-process from a local copy of the served catalog (opened, or its directory)."""
-    from webshop_env.envs.webshop.catalog.store import open_catalog
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.oracle import expert_actions
+    from agent_envs.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.oracle import expert_actions
 
     env = WebShopEnv(open_catalog(catalog) if isinstance(catalog, str | Path) else catalog)
 

@@ -21,7 +21,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from webshop_env.envs.webshop.catalog.fidelity import describe_fidelity
+from agent_envs.envs.webshop.catalog.fidelity import describe_fidelity
 
 from .. import envs
 from ..envs.spec import EnvSpec

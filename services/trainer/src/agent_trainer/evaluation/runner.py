@@ -42,14 +42,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webshop_env.client import (
+from agent_envs.client import (
     EnvClient,
     WebShopClient,
     WebShopError,
     WebShopRequestError,
     WebShopUnavailable,
 )
-from webshop_env.envs.webshop.catalog.fidelity import fidelity_limits
+from agent_envs.envs.webshop.catalog.fidelity import fidelity_limits
 
 from .. import envs, episode
 from ..actions import step_was_valid
@@ -277,7 +277,7 @@ def plan_source(env: envs.EnvSpec, client: EnvClient, fingerprint: str | None) -
     planner is slow), else the service's ``/<env>/v1/tasks/<task>/expert``."""
     if not env.holds_simulator:  # SciWorld's planner needs a simulator (a JVM): the service's
         try:
-            from webshop_env.envs import registry
+            from agent_envs.envs import registry
 
             core = registry.make(env.env_id)
             if f"{env.env_id}:{core.fingerprint()}" == fingerprint:  # the service's form (routes_envs)
@@ -969,7 +969,7 @@ def _category_source(records: list[dict[str, Any]], have_catalog: bool) -> str:
 
 
 def _open_catalog(path: Path, served_fingerprint: str) -> Any:
-    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.catalog.store import open_catalog
 
     try:
         catalog = open_catalog(path)

@@ -51,7 +51,7 @@ def start_cluster(catalog_dir: Path, run_dir: Path, replicas: int = 2, served: S
     """Replicas + nginx of our own on free ports, recorded in ``run_dir`` (a previous run's, killed before it
     stopped them, are stopped first); ``served``: the environments the replicas serve (``WEBSHOP_ENVS``; None:
     the service's default, WebShop)."""
-    from webshop_env import cluster
+    from agent_envs import cluster
 
     run_dir.mkdir(parents=True, exist_ok=True)
     cluster.down(run_dir, quiet=True)  # a previous run that was killed

@@ -18,10 +18,10 @@ def pick_oracle_goals(
     The goals are spread over every plan length found among the first ``scan`` goals, longest first, so a run
     with as many goals as lengths has one goal at the step limit itself.
     """
-    from webshop_env.envs.webshop.catalog.store import open_catalog
-    from webshop_env.envs.webshop.core.env import WebShopEnv
-    from webshop_env.envs.webshop.core.goals import split_range
-    from webshop_env.envs.webshop.core.oracle import expert_actions, run_actions
+    from agent_envs.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.core.env import WebShopEnv
+    from agent_envs.envs.webshop.core.goals import split_range
+    from agent_envs.envs.webshop.core.oracle import expert_actions, run_actions
 
     from ..turns import env_steps_for_turns
 
@@ -65,8 +65,8 @@ def pick_env_tasks(env_id: str, count: int, max_rounds: int | None = None, env_u
     replays to success through the spec (``envs.replay``: the parser, the outcome), with distinct first user turns
     (the scripted policy finds its plan by them), spread over the split. The core is this process's where the
     environment's package is installed, else the service's at ``env_url`` (the trainer images have no
-    environment extras: ``webshop_env.client.served``)."""
-    from webshop_env.client.served import core_or_served
+    environment extras: ``agent_envs.client.served``)."""
+    from agent_envs.client.served import core_or_served
 
     from .. import envs
     from ..env_data import split_tasks

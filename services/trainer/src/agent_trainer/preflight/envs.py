@@ -24,8 +24,8 @@ def pick_plans(options: PreflightOptions, catalog_dir: Path, env_url: str
     """Each environment's oracle tasks and their expert plans, fitting ``options.max_turns - 1`` env steps: the
     catalog's goals (its oracle, in process) where the spec ``needs_catalog``, else the tasks its core's expert
     solves (the trainer images have no environment extras: the core served at ``env_url`` plans and replays there).
-    Returns the plans by environment and, for the cores, where each ran (``webshop_env.client.served``)."""
-    from webshop_env.client.served import core_or_served
+    Returns the plans by environment and, for the cores, where each ran (``agent_envs.client.served``)."""
+    from agent_envs.client.served import core_or_served
 
     from .. import envs
     from ..harness.tasks import pick_env_tasks, pick_oracle_goals

@@ -41,7 +41,7 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
     """Run every step; returns the summary (``ok`` False and ``errors`` filled when a check failed)."""
     from importlib.metadata import version
 
-    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.catalog.store import open_catalog
 
     from ..tiny_model import build_tiny_model
 

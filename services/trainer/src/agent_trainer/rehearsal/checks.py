@@ -158,7 +158,7 @@ def replay_reward(
     """The episode's reward from the environment itself: reset on ``goal`` and step with each reply's action (an
     in-process ``WebShopEnv`` on the run's catalog). ``score`` is the project's reward: each step's env reward,
     less ``penalty`` for a reply with no parseable action; ``env_reward`` the purchase's reward (0 without one)."""
-    from webshop_env.envs.webshop.core.env import EnvError
+    from agent_envs.envs.webshop.core.env import EnvError
 
     from ..actions import UNPARSEABLE_ACTION, extract_action
 
@@ -197,13 +197,13 @@ def make_core(env_id: str, catalog_dir: Path | None = None) -> Any:
     """The in-process core of ``env_id`` (an environment whose spec ``needs_catalog``, WebShop: a ``WebShopEnv`` on
     ``catalog_dir``)."""
     if needs_catalog(env_id):
-        from webshop_env.envs.webshop.catalog.store import open_catalog
-        from webshop_env.envs.webshop.core.env import WebShopEnv
+        from agent_envs.envs.webshop.catalog.store import open_catalog
+        from agent_envs.envs.webshop.core.env import WebShopEnv
 
         if catalog_dir is None:
             raise ValueError(f"{env_id} needs a catalog")
         return WebShopEnv(open_catalog(catalog_dir))
-    from webshop_env.envs import registry
+    from agent_envs.envs import registry
 
     return registry.make(env_id)
 

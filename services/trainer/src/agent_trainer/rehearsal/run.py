@@ -307,7 +307,7 @@ _MISSING = object()
 
 def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
     """Catalog, the tiny model (warm-started on the oracle's episodes) and the parquet files."""
-    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.catalog.store import open_catalog
 
     from ..data import build_dataset
     from ..harness.catalog import default_catalog
@@ -374,7 +374,7 @@ def rehearsal_candidates(env_id: str) -> list[int]:
     train = env_data.split_tasks(env_id, "train")
     if env_id not in SHORT_TASK_TYPES:
         return train
-    from webshop_env.envs.sciworld.games import game
+    from agent_envs.envs.sciworld.games import game
 
     return [task for task in train if game(task)[0] in SHORT_TASK_TYPES[env_id]]
 
@@ -415,7 +415,7 @@ def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from webshop_env.envs.webshop.catalog.store import open_catalog
+    from agent_envs.envs.webshop.catalog.store import open_catalog
 
     from .. import env_data, envs
     from ..harness.catalog import default_catalog
@@ -572,13 +572,13 @@ def serve_replicas(head: Any) -> Callable[[signal.Signals], None]:
 
 
 class ServeEnv:
-    """``--env ray``: ``make up-ray``'s one-node Ray cluster (``webshop_env.ray_serve.local``, in ``run_dir``),
+    """``--env ray``: ``make up-ray``'s one-node Ray cluster (``agent_envs.ray_serve.local``, in ``run_dir``),
     with 16 CPUs and 2 declared GPUs (what the rehearsal's local cluster has) and the env deployed on it by
-    ``webshop-env serve-ray``; verl's trainer joins that cluster (``RAY_ADDRESS``) and reaches the env through
+    ``agent-envs serve-ray``; verl's trainer joins that cluster (``RAY_ADDRESS``) and reaches the env through
     ``WEBSHOP_ENV=ray``."""
 
     def __init__(self, catalog: Path, run_dir: Path) -> None:
-        from webshop_env import cluster
+        from agent_envs import cluster
 
         self.catalog, self.run_dir = catalog, run_dir
         self.port = cluster.free_ports(1)[0]
@@ -586,12 +586,12 @@ class ServeEnv:
         self.record: dict[str, Any] = {}
 
     def start(self) -> None:
-        from webshop_env.ray_serve import local
+        from agent_envs.ray_serve import local
 
         self.record = local.up(self.run_dir, self.catalog, self.port, replicas_per_node=2, cpus=16, gpus=2)
 
     def head(self) -> Any:
-        from webshop_env.ray_serve import local
+        from agent_envs.ray_serve import local
 
         return local.head_of(self.record)
 
@@ -603,7 +603,7 @@ class ServeEnv:
                 "WEBSHOP_URL": DEAD_URL}  # fmt: skip
 
     def stop(self) -> None:
-        from webshop_env.ray_serve import local
+        from agent_envs.ray_serve import local
 
         local.down(self.run_dir)
 
@@ -787,7 +787,7 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
     """The whole rehearsal for the installed verl line; returns (and writes) the summary."""
     from importlib.metadata import version
 
-    from webshop_env import cluster
+    from agent_envs import cluster
 
     from ..evaluation.model_path import resolve_model_path
     from ..harness.cluster import start_cluster, start_or_reuse_cluster

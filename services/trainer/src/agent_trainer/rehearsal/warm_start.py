@@ -191,7 +191,7 @@ def oracle_examples(catalog_dir: Path, plans: Mapping[int, Sequence[str]], goal_
 def expert_plan(env_id: str, task: int, *, core: Any = None, goal_set: str = "synthetic") -> list[str]:
     """The expert's actions for ``task`` of ``env_id`` (``core``: its in-process core, or a ``WebShopEnv``)."""
     if needs_catalog(env_id):
-        from webshop_env.envs.webshop.core.oracle import expert_actions
+        from agent_envs.envs.webshop.core.oracle import expert_actions
 
         return list(expert_actions(core, task, goal_set=goal_set) or [])
     return list(core.expert(task) or [])

@@ -18,7 +18,7 @@ class _Nlp:
 
     def __call__(self, title: str) -> list[Token]:
         if self._nouns is None:
-            from webshop_env.envs.webshop.catalog.store import open_catalog
+            from agent_envs.envs.webshop.catalog.store import open_catalog
 
             catalog = open_catalog(os.environ["WEBSHOP_SHIM_CATALOG"])
             products = (catalog.product(i) for i in range(catalog.product_count))

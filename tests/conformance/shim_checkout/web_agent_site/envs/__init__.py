@@ -12,9 +12,9 @@ from web_agent_site import utils
 
 class WebAgentTextEnv:
     def __init__(self, observation_mode: str = "html", file_path: str | None = None, **kwargs: Any) -> None:
-        from webshop_env.envs.webshop.catalog.store import open_catalog
-        from webshop_env.envs.webshop.conformance.adapter import goal_as_original
-        from webshop_env.envs.webshop.core.env import WebShopEnv
+        from agent_envs.envs.webshop.catalog.store import open_catalog
+        from agent_envs.envs.webshop.conformance.adapter import goal_as_original
+        from agent_envs.envs.webshop.core.env import WebShopEnv
 
         assert observation_mode == "text", observation_mode
         assert Path(os.getcwd(), "search_engine").is_dir(), "the original runs from its checkout"

@@ -1,0 +1,166 @@
+"""Prometheus metrics and the middleware that records them (and writes the access log).
+
+Metrics:
+
+- ``webshop_http_requests_total{method, route, status}`` and ``webshop_http_request_duration_seconds{route}``
+  (``route`` is the path template, e.g. ``/v1/goals/{goal}/expert``; ``unmatched`` for unknown paths);
+- ``webshop_errors_total{kind}``: error responses by kind (see ``api.errors``);
+- ``webshop_env_steps_total{api}``: environment steps served (``native`` / ``compat``);
+- ``webshop_episodes_finished_total{api, outcome}``: ``purchase`` or ``truncated``;
+- ``webshop_compat_sessions``: live AgentGym sessions; ``webshop_compat_evictions_total{reason}``.
+
+Several worker processes: ``agent-envs serve --workers N`` (N > 1) points ``PROMETHEUS_MULTIPROC_DIR`` at a
+fresh directory before the workers start, and ``/metrics`` then aggregates every worker of the replica
+(counters summed, the session gauge summed over live workers). With one worker, each process reports itself.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess as prom_multiprocess
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .errors import ASGIApp, Message, Receive, Scope, Send
+from .logs import access_log
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def multiprocess_enabled() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class Metrics:
+    """The service's metrics, in a registry of their own (so that several apps can live in one process)."""
+
+    def __init__(self) -> None:
+        self.multiprocess = multiprocess_enabled()
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "webshop_http_requests_total", "HTTP requests by route and status", ["method", "route", "status"],
+            registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "webshop_http_request_duration_seconds", "HTTP request latency", ["route"], buckets=LATENCY_BUCKETS,
+            registry=r,
+        )  # fmt: skip
+        self.errors = Counter("webshop_errors_total", "Error responses by kind", ["kind"], registry=r)
+        self.steps = Counter("webshop_env_steps_total", "Environment steps served", ["api"], registry=r)
+        self.env_steps = Counter(
+            "agentgym_env_steps_total", "Steps served by the other environments (/<env>/...)", ["env", "api"],
+            registry=r,
+        )  # fmt: skip
+        self.finished = Counter(
+            "webshop_episodes_finished_total", "Episodes ended by a purchase or truncation", ["api", "outcome"],
+            registry=r,
+        )  # fmt: skip
+        self.compat_sessions = Gauge(
+            "webshop_compat_sessions",
+            "Live AgentGym-compatible sessions",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.compat_evictions = Counter(
+            "webshop_compat_evictions_total",
+            "AgentGym sessions dropped without /close",
+            ["reason"],
+            registry=r,
+        )
+
+    def render(self) -> tuple[bytes, str]:
+        if self.multiprocess:
+            registry = CollectorRegistry()
+            prom_multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def process_exit(self) -> None:
+        """Drop this worker's live gauges from the shared directory (multiprocess mode)."""
+        if self.multiprocess:
+            prom_multiprocess.mark_process_dead(os.getpid())
+
+
+class RequestRecorder:
+    """Counts and times a finished request by route template and status, and writes its access-log line.
+
+    Access log sampling: every error (status >= 400) and every request slower than ``log_slow_s`` gets a
+    line; of the other requests one in ``log_every`` does (``WEBSHOP_ACCESS_LOG_EVERY``, 1: all), with
+    ``sampled: N`` on the line so counts can be scaled back. Why: a log line per step cost about a quarter of
+    a step's server CPU; the metrics still count every request exactly. Shared by the middleware below and
+    the step's fast path (``routes_native.StepFastPath``), which answers in front of it.
+    """
+
+    def __init__(
+        self, metrics: Metrics, log_requests: bool = True, log_every: int = 1, log_slow_s: float = 0.0
+    ) -> None:
+        self.metrics = metrics
+        self.log_requests = log_requests
+        self.log_every = max(1, log_every)
+        self.log_slow_s = log_slow_s
+        self._unlogged = 0
+        # labelled children by label values: ``labels()`` builds and locks on every call
+        self._request_counters: dict[tuple[str, str, int], Any] = {}
+        self._latency_histograms: dict[str, Any] = {}
+
+    def record(self, method: str, template: str, status: int, elapsed: float, path: str) -> None:
+        counter = self._request_counters.get((method, template, status))
+        if counter is None:
+            counter = self.metrics.requests.labels(method, template, str(status))
+            if len(self._request_counters) < 4096:  # bounded: unmatched paths share one template
+                self._request_counters[(method, template, status)] = counter
+        counter.inc()
+        histogram = self._latency_histograms.get(template)
+        if histogram is None:
+            histogram = self._latency_histograms[template] = self.metrics.latency.labels(template)
+        histogram.observe(elapsed)
+        if self.log_requests:
+            self._log(method, path, status, elapsed)
+
+    def _log(self, method: str, path: str, status: int, elapsed: float) -> None:
+        sampled = status < 400 and elapsed < self.log_slow_s and self.log_every > 1
+        if sampled:
+            self._unlogged += 1
+            if self._unlogged < self.log_every:
+                return
+            self._unlogged = 0
+        fields: dict[str, Any] = {
+            "method": method, "path": path, "status": status, "duration_ms": round(elapsed * 1000.0, 3),
+        }  # fmt: skip
+        if sampled:
+            fields["sampled"] = self.log_every
+        access_log.info("request", extra={"fields": fields})
+
+
+class ObservabilityMiddleware:
+    """Times every HTTP request through the app's middleware stack and records it (``RequestRecorder``)."""
+
+    def __init__(self, app: ASGIApp, recorder: RequestRecorder) -> None:
+        self.app = app
+        self.recorder = recorder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            self.recorder.record(
+                scope.get("method", ""), getattr(route, "path", None) or "unmatched", status,
+                time.perf_counter() - started, scope.get("path", ""),
+            )  # fmt: skip

@@ -143,9 +143,7 @@ def test_the_rounds_end_the_episode_the_rows_max_rounds_first(env_service) -> No
     interaction = interactions()["textcraft"]
     results = run(play(interaction, data, react(["inventory"] * 40)))
     assert len(results) == 30 and results[-1][0]  # AgentGym-RL's 30 rounds, the spec's
-    data["extra_info"]["interaction_kwargs"]["max_rounds"] = (
-        3  # what WebShopToolAgentLoop sets from the config
-    )
+    data["extra_info"]["interaction_kwargs"]["max_rounds"] = 3  # what EnvToolAgentLoop sets from the config
     results = run(play(interaction, data, react(["inventory"] * 40)))
     assert [done for done, *_ in results] == [False, False, True]
     summary = compute_score("textcraft", "", "", {"turn_scores": [s for _, _, s, _ in results]})
@@ -197,7 +195,7 @@ def test_bad_entries_are_errors() -> None:
 
 
 def test_the_rows_rounds_else_the_specs_end_the_episode() -> None:
-    """``max_rounds`` on the row (what WebShopToolAgentLoop puts there from ``turns.episode_rounds``) decides;
+    """``max_rounds`` on the row (what EnvToolAgentLoop puts there from ``turns.episode_rounds``) decides;
     without it (verl's own ToolAgentLoop) the spec's rounds do."""
     assert not reached_rounds(23, {}, 24) and reached_rounds(24, {}, 24)
     assert reached_rounds(2, {"max_rounds": 2}, 24) and not reached_rounds(2, {"max_rounds": 3}, 2)

@@ -1,5 +1,5 @@
 """verl 0.7.1's own ``AgentLoopWorker`` on one batch that mixes environments and both routes, as the 0.7.1 configs
-run them: rows with ``agent_name: tool_agent`` go through verl's ``ToolAgentLoop`` (our ``WebShopToolAgentLoop``),
+run them: rows with ``agent_name: tool_agent`` go through verl's ``ToolAgentLoop`` (our ``EnvToolAgentLoop``),
 which picks each row's interaction by ``interaction_kwargs["name"]`` from configs/webshop_interaction.yaml
 (``WebshopInteraction``, ``EnvInteraction`` for TextCraft and BabyAI); rows with ``agent_name: <env>_agent`` go
 through ``EnvAgentLoop`` under the same worker. The rows are ``agent-train data --env``'s, the training config
@@ -125,7 +125,7 @@ def test_one_070_batch_mixes_environments_and_routes_each_row_by_its_name(
     from agent_envs.envs.webshop.catalog.store import open_catalog
     from agent_trainer.agent_loop import EnvAgentLoop
     from agent_trainer.env_data import RowBuilder
-    from agent_trainer.tool_agent_loop import WebShopToolAgentLoop
+    from agent_trainer.tool_agent_loop import EnvToolAgentLoop
 
     monkeypatch.setenv("WEBSHOP_URL", "http://env.invalid")  # the in-process app answers whatever the URL
     goal, webshop_plan = next(iter(expert_plans_generated.items()))
@@ -155,7 +155,7 @@ def test_one_070_batch_mixes_environments_and_routes_each_row_by_its_name(
 
     output, built, server = rollout([], rows, plans, tmp_path, model_dir, monkeypatch)
 
-    assert {cls for cls in built if issubclass(cls, AgentLoopBase)} == {WebShopToolAgentLoop, EnvAgentLoop}
+    assert {cls for cls in built if issubclass(cls, AgentLoopBase)} == {EnvToolAgentLoop, EnvAgentLoop}
     scores = output.batch["rm_scores"].sum(-1).tolist()
     extra = {
         k: [float(x) for x in output.non_tensor_batch[k]] for k in ("success", "steps", "invalid_actions")

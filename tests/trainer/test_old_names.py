@@ -9,6 +9,8 @@ import sys
 import warnings
 from pathlib import Path
 
+import pytest
+
 
 def test_the_old_package_name_gives_the_same_modules_and_warns() -> None:
     sys.modules.pop("webshop_trainer", None)
@@ -33,3 +35,16 @@ def test_the_old_command_runs_the_new_one_and_says_it_is_deprecated() -> None:
     assert result.returncode == 0, result.stderr
     assert "agent-train" in result.stderr and "deprecated" in result.stderr
     assert "usage: agent-train" in result.stdout
+
+
+def test_the_tool_agent_loops_old_class_name_is_the_class_and_warns() -> None:
+    """``WebShopToolAgentLoop`` (it plays every environment: ``EnvToolAgentLoop`` now), as a config names it by its
+    old dotted path: the very class, with a DeprecationWarning; any other missing name still raises."""
+    pytest.importorskip("verl", reason="verl 0.7.1's ToolAgentLoop")
+    from agent_trainer import tool_agent_loop
+
+    with pytest.warns(DeprecationWarning, match="EnvToolAgentLoop"):
+        old = tool_agent_loop.WebShopToolAgentLoop
+    assert old is tool_agent_loop.EnvToolAgentLoop
+    with pytest.raises(AttributeError):
+        tool_agent_loop.NoSuchLoop  # noqa: B018

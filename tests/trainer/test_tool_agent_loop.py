@@ -1,4 +1,4 @@
-"""The 0.7 line's `tool_agent` is ``WebShopToolAgentLoop`` (configs/webshop_agent_loop.yaml overrides verl's
+"""The 0.7 line's `tool_agent` is ``EnvToolAgentLoop`` (configs/webshop_agent_loop.yaml overrides verl's
 built-in entry): verl's own ``AgentLoopWorker`` runs ``ToolAgentLoop`` + ``WebshopInteraction`` with the
 per-turn budget training and eval share, and the chat template's separator before every env page."""
 
@@ -43,7 +43,7 @@ def test_tool_agent_turns_are_capped_and_separated_as_the_chat_template_does(
     from agent_trainer.harness import LocalAgentLoopWorker, generation_batch
     from agent_trainer.preflight import compose_training_config
     from agent_trainer.tiny_model import build_tiny_model
-    from agent_trainer.tool_agent_loop import WebShopToolAgentLoop
+    from agent_trainer.tool_agent_loop import EnvToolAgentLoop
 
     monkeypatch.setenv("WEBSHOP_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
     monkeypatch.delenv("WEBSHOP_TURN_TOKENS", raising=False)
@@ -84,7 +84,7 @@ def test_tool_agent_turns_are_capped_and_separated_as_the_chat_template_does(
 
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
-    assert {cls for cls in built if issubclass(cls, AgentLoopBase)} == {WebShopToolAgentLoop}
+    assert {cls for cls in built if issubclass(cls, AgentLoopBase)} == {EnvToolAgentLoop}
     assert output.batch["rm_scores"].sum(-1).tolist() == [1.0, 1.0]  # the oracle still earns its reward
     # every model turn asked for the shared per-turn budget (or what was left of the response budget)
     assert server.max_tokens and max(server.max_tokens) == TURN_TOKENS

@@ -644,7 +644,9 @@ def describe(record: Mapping[str, Any]) -> str:
         f"  logs      {Path(record['run_dir']) / 'logs'}/  (replica-N.log, <sticky env>-N.log, nginx-access.log, nginx-error.log)"
     )
     served = [e for process in record["replicas"] for e in str(process.get("envs") or "").split(",") if e]
-    lines.append(f"  try       curl -s {record['url']}/{served[0] if served else 'webshop'}/v1/info")
+    lines.append(
+        f"  try       curl -s {record['url']}{f'/{served[0]}/v1/info' if served else '/nginx-health'}"
+    )
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ entry by the row's ``interaction_kwargs["name"]``, so one 0.7.1 run can mix envi
 episode is ``agent_trainer.episode``'s, shared with the agent loop (``agent_loop.EnvAgentLoop``).
 
 An episode ends after its rounds (model turns, each one env step): ``interaction_kwargs["max_rounds"]``, which
-``tool_agent_loop.WebShopToolAgentLoop`` puts on every row from ``turns.episode_rounds`` (the spec's rounds, or the
+``tool_agent_loop.EnvToolAgentLoop`` puts on every row from ``turns.episode_rounds`` (the spec's rounds, or the
 training config's ``environments.<env>.max_rounds``), so both verl paths play one episode length; without it (verl's
 own ``ToolAgentLoop``) the spec's rounds. verl's ``max_assistant_turns`` only bounds it (the configs leave it one
 more than the longest episode's rounds).
@@ -198,7 +198,7 @@ async def ensure_ready(settings: InteractionSettings, client: ServiceClient) -> 
 
 def reached_rounds(steps: int, kwargs: Mapping[str, Any], rounds: int) -> bool:
     """Whether an episode that has played ``steps`` model turns has used up its rounds: the row's ``max_rounds``
-    (``WebShopToolAgentLoop`` sets it on every row from ``turns.episode_rounds``), else ``rounds`` (the spec's)."""
+    (``EnvToolAgentLoop`` sets it on every row from ``turns.episode_rounds``), else ``rounds`` (the spec's)."""
     given = kwargs.get("max_rounds")
     return steps >= (rounds if given is None else int(given))
 
@@ -208,7 +208,7 @@ class EnvInteraction(BaseInteraction):
 
     Config (one ``interaction:`` entry per environment): ``env_id`` (a spec of ``agent_trainer.envs``; default
     the entry's ``name``) and any ``InteractionSettings`` field; unknown keys raise. The episode's rounds are the
-    row's ``max_rounds`` (``turns.episode_rounds``, put there by ``WebShopToolAgentLoop``), else the spec's.
+    row's ``max_rounds`` (``turns.episode_rounds``, put there by ``EnvToolAgentLoop``), else the spec's.
 
     The first user turn is the row's (``agent-train data --env``: the environment's own reset text for the task);
     the first reply checks that it is what the service shows for the row's task, so rows built for another task,

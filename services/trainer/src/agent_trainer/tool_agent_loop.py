@@ -1,4 +1,4 @@
-"""``WebShopToolAgentLoop``: verl 0.7.1's ``ToolAgentLoop`` (the interaction path) with the WebShop agent loop's
+"""``EnvToolAgentLoop``: verl 0.7.1's ``ToolAgentLoop`` (the interaction path) with the agent loop's
 per-turn token budget and turn separator, so training and eval see the same token streams.
 
 verl's ``ToolAgentLoop`` as released:
@@ -20,7 +20,8 @@ number for the whole run, only their bound).
 This subclass changes exactly those things and calls verl's own code for everything else. It is declared
 under verl's own name ``tool_agent`` in ``configs/webshop_agent_loop.yaml``, which the 0.7 configs load
 (``rollout.agent.agent_loop_config_path``): verl's worker registers the file's entries over its built-in
-ones, so rows and configs keep ``agent_name: tool_agent``.
+ones, so rows and configs keep ``agent_name: tool_agent``. Its old name ``WebShopToolAgentLoop`` (it plays every
+environment) works for one release, with a DeprecationWarning.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .config import TURN_TOKENS
 from .turns import environment_settings, episode_rounds
 
 
-class WebShopToolAgentLoop(ToolAgentLoop):
+class EnvToolAgentLoop(ToolAgentLoop):
     """``ToolAgentLoop`` with ``turn_tokens`` new tokens at most per model turn and the chat template's turn
     separator before each appended user turn (see the module docstring)."""
 
@@ -97,3 +98,15 @@ class WebShopToolAgentLoop(ToolAgentLoop):
         if self._separator is None:
             self._separator = turn_separator_ids(self.tokenizer)
         return [*self._separator, *ids]
+
+
+def __getattr__(name: str) -> Any:
+    """``WebShopToolAgentLoop``, the class's old name (a config naming it by its old path keeps working), with a
+    DeprecationWarning; the old name goes in the next release."""
+    if name == "WebShopToolAgentLoop":
+        import warnings
+
+        warnings.warn("agent_trainer.tool_agent_loop.WebShopToolAgentLoop is EnvToolAgentLoop now (it plays every "
+                      "environment); the old name goes in the next release", DeprecationWarning, stacklevel=2)  # fmt: skip
+        return EnvToolAgentLoop
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

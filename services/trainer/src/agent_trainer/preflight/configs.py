@@ -291,7 +291,7 @@ def check_training_config(
                 )
         except Exception as error:
             errors.append(f"reward.custom_reward_function cannot be loaded: {error}")
-    # the agent-loop declarations: webshop_agent (both lines) and, on 0.7.1, tool_agent (WebShopToolAgentLoop)
+    # the agent-loop declarations: webshop_agent (both lines) and, on 0.7.1, tool_agent (EnvToolAgentLoop)
     errors.extend(agent_loop_config_errors(resolved.actor_rollout_ref.rollout.agent.agent_loop_config_path))
     try:
         import warnings

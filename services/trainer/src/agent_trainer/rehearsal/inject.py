@@ -86,10 +86,10 @@ def _agent_loops() -> list[Any]:
 
     loops = [WebShopAgentLoop]
     try:
-        from ..tool_agent_loop import WebShopToolAgentLoop
+        from ..tool_agent_loop import EnvToolAgentLoop
     except ImportError:  # verl >= 0.8 has no ToolAgentLoop interaction path
         return loops
-    return [*loops, WebShopToolAgentLoop]
+    return [*loops, EnvToolAgentLoop]
 
 
 def _reward_changed(bug: str, loop: type, change: Callable[[float], float]) -> None:

@@ -270,6 +270,29 @@ def test_every_recorded_episode_replays(env: SciWorldEnv, episodes: dict[int, di
 
 
 @needs_jvm
+def test_a_simulators_calls_stay_on_one_java_thread_whatever_another_thread_collects() -> None:
+    """Identity hashes, so the order the simulator lists a room's objects in, are per Java thread, and py4j runs a
+    call on a new Java thread when it opens a new connection. With py4j's memory management on, a Python proxy
+    collected while a call is in flight (another thread's garbage collection) sends Java a release on a new
+    connection; later calls then run on its thread (CI saw data_idx 4186's cups reorder from step 18). The
+    simulator's gateway sends no such command: dropping a proxy while the one connection is busy opens none."""
+    import gc
+
+    sim = Simulator()
+    try:
+        client = sim._env._gateway._gateway_client
+        proxy = sim._env._gateway.jvm.java.util.ArrayList()  # a Java object the Python side holds
+        assert len(client.deque) == 1  # the one connection every call has used
+        busy = client.deque.pop()  # a call in flight holds it
+        del proxy
+        gc.collect()
+        assert len(client.deque) == 0, "collecting a proxy opened a second connection (a second Java thread)"
+        client.deque.append(busy)
+    finally:
+        sim.close()
+
+
+@needs_jvm
 @pytest.mark.parametrize("cpus", [1, 64])
 def test_a_first_load_reads_as_recorded_whatever_cpus_the_host_has(
     episodes: dict[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, cpus: int

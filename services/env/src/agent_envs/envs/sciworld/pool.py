@@ -77,12 +77,18 @@ def _env_class() -> type:
     """scienceworld's ``ScienceWorldEnv`` without its ``__del__`` (which would shut a closed or dead gateway down
     again and log connection errors): ``Simulator.close`` closes it, and a JVM dies with its Python process.
     Its JVMs start with ``JVM_OPTIONS`` (``ScienceWorldEnv`` takes no Java options, so its module's
-    ``launch_gateway`` is given them)."""
+    ``launch_gateway`` is given them), and its gateways without py4j's memory management: py4j tells Java when a
+    Python proxy is collected, from whichever thread's garbage collection drops it, on a new connection (so a new
+    Java thread) when the call in flight holds the only one; later calls then run on that thread, and identity
+    hashes, so the order the simulator lists objects in, are per Java thread. CI saw data_idx 4186's paint cups
+    listed in another order from its step 18 on. A JVM holds one episode and is closed after it, so what Java keeps
+    for the proxies is freed then."""
     import scienceworld.scienceworld as module
-    from py4j.java_gateway import launch_gateway
+    from py4j.java_gateway import GatewayParameters, launch_gateway
     from scienceworld import ScienceWorldEnv
 
     module.launch_gateway = functools.partial(launch_gateway, javaopts=list(JVM_OPTIONS))
+    module.GatewayParameters = functools.partial(GatewayParameters, enable_memory_management=False)
 
     class Env(ScienceWorldEnv):
         def __del__(self) -> None:

@@ -39,13 +39,12 @@ class StaleEntries(ValueError):
 
 @dataclass(frozen=True)
 class EnvEntry:
-    """What one environment's entries say: its id, its agent loop's name, its title, its rounds, whether it holds a
-    simulator per episode, and the client's seconds per attempt when it needs more than WebShop's (None: WebShop's)."""
+    """What one environment's entries say: its id, its agent loop's name, its title, whether it holds a simulator per
+    episode, and the client's seconds per attempt when it needs more than WebShop's (None: WebShop's)."""
 
     env_id: str
     agent_name: str
     title: str
-    max_rounds: int | None
     holds_simulator: bool
     timeout: float | None
     read_s: float
@@ -73,7 +72,7 @@ def env_entries(inherited_timeout: float, env_ids: Sequence[str] | None = None,
         spec: EnvSpec = get(env_id)
         timeouts = registry.registration(env_id).timeouts
         entries.append(
-            EnvEntry(env_id=env_id, agent_name=spec.agent_name, title=spec.title, max_rounds=spec.max_rounds,
+            EnvEntry(env_id=env_id, agent_name=spec.agent_name, title=spec.title,
                      holds_simulator=spec.holds_simulator, timeout=client_timeout(timeouts.retry_window_s,
                      inherited_timeout), read_s=timeouts.read_s, retry_window_s=timeouts.retry_window_s)
         )  # fmt: skip

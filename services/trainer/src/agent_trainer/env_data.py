@@ -100,11 +100,6 @@ SCHEMA = WEBSHOP_SCHEMA.set(
 METADATA_KEY = b"webshop.env_data"
 
 
-def catalog_envs() -> list[str]:
-    """The environments whose tasks are the prepared catalog's goals (their spec ``needs_catalog``: WebShop)."""
-    return [env_id for env_id, spec in envs.specs().items() if spec.needs_catalog]
-
-
 def required_catalog(env_id: str, catalog: Any) -> Any:
     """``catalog``, which ``env_id`` needs (its spec ``needs_catalog``); raises ``DataError`` when there is none."""
     if catalog is None:

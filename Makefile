@@ -1,5 +1,6 @@
-# WebShop GRPO stack: the user's entry points. `make help` lists them.
+# Agent RL environments: the user's entry points. `make help` lists them.
 SHELL := /bin/bash
+include mk/old-names.mk
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
@@ -12,13 +13,13 @@ CATALOG_PRODUCTS ?= 2000
 CATALOG_SEED ?= 0
 REPLICAS ?= 2
 WORKERS ?= 2
-WEBSHOP_PORT ?= 36003
-WEBSHOP_RAY_PORT ?= 36080
+AGENTRL_PORT ?= 36003
+AGENTRL_RAY_PORT ?= 36080
 # The environments the replicas serve (make up-local / up-ray / demo): webshop, textcraft, babyai, sciworld.
 # WebShop keeps its paths at the root (and /webshop); the others are served under /<env> (docs/environments/).
-ENVS ?= $(or $(WEBSHOP_ENVS),webshop)
+ENVS ?= $(or $(AGENTRL_ENVS),webshop)
 export CATALOG_DIR
-export WEBSHOP_ENVS := $(ENVS)
+export AGENTRL_ENVS := $(ENVS)
 
 STAMP := $(VENV)/.installed
 comma := ,
@@ -151,7 +152,7 @@ TRL_ARGS ?=
 .PHONY: train-trl
 train-trl: $(STAMP) $(VENV_TRL)/.installed nginx redis data ## TRL's GRPOTrainer on CPU, a few steps on a mix of the served environments through OpenEnv (ENV=textcraft: one; TRL_ARGS=--steps N) -> outputs/trl[-<env>]/summary.json
 	@started=$$SECONDS; rm -rf $(TRL_RUN); \
-	WEBSHOP_ENVS=$(TRL_ENVS) $(PY) -m agent_envs.cluster up --replicas 2 --workers 1 --catalog $(CATALOG_DIR) \
+	AGENTRL_ENVS=$(TRL_ENVS) $(PY) -m agent_envs.cluster up --replicas 2 --workers 1 --catalog $(CATALOG_DIR) \
 	  --port 0 --base-port 0 --run-dir $(TRL_RUN) >/dev/null || exit 1; \
 	url=$$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' $(TRL_RUN)/pids.json); \
 	echo "make train-trl: $(TRL_ENVS) served at $$url"; status=0; \
@@ -179,14 +180,14 @@ format: setup ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix services tests scripts examples
 	$(VENV)/bin/ruff format services tests scripts examples
 
-up-ray: setup data ## a one-node Ray cluster here (ray start --head, run/ray) with the env on it as a Ray Serve app on :$(WEBSHOP_RAY_PORT)
-	$(PY) -m agent_envs.ray_serve.local up --catalog $(CATALOG_DIR) --port $(WEBSHOP_RAY_PORT) --replicas-per-node $(REPLICAS)
+up-ray: setup data ## a one-node Ray cluster here (ray start --head, run/ray) with the env on it as a Ray Serve app on :$(AGENTRL_RAY_PORT)
+	$(PY) -m agent_envs.ray_serve.local up --catalog $(CATALOG_DIR) --port $(AGENTRL_RAY_PORT) --replicas-per-node $(REPLICAS)
 
 down-ray: setup ## stop make up-ray's Ray head (only that one; other Ray clusters of the machine stay up)
 	$(PY) -m agent_envs.ray_serve.local down
 
-up-local: setup nginx redis data ## start REPLICAS env replicas + nginx on :$(WEBSHOP_PORT) in the background
-	$(PY) -m agent_envs.cluster up --replicas $(REPLICAS) --workers $(WORKERS) --catalog $(CATALOG_DIR) --port $(WEBSHOP_PORT)
+up-local: setup nginx redis data ## start REPLICAS env replicas + nginx on :$(AGENTRL_PORT) in the background
+	$(PY) -m agent_envs.cluster up --replicas $(REPLICAS) --workers $(WORKERS) --catalog $(CATALOG_DIR) --port $(AGENTRL_PORT)
 
 down-local: ## stop what up-local started
 	$(PY) -m agent_envs.cluster down
@@ -231,7 +232,7 @@ test-extended: setup venv-trl nginx redis ## what CI leaves out for its time (by
 
 .PHONY: test-two-node
 test-two-node: setup nginx redis slurm data ## the long two-node runs, not in test-all: verl's own trainer (tiny model, CPU) on a 2-node Ray cluster in network namespaces, the Slurm job requeued and resumed, the sbatch running verl's trainer on both nodes (WebShop, requeued and resumed; TextCraft), and serving TextCraft, BabyAI and SciWorld (root; ~75 min on 2 cores)
-	WEBSHOP_TEST_TWO_NODE_TRAIN=1 $(VENV)/bin/pytest -v tests/multinode/test_verl_two_nodes.py tests/multinode/test_slurm_preemption.py tests/multinode/test_slurm_verl.py tests/multinode/test_slurm_envs.py
+	AGENTRL_TEST_TWO_NODE_TRAIN=1 $(VENV)/bin/pytest -v tests/multinode/test_verl_two_nodes.py tests/multinode/test_slurm_preemption.py tests/multinode/test_slurm_verl.py tests/multinode/test_slurm_envs.py
 
 .PHONY: rehearse-bugs
 rehearse-bugs: setup nginx redis data ## the rehearsal on both verl lines with each bug it exists for put in (must fail) and without (must pass) -> outputs/rehearsal-bugs/matrix.json (REHEARSE_BUGS_ARGS=--bugs reward_sign --full ...)
@@ -241,6 +242,6 @@ rehearse-bugs: setup nginx redis data ## the rehearsal on both verl lines with e
 # VERL_LINE defaults to 0.9 here (the line the learning runs were measured on) unless given on the command line.
 LEARN_LINE = $(if $(filter command line environment,$(origin VERL_LINE)),$(VERL_LINE),0.9)
 .PHONY: learn
-learn: setup nginx redis data ## GRPO on CPU through verl's own trainer, judged on held-out tasks before/after (ENV=babyai|textcraft, VERL_LINE=0.9|0.7, SEED=0, LEARN_ARGS=--steps N ...; WEBSHOP_REHEARSAL_INJECT=reward_zero must not learn) -> outputs/learn/summary.json
+learn: setup nginx redis data ## GRPO on CPU through verl's own trainer, judged on held-out tasks before/after (ENV=babyai|textcraft, VERL_LINE=0.9|0.7, SEED=0, LEARN_ARGS=--steps N ...; AGENTRL_REHEARSAL_INJECT=reward_zero must not learn) -> outputs/learn/summary.json
 	@case "$(LEARN_LINE)" in 0.7|0.9) ;; *) echo "make learn: VERL_LINE must be 0.7 or 0.9, not '$(LEARN_LINE)'" >&2; exit 2;; esac
 	$(if $(filter 0.9,$(LEARN_LINE)),$(VENV09),$(VENV))/bin/python -m agent_trainer.rehearsal.learn --env $(or $(ENV),babyai) --seed $(or $(SEED),0) $(LEARN_ARGS)

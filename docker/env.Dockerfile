@@ -2,7 +2,7 @@
 #
 #   docker build -f docker/env.Dockerfile -t webshop-env:local .      (context: the repository root)
 #   docker build -f docker/env.Dockerfile --target sciworld -t webshop-sciworld:local .   (the SciWorld image)
-#   docker run --rm -v "$PWD/data/catalog:/data/catalog:ro" -e WEBSHOP_STATE_SECRET=... -p 36001:8000 webshop-env:local
+#   docker run --rm -v "$PWD/data/catalog:/data/catalog:ro" -e AGENTRL_STATE_SECRET=... -p 36001:8000 webshop-env:local
 #
 # The prepared catalog is mounted read-only at /data/catalog (compose mounts the whole data volume at /data).
 # The same image also runs the one-shot `catalog-init` job (`agent-envs catalog generate|download|prepare`),
@@ -117,8 +117,8 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     WEBSHOP_CATALOG=/data/catalog \
-    WEBSHOP_HOST=0.0.0.0 \
-    WEBSHOP_PORT=8000 \
+    AGENTRL_HOST=0.0.0.0 \
+    AGENTRL_PORT=8000 \
     NUMBA_CACHE_DIR=/tmp/numba-cache \
     WEBSHOP_NUMBA_CACHE_SEED=/opt/webshop/numba-cache
 
@@ -153,10 +153,10 @@ EXPOSE 8000
 # Liveness: /healthz answers as soon as the server is up (compose gates the balancer on /readyz instead).
 # Python instead of curl: the slim image has no curl, and urlopen fails on any non-2xx answer.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('WEBSHOP_PORT', '8000'), timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('AGENTRL_PORT', '8000'), timeout=4)"]
 
 ENTRYPOINT ["agent-envs"]
-# Host, port and catalog come from WEBSHOP_HOST/WEBSHOP_PORT/WEBSHOP_CATALOG above (the health check reads the
+# Host, port and catalog come from AGENTRL_HOST/AGENTRL_PORT/WEBSHOP_CATALOG above (the health check reads the
 # same port); several uvicorn workers per replica, all sharing the catalog through the OS page cache.
 CMD ["serve", "--workers", "4"]
 

@@ -5,7 +5,7 @@
 
 1. Imports every module a GPU run imports: the verl entry point and its FSDP workers, the agent loop, the sglang
    server (verl's async sglang server and sglang's own launch_server, which eval runs), Ray, Ray Serve and the
-   env's Serve app (WEBSHOP_ENV=ray: agent-envs[ray] on the training cluster; its fastapi/starlette must suit
+   env's Serve app (AGENTRL_ENV=ray: agent-envs[ray] on the training cluster; its fastapi/starlette must suit
    the image's Ray), the merger, the WebShop trainer modules, TensorBoard's writer. flash_attn is required when a
    training config asks for it (attn_implementation flash_attention_2, verl's default, or use_remove_padding,
    which imports flash_attn.bert_padding), as each config composes (its environment's file over its base). A
@@ -23,9 +23,9 @@
 
 --verl-line picks the module list (0.7: FSDP workers and the interaction; 0.9: the engine workers, TransferQueue
 and the agent loop); default: the installed verl's line. --skip leaves a module out (default: the image's
-WEBSHOP_IMAGE_CHECK_SKIP, set from the build argument IMAGE_CHECK_SKIP): say why in the build log.
+AGENTRL_IMAGE_CHECK_SKIP, set from the build argument IMAGE_CHECK_SKIP): say why in the build log.
 
---device cpu (default: $WEBSHOP_DEVICE, which the images set from their build argument TRAINER_DEVICE) is the
+--device cpu (default: $AGENTRL_DEVICE, which the images set from their build argument TRAINER_DEVICE) is the
 CPU build (make train-test|eval DEVICE=cpu): the GPU engine's modules (sglang, verl's sglang server, flash_attn)
 are not there, and the CPU stand-ins that replace them are imported instead (the rollout server, the eval chat
 server, verl's CPU device seams): the same list otherwise.
@@ -44,7 +44,7 @@ from pathlib import Path
 _COMMON_MODULES = (
     "torch",
     "ray",
-    # WEBSHOP_ENV=ray: the env as a Ray Serve app on this cluster (`agent-envs serve-ray`); a Serve whose web stack
+    # AGENTRL_ENV=ray: the env as a Ray Serve app on this cluster (`agent-envs serve-ray`); a Serve whose web stack
     # does not fit the image's Ray fails here, not when the first replica starts
     "ray.serve",
     "agent_envs.ray_serve.app",
@@ -222,13 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verl-line", choices=sorted(GPU_RUN_MODULES), default=None)
     parser.add_argument("--require-driver", action="store_true",
                         help="at run time, in a GPU container: a missing driver library fails too")  # fmt: skip
-    parser.add_argument("--skip", nargs="*", default=os.environ.get("WEBSHOP_IMAGE_CHECK_SKIP", "").split(),
-                        help="modules not to import (say why); default: $WEBSHOP_IMAGE_CHECK_SKIP, which the images "
+    parser.add_argument("--skip", nargs="*", default=os.environ.get("AGENTRL_IMAGE_CHECK_SKIP", "").split(),
+                        help="modules not to import (say why); default: $AGENTRL_IMAGE_CHECK_SKIP, which the images "
                         "set to their build's IMAGE_CHECK_SKIP so the job's rerun skips the same")  # fmt: skip
     parser.add_argument("--device", choices=("gpu", "cpu"),
-                        default=os.environ.get("WEBSHOP_DEVICE", "").strip().lower() or "gpu",
+                        default=os.environ.get("AGENTRL_DEVICE", "").strip().lower() or "gpu",
                         help="gpu (default) or cpu: the CPU build, whose stand-ins replace the GPU engine "
-                        "(default: $WEBSHOP_DEVICE)")  # fmt: skip
+                        "(default: $AGENTRL_DEVICE)")  # fmt: skip
     args = parser.parse_args(argv)
     problems: list[str] = []
     line = args.verl_line or installed_verl_line()

@@ -22,7 +22,7 @@ FROM ${TRAINER09_BASE_IMAGE}
 # DEVICE=cpu` runs with the same compose services and job scripts: built FROM a base of Python and a CPU torch
 # (webshop-trainer-cpu-base, docker/standins/standins.toml), it installs the same packages at the same versions
 # (docker/trainer-lock.py's rule 4) and checks the CPU stand-ins of the GPU engine instead of sglang
-# (docker/trainer-image-check.py --device). The image's WEBSHOP_DEVICE says which it is: `agent-train train` and
+# (docker/trainer-image-check.py --device). The image's AGENTRL_DEVICE says which it is: `agent-train train` and
 # `agent-train eval` substitute the device (and only the device) in a cpu image, and say so in the run's log.
 ARG TRAINER_DEVICE=gpu
 
@@ -96,7 +96,7 @@ numpy.__version__, '| TransferQueue', m.version('TransferQueue'))"
 
 # The Hydra configs: configs/verl09/ (training: each environment's file over verl09/base/) and
 # configs/webshop_agent_loop.yaml (the agent loop), copied whole;
-# agent-train finds them through WEBSHOP_CONFIG_DIR and picks verl09/ because verl 0.9 is installed.
+# agent-train finds them through AGENTRL_CONFIG_DIR and picks verl09/ because verl 0.9 is installed.
 # The code of the two packages, installed over step 2's metadata-only installs (their dependencies are in).
 COPY services/env/ services/env/
 COPY services/trainer/ services/trainer/
@@ -117,7 +117,7 @@ COPY configs/ /opt/webshop/configs/
 #    are rerun at the job's start.
 ARG IMAGE_CHECK_SKIP=""
 # the check's --skip, here and in the job's rerun of the imports (with the GPU driver)
-ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
+ENV AGENTRL_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \
@@ -134,10 +134,10 @@ ENV HOME=/home/verl \
     XDG_CACHE_HOME=/cache \
     HF_HOME=/cache/huggingface \
     TRITON_CACHE_DIR=/cache/triton \
-    WEBSHOP_CONFIG_DIR=/opt/webshop/configs \
-    WEBSHOP_AGENT_LOOP_CONFIG=/opt/webshop/configs/webshop_agent_loop.yaml \
+    AGENTRL_CONFIG_DIR=/opt/webshop/configs \
+    AGENTRL_AGENT_LOOP_CONFIG=/opt/webshop/configs/webshop_agent_loop.yaml \
     VERL_LINE=0.9 \
-    WEBSHOP_DEVICE=${TRAINER_DEVICE}
+    AGENTRL_DEVICE=${TRAINER_DEVICE}
 
 USER 10001:10001
 WORKDIR /home/verl

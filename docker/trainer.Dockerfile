@@ -25,7 +25,7 @@ FROM ${TRAINER_BASE_IMAGE}
 # DEVICE=cpu` runs with the same compose services and job scripts: built FROM a base of Python and a CPU torch
 # (webshop-trainer-cpu-base, docker/standins/standins.toml), it installs the same packages at the same versions
 # (docker/trainer-lock.py's rule 4) and checks the CPU stand-ins of the GPU engine instead of sglang
-# (docker/trainer-image-check.py --device). The image's WEBSHOP_DEVICE says which it is: `agent-train train` and
+# (docker/trainer-image-check.py --device). The image's AGENTRL_DEVICE says which it is: `agent-train train` and
 # `agent-train eval` substitute the device (and only the device) in a cpu image, and say so in the run's log.
 ARG TRAINER_DEVICE=gpu
 
@@ -87,7 +87,7 @@ RUN --mount=type=secret,id=build_ca \
 
 # verl's Hydra configs (each environment's test and full runs, small files over base/: copied whole, as they compose
 # from the directory; the agent-loop and interaction configs); agent-train finds them through
-# WEBSHOP_CONFIG_DIR and passes main_ppo the absolute --config-path it needs.
+# AGENTRL_CONFIG_DIR and passes main_ppo the absolute --config-path it needs.
 # The code of the two packages, installed over step 2's metadata-only installs (their dependencies are in).
 COPY services/env/ services/env/
 COPY services/trainer/ services/trainer/
@@ -110,7 +110,7 @@ COPY configs/ /opt/webshop/configs/
 #    default.
 ARG IMAGE_CHECK_SKIP=""
 # the check's --skip, here and in the job's rerun of the imports (with the GPU driver)
-ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
+ENV AGENTRL_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \
@@ -130,8 +130,8 @@ ENV HOME=/home/verl \
     XDG_CACHE_HOME=/cache \
     HF_HOME=/cache/huggingface \
     TRITON_CACHE_DIR=/cache/triton \
-    WEBSHOP_CONFIG_DIR=/opt/webshop/configs \
-    WEBSHOP_DEVICE=${TRAINER_DEVICE}
+    AGENTRL_CONFIG_DIR=/opt/webshop/configs \
+    AGENTRL_DEVICE=${TRAINER_DEVICE}
 
 USER 10001:10001
 WORKDIR /home/verl

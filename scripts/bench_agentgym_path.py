@@ -117,7 +117,7 @@ def measure(base: str, env: str, clients: int, steps: int, processes: dict[str, 
 def _cluster(run_dir: Path, env: str, fsync: str) -> dict[str, Any]:
     return cluster.up(
         replicas=2, catalog=run_dir, base_port=0, port=0, workers=1, run_dir=run_dir, timeout=180, quiet=True,
-        env={"WEBSHOP_ENVS": env, "WEBSHOP_ALLOW_EPHEMERAL_SECRET": "1", "SESSIONS_APPENDFSYNC": fsync},
+        env={"AGENTRL_ENVS": env, "AGENTRL_ALLOW_EPHEMERAL_SECRET": "1", "SESSIONS_APPENDFSYNC": fsync},
     )  # fmt: skip
 
 

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 redis.append(process)
                 records[mode] = cluster.up(
                     replicas=2, catalog=args.catalog, base_port=0, port=0, workers=args.workers,
-                    run_dir=run_dir, env={"WEBSHOP_REDIS_URL": urls[mode]}, quiet=True,
+                    run_dir=run_dir, env={"AGENTRL_REDIS_URL": urls[mode]}, quiet=True,
                 )  # fmt: skip
             url = records[modes[0]]["url"]
             plans = {

@@ -2,7 +2,7 @@
 """``make demo``: the whole loop on any machine (no GPU, no model, no download), for any environments.
 
 1. prepares the bundled WebShop catalog (generated in the original raw format) unless it is there already;
-2. starts the local cluster serving the environments ``ENVS=...`` names (``WEBSHOP_ENVS`` in the shell; default
+2. starts the local cluster serving the environments ``ENVS=...`` names (``AGENTRL_ENVS`` in the shell; default
    ``webshop``): N env replicas behind a real nginx, on free ports (so it never collides with a ``make up-local``
    cluster), run directory ``run/demo``;
 3. evaluates the ``expert`` (each environment's solver or oracle) and ``random`` policies on the first
@@ -50,8 +50,8 @@ def ensure_catalog(catalog: Path, raw: Path, products: int, seed: int) -> None:
 
 
 def demo_envs() -> list[str]:
-    """The environments to play: ``WEBSHOP_ENVS`` (``make demo ENVS=...`` exports it), in order, without repeats."""
-    named = [e.strip() for e in os.environ.get("WEBSHOP_ENVS", "webshop").split(",")]
+    """The environments to play: ``AGENTRL_ENVS`` (``make demo ENVS=...`` exports it), in order, without repeats."""
+    named = [e.strip() for e in os.environ.get("AGENTRL_ENVS", "webshop").split(",")]
     return list(dict.fromkeys(e for e in named if e)) or ["webshop"]
 
 
@@ -117,7 +117,7 @@ def play(env_ids: Sequence[str], url: str, args: argparse.Namespace) -> dict[str
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Demo: the local cluster serving ENVS (WEBSHOP_ENVS), the expert and a random policy on each "
+        description="Demo: the local cluster serving ENVS (AGENTRL_ENVS), the expert and a random policy on each "
         "environment's test split, HTML reports."
     )
     parser.add_argument("--catalog", type=Path, default=Path(os.environ.get("CATALOG_DIR", "data/catalog")),

@@ -4,12 +4,12 @@ time, each only after a build started (standard library only: the host's python3
 certifi holds the public roots unchanged).
 
     host_checks.py up [--env-file .env]    everything `make up` needs, as one message with what to set (exit 2)
-    host_checks.py nofile                  a WEBSHOP_NOFILE the Docker engine allows (for a new .env)
+    host_checks.py nofile                  a AGENTRL_NOFILE the Docker engine allows (for a new .env)
     host_checks.py spacy                   `make setup`: spaCy + the pinned official en_core_web_sm wheel (the
                                            env image's URL and hash) into this interpreter when it can be had,
                                            else one loud message that title nouns will be heuristic (exit 3)
 
-What `up` checks: a Docker engine answers; its open-files hard limit is at least WEBSHOP_NOFILE (else containers
+What `up` checks: a Docker engine answers; its open-files hard limit is at least AGENTRL_NOFILE (else containers
 fail with `error setting rlimit type 7`); the base images compose builds FROM are present or can be pulled (else
 `make docker-standins`); a TLS-intercepting proxy (pip inside a build trusts only the public roots, so it then
 needs BUILD_CA_BUNDLE); the spaCy model source SPACY_MODEL names answers (url) or is there (wheel). Settings are
@@ -39,7 +39,7 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parent.parent
 ENV_DOCKERFILE = REPO / "docker" / "env.Dockerfile"
 SPACY_WHEEL_DIR = REPO / "docker" / "spacy-model"
-DEFAULT_NOFILE = 65535  # compose.yaml's default for WEBSHOP_NOFILE
+DEFAULT_NOFILE = 65535  # compose.yaml's default for AGENTRL_NOFILE
 DEFAULT_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")  # the docker CLI's default (/var/run -> /run)
 PROBE_TIMEOUT_S = 8.0
 TLS_PROBE_URL = "https://pypi.org/simple/pip/"  # where pip inside the image builds goes first
@@ -59,10 +59,12 @@ def _load_standalone(name: str, path: Path) -> ModuleType:
     return module
 
 
-# KEY=VALUE lines of a compose .env file, read as the GPU plan reads them (one reader for both checks).
-read_env_file = _load_standalone(
+# KEY=VALUE lines of a compose .env file, and the settings as compose resolves them (the environment over .env,
+# new names over old ones), read as the GPU plan reads them (one reader for both checks).
+_gpu_plan = _load_standalone(
     "gpu_plan", REPO / "services" / "trainer" / "src" / "agent_trainer" / "gpu_plan.py"
-).read_env_file
+)
+read_env_file, settings_from = _gpu_plan.read_env_file, _gpu_plan.settings_from
 
 
 def spacy_model_pin(dockerfile: Path = ENV_DOCKERFILE) -> tuple[str, str]:
@@ -176,7 +178,7 @@ def engine_nofile_hard(docker_host: str | None, proc: Path = Path("/proc")) -> i
 
 
 def fitting_nofile(hard: int | None) -> int:
-    """WEBSHOP_NOFILE for a new .env: compose's default, or the engine's hard limit when that is lower."""
+    """AGENTRL_NOFILE for a new .env: compose's default, or the engine's hard limit when that is lower."""
     return DEFAULT_NOFILE if hard is None else min(DEFAULT_NOFILE, hard)
 
 
@@ -233,15 +235,20 @@ def up_problems(facts: UpFacts) -> list[str]:
     if not facts.engine:
         detail = f" ({facts.engine_error})" if facts.engine_error else ""
         return [f"no Docker engine answers `docker info`{detail}: start one, or point DOCKER_HOST at it"]
-    nofile_text = settings.get("WEBSHOP_NOFILE") or str(DEFAULT_NOFILE)
+    if not settings.get("AGENTRL_STATE_SECRET"):  # compose cannot require it and still read the old name
+        problems.append(
+            "AGENTRL_STATE_SECRET is empty: set it in .env (make up writes a random one when it creates .env; "
+            "make one: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    nofile_text = settings.get("AGENTRL_NOFILE") or str(DEFAULT_NOFILE)
     if not nofile_text.isdigit():
         problems.append(
-            f"WEBSHOP_NOFILE={nofile_text} is not a number: set it to at most the engine's hard limit"
+            f"AGENTRL_NOFILE={nofile_text} is not a number: set it to at most the engine's hard limit"
         )
     elif facts.nofile_hard is not None and int(nofile_text) > facts.nofile_hard:
         problems.append(
-            f"WEBSHOP_NOFILE={nofile_text} is above the engine's open-files hard limit ({facts.nofile_hard}): "
-            f"containers would fail with `error setting rlimit type 7`; set WEBSHOP_NOFILE={facts.nofile_hard}"
+            f"AGENTRL_NOFILE={nofile_text} is above the engine's open-files hard limit ({facts.nofile_hard}): "
+            f"containers would fail with `error setting rlimit type 7`; set AGENTRL_NOFILE={facts.nofile_hard}"
         )
     missing = [image for image, status in facts.images.items() if status == "missing"]
     if missing:
@@ -277,7 +284,7 @@ def up_problems(facts: UpFacts) -> list[str]:
 
 def gather_up_facts(env_file: Path) -> UpFacts:
     """Ask the host and the engine (each probe with a short timeout)."""
-    settings = {**read_env_file(env_file), **{k: v for k, v in os.environ.items() if v}}
+    settings = settings_from(env_file, os.environ)
     info = _docker("info", "--format", "{{.ServerVersion}}")
     if info is None or info.returncode != 0:
         error = "" if info is None else (info.stderr.strip().splitlines() or [""])[-1]
@@ -400,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--env-file", type=Path, default=REPO / ".env")
     up.add_argument("--json", action="store_true", help="also print the facts as JSON")
     up.set_defaults(func=cmd_up)
-    commands.add_parser("nofile", help="a WEBSHOP_NOFILE the engine allows").set_defaults(func=cmd_nofile)
+    commands.add_parser("nofile", help="a AGENTRL_NOFILE the engine allows").set_defaults(func=cmd_nofile)
     spacy = commands.add_parser("spacy", help="spaCy + the pinned en_core_web_sm wheel, or one loud warning")
     spacy.add_argument("--wheel", type=Path, default=None, help="the official wheel file (hash-checked)")
     spacy.add_argument("--constraints", type=Path, default=REPO / "constraints.txt")

@@ -38,12 +38,12 @@ GB = 1e9
 
 def defaults_of(path: Path) -> Any:
     """The config at ``path`` as Hydra composes it (its environment's file over its base; the project's files only),
-    resolved with every ``WEBSHOP_*`` knob unset: its defaults."""
+    resolved with every ``AGENTRL_*`` knob unset: its defaults."""
     from omegaconf import OmegaConf
 
     from agent_trainer.config import load_training_config
 
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("WEBSHOP_")}
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(("AGENTRL_", "WEBSHOP_"))}
     try:
         config = load_training_config(path.stem, directory=path.parent, with_verl=False, resolve=True)
     finally:

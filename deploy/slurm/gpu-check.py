@@ -16,9 +16,9 @@ import sys
 
 FIX = (
     "the job's Python environment ({venv}) cannot run verl's GPU rollout. Either build the pinned GPU environment "
-    "on the shared filesystem (`make venv-gpu VERL_LINE=0.9`, then WEBSHOP_VENV=$WEBSHOP_HOME/.venv-gpu-0.9) or "
+    "on the shared filesystem (`make venv-gpu VERL_LINE=0.9`, then AGENTRL_VENV=$AGENTRL_HOME/.venv-gpu-0.9) or "
     "run the job inside the trainer image with Apptainer or enroot/pyxis (docs/multi-node.md, 'GPU environment'). "
-    "WEBSHOP_GPU_CHECK=0 skips this check (CPU stand-ins only)."
+    "AGENTRL_GPU_CHECK=0 skips this check (CPU stand-ins only)."
 )
 
 

@@ -3,19 +3,19 @@
 The job's settings (environment variables; docs/multi-node.md) name the environments to train on and the run's
 size, as ``make train-test`` / ``make train-full`` do with ``ENV=``:
 
-- ``WEBSHOP_TRAIN_ENVS``: ``webshop`` (default), ``textcraft``, ``babyai``, ``sciworld``, ``mixed`` (TextCraft,
+- ``AGENTRL_TRAIN_ENVS``: ``webshop`` (default), ``textcraft``, ``babyai``, ``sciworld``, ``mixed`` (TextCraft,
   BabyAI and WebShop) or a comma list of them;
-- ``WEBSHOP_TRAIN_CONFIG``: ``test`` (default) or ``full``. The config is the one ``make train-test|train-full``
+- ``AGENTRL_TRAIN_CONFIG``: ``test`` (default) or ``full``. The config is the one ``make train-test|train-full``
   picks: WebShop alone ``test`` / ``full``; one other environment ``<env>_grpo_test`` / ``<env>_grpo_train``;
   several ``mixed_grpo_test`` / ``mixed_grpo_train`` (of the installed verl line's configs).
 
-Three subcommands, each run by the sbatch with the job's Python (``$WEBSHOP_VENV/bin/python``):
+Three subcommands, each run by the sbatch with the job's Python (``$AGENTRL_VENV/bin/python``):
 
 ``plan``
     On the first node, before anything: the settings checked (an unknown environment or config, a combination the
     Ray Serve app cannot serve, exit 2 with the reason), then shell assignments for the script (``eval``): the
-    served environments (``WEBSHOP_ENVS``: WebShop and the run's), the config, the training command, whether and
-    where rows are built (``WEBSHOP_TRAIN_FILE`` / ``WEBSHOP_VAL_FILE``), whether the command's batch sizes can be
+    served environments (``AGENTRL_ENVS``: WebShop and the run's), the config, the training command, whether and
+    where rows are built (``AGENTRL_TRAIN_FILE`` / ``AGENTRL_VAL_FILE``), whether the command's batch sizes can be
     checked before Ray (``agent-train train ... --dry-run``). The plan in words goes to stderr.
 ``node``
     On every node (``srun``), before ``ray start``: this node's Python serves every environment of ``--envs``
@@ -92,7 +92,7 @@ class Plan:
 
 
 def parse_envs(text: str) -> list[str]:
-    """``WEBSHOP_TRAIN_ENVS`` as a list (``mixed`` expanded, each once, in order); raises ``Refused``."""
+    """``AGENTRL_TRAIN_ENVS`` as a list (``mixed`` expanded, each once, in order); raises ``Refused``."""
     names: list[str] = []
     for name in (n.strip().lower() for n in text.split(",")):
         if not name:
@@ -102,11 +102,11 @@ def parse_envs(text: str) -> list[str]:
         elif name in ENVIRONMENTS:
             names.append(name)
         else:
-            raise Refused(f"WEBSHOP_TRAIN_ENVS names {name!r}: it takes {', '.join(ENVIRONMENTS)}, mixed "
+            raise Refused(f"AGENTRL_TRAIN_ENVS names {name!r}: it takes {', '.join(ENVIRONMENTS)}, mixed "
                           f"({','.join(MIXED)}) or a comma list of them")  # fmt: skip
     if not names:
         raise Refused(
-            "WEBSHOP_TRAIN_ENVS is empty: name webshop, textcraft, babyai, sciworld, mixed or a list"
+            "AGENTRL_TRAIN_ENVS is empty: name webshop, textcraft, babyai, sciworld, mixed or a list"
         )
     return list(dict.fromkeys(names))
 
@@ -115,7 +115,7 @@ def config_name(envs: Sequence[str], kind: str) -> str:
     """The config ``make train-test|train-full ENV=...`` runs: WebShop ``test``/``full``, one other environment
     ``<env>_grpo_test``/``_train``, several ``mixed_grpo_test``/``_train``."""
     if kind not in KINDS:
-        raise Refused(f"WEBSHOP_TRAIN_CONFIG must be test or full, not {kind!r}")
+        raise Refused(f"AGENTRL_TRAIN_CONFIG must be test or full, not {kind!r}")
     if list(envs) == ["webshop"]:
         return kind
     return f"{envs[0] if len(envs) == 1 else 'mixed'}_grpo_{KINDS[kind]}"
@@ -146,70 +146,70 @@ def make_plan(env: Mapping[str, str], nodes: int = 1, line: str | None = None,
               config_dir: Path | None = None) -> Plan:  # fmt: skip
     """The job's plan from its settings (``env``) on ``nodes`` nodes; raises ``Refused``. ``line`` and
     ``config_dir`` default to the installed verl's (agent_trainer's own lookup)."""
-    home = Path(env.get("WEBSHOP_HOME") or ".")
-    train_envs = parse_envs(env.get("WEBSHOP_TRAIN_ENVS") or "webshop")
-    kind = (env.get("WEBSHOP_TRAIN_CONFIG") or "test").strip()
+    home = Path(env.get("AGENTRL_HOME") or ".")
+    train_envs = parse_envs(env.get("AGENTRL_TRAIN_ENVS") or "webshop")
+    kind = (env.get("AGENTRL_TRAIN_CONFIG") or "test").strip()
     name = config_name(train_envs, kind)
     try:
         from agent_trainer.config import installed_verl_line, training_config_dir, training_config_name
     except ImportError as error:
-        raise Refused(f"the job's Python ({sys.prefix}) has no agent_trainer ({error}): set WEBSHOP_VENV to the "
+        raise Refused(f"the job's Python ({sys.prefix}) has no agent_trainer ({error}): set AGENTRL_VENV to the "
                       "environment `make venv-gpu` made") from None  # fmt: skip
     try:
         line = line or installed_verl_line()
     except Exception as error:  # no verl in this Python
         raise Refused(f"the job's Python ({sys.prefix}) has no verl ({type(error).__name__}: {error}): set "
-                      "WEBSHOP_VENV to the environment `make venv-gpu` made") from None  # fmt: skip
+                      "AGENTRL_VENV to the environment `make venv-gpu` made") from None  # fmt: skip
     config_dir = config_dir or training_config_dir(line)
     file_name = training_config_name(name)
     if not (config_dir / f"{file_name}.yaml").is_file():
         raise Refused(f"no training config {file_name}.yaml for verl {line} in {config_dir} "
-                      f"(WEBSHOP_TRAIN_ENVS={','.join(train_envs)}, WEBSHOP_TRAIN_CONFIG={kind})")  # fmt: skip
-    extra = [e.strip() for e in (env.get("WEBSHOP_ENVS") or "").split(",") if e.strip()]
+                      f"(AGENTRL_TRAIN_ENVS={','.join(train_envs)}, AGENTRL_TRAIN_CONFIG={kind})")  # fmt: skip
+    extra = [e.strip() for e in (env.get("AGENTRL_ENVS") or "").split(",") if e.strip()]
     unknown = [e for e in extra if e not in ENVIRONMENTS]
     if unknown:
-        raise Refused(f"WEBSHOP_ENVS names {', '.join(unknown)}: the env serves {', '.join(ENVIRONMENTS)}")
+        raise Refused(f"AGENTRL_ENVS names {', '.join(unknown)}: the env serves {', '.join(ENVIRONMENTS)}")
     serve_envs = [e for e in ENVIRONMENTS if e in {"webshop", *train_envs, *extra}]
-    replicas = _positive(env, "WEBSHOP_RAY_REPLICAS_PER_NODE", 1)
+    replicas = _positive(env, "AGENTRL_RAY_REPLICAS_PER_NODE", 1)
     if "sciworld" in serve_envs and replicas > 1:
         raise Refused(
             f"SciWorld on the Ray Serve app needs one replica per node, not {replicas} "
-            "(WEBSHOP_RAY_REPLICAS_PER_NODE): a SciWorld episode lives in the JVM of the replica that reset it, and "
+            "(AGENTRL_RAY_REPLICAS_PER_NODE): a SciWorld episode lives in the JVM of the replica that reset it, and "
             "Serve's proxy, unlike nginx's sciworld upstream, has no episode affinity among a node's replicas: most "
             "steps would replay the whole episode on another replica first (seconds each). Leave "
-            "WEBSHOP_RAY_REPLICAS_PER_NODE at 1 (each node's proxy then keeps its episodes on its one replica), or "
-            "serve SciWorld behind nginx (WEBSHOP_ENV=http, docs/deployment.md)"
+            "AGENTRL_RAY_REPLICAS_PER_NODE at 1 (each node's proxy then keeps its episodes on its one replica), or "
+            "serve SciWorld behind nginx (AGENTRL_ENV=http, docs/deployment.md)"
         )
-    given_cmd = (env.get("WEBSHOP_TRAIN_CMD") or "").strip()
+    given_cmd = (env.get("AGENTRL_TRAIN_CMD") or "").strip()
     train_cmd = given_cmd or f"agent-train train --config {name}"
-    build_setting = (env.get("WEBSHOP_BUILD_DATA") or "").strip()
+    build_setting = (env.get("AGENTRL_BUILD_DATA") or "").strip()
     if build_setting not in ("", "0", "1"):
-        raise Refused(f"WEBSHOP_BUILD_DATA must be 0 or 1, not {build_setting!r}")
+        raise Refused(f"AGENTRL_BUILD_DATA must be 0 or 1, not {build_setting!r}")
     build = build_setting == "1" or (
-        not build_setting and not given_cmd and not env.get("WEBSHOP_TRAIN_FILE")
+        not build_setting and not given_cmd and not env.get("AGENTRL_TRAIN_FILE")
     )
     label = "+".join(train_envs)
-    data_root = Path(env.get("WEBSHOP_DATA_DIR") or home / "data" / "verl")
+    data_root = Path(env.get("AGENTRL_DATA_DIR") or home / "data" / "verl")
     data_dir = data_root / (f"slurm-{line}" if train_envs == ["webshop"] else f"slurm-{line}-{label}-{kind}")
     plan = Plan(train_envs=train_envs, serve_envs=serve_envs, kind=kind, config=name, line=line,
                 train_cmd=train_cmd, default_cmd=not given_cmd, build=build, data_dir=data_dir,
                 check_batch=_agent_train_train(train_cmd))  # fmt: skip
-    plan.exports["WEBSHOP_ENVS"] = ",".join(serve_envs)
+    plan.exports["AGENTRL_ENVS"] = ",".join(serve_envs)
     if build:
         webshop_only = train_envs == ["webshop"]
         plan.train_file = data_dir / "train.parquet"
         plan.val_file = data_dir / ("eval.parquet" if webshop_only else "val.parquet")
-        plan.exports["WEBSHOP_TRAIN_FILE"] = str(plan.train_file)
-        plan.exports["WEBSHOP_VAL_FILE"] = str(plan.val_file)
-    if "sciworld" in train_envs and not env.get("WEBSHOP_EPISODE_SLOTS"):
+        plan.exports["AGENTRL_TRAIN_FILE"] = str(plan.train_file)
+        plan.exports["AGENTRL_VAL_FILE"] = str(plan.val_file)
+    if "sciworld" in train_envs and not env.get("AGENTRL_EPISODE_SLOTS"):
         # every node's one replica holds SCIWORLD_MAX_LIVE_JVMS live episodes: the trainer keeps at most that many
         # per node live at once (the others wait for one) instead of evicting each other's JVMs
         jvms = _positive(env, "SCIWORLD_MAX_LIVE_JVMS", 8)
-        plan.exports["WEBSHOP_EPISODE_SLOTS"] = str(nodes * jvms)
+        plan.exports["AGENTRL_EPISODE_SLOTS"] = str(nodes * jvms)
         plan.notes.append(f"SciWorld: {nodes} replica(s) x {jvms} live JVMs (SCIWORLD_MAX_LIVE_JVMS): at most "
-                          f"{nodes * jvms} SciWorld episodes live at once (WEBSHOP_EPISODE_SLOTS)")  # fmt: skip
-    if given_cmd and not build and not env.get("WEBSHOP_TRAIN_FILE"):
-        plan.notes.append("WEBSHOP_TRAIN_CMD is given and WEBSHOP_BUILD_DATA is not 1: no rows are built; the "
+                          f"{nodes * jvms} SciWorld episodes live at once (AGENTRL_EPISODE_SLOTS)")  # fmt: skip
+    if given_cmd and not build and not env.get("AGENTRL_TRAIN_FILE"):
+        plan.notes.append("AGENTRL_TRAIN_CMD is given and AGENTRL_BUILD_DATA is not 1: no rows are built; the "
                           "command's config names its own data")  # fmt: skip
     return plan
 
@@ -225,9 +225,9 @@ def data_commands(plan: Plan, catalog: str, env: Mapping[str, str]) -> list[list
                  str(plan.data_dir / f"{split}.parquet"), "--quiet", *rows]
                 for split in ("train", "eval") if not _nonempty(plan.data_dir / f"{split}.parquet")]  # fmt: skip
     limits: list[str] = []
-    if plan.kind == "test":  # what a test config reads (WEBSHOP_*_MAX_SAMPLES where set; -1: every task)
-        train = (env.get("WEBSHOP_TRAIN_MAX_SAMPLES") or "").strip() or str(TEST_ROWS["train"])
-        val = (env.get("WEBSHOP_VAL_MAX_SAMPLES") or "").strip() or str(TEST_ROWS["val"])
+    if plan.kind == "test":  # what a test config reads (AGENTRL_*_MAX_SAMPLES where set; -1: every task)
+        train = (env.get("AGENTRL_TRAIN_MAX_SAMPLES") or "").strip() or str(TEST_ROWS["train"])
+        val = (env.get("AGENTRL_VAL_MAX_SAMPLES") or "").strip() or str(TEST_ROWS["val"])
         if re.fullmatch(r"[1-9][0-9]*", train) and re.fullmatch(r"[1-9][0-9]*", val):
             limits = ["--train-rows", train, "--val-rows", val, "--test-rows", val]
     return [["agent-train", "data", "--env", ",".join(plan.train_envs), "--catalog", catalog, "--out-dir",
@@ -255,12 +255,12 @@ def describe(plan: Plan) -> list[str]:
     """The plan in words (the job's log)."""
     lines = [
         f"train on {','.join(plan.train_envs)} with the {plan.config} config (verl {plan.line}; "
-        f"WEBSHOP_TRAIN_CONFIG={plan.kind})"
-        + ("" if plan.default_cmd else ": the given WEBSHOP_TRAIN_CMD runs it"),
+        f"AGENTRL_TRAIN_CONFIG={plan.kind})"
+        + ("" if plan.default_cmd else ": the given AGENTRL_TRAIN_CMD runs it"),
         f"serve {','.join(plan.serve_envs)} on every node (the Ray Serve app; env-check plays each)",
     ]
     if plan.build:
-        lines.append(f"rows: {plan.data_dir} (WEBSHOP_TRAIN_FILE, WEBSHOP_VAL_FILE)")
+        lines.append(f"rows: {plan.data_dir} (AGENTRL_TRAIN_FILE, AGENTRL_VAL_FILE)")
     return lines + plan.notes
 
 
@@ -304,18 +304,18 @@ def check_env(env_id: str) -> str:
 
 
 def default_catalog(env: Mapping[str, str]) -> Path:
-    """The job's default catalog (the sbatch's): ``$WEBSHOP_HOME/data/catalog``."""
-    return Path(env.get("WEBSHOP_HOME") or ".") / "data" / "catalog"
+    """The job's default catalog (the sbatch's): ``$AGENTRL_HOME/data/catalog``."""
+    return Path(env.get("AGENTRL_HOME") or ".") / "data" / "catalog"
 
 
 def check_node(envs: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """This node's ``(problems, what was found)`` serving ``envs`` (no problems: it serves them)."""
     problems, found = [], []
-    staged = (env.get("WEBSHOP_RAY_STAGE_CATALOG") or "0").lower() in ("1", "true", "yes")
+    staged = (env.get("AGENTRL_RAY_STAGE_CATALOG") or "0").lower() in ("1", "true", "yes")
     catalog = Path(env.get("WEBSHOP_CATALOG") or default_catalog(env))
     if not staged and not (catalog / "manifest.json").is_file():
         problems.append(f"no prepared catalog at {catalog} on this node (WEBSHOP_CATALOG): put it on the shared "
-                        "filesystem (`make data` prepares one), or WEBSHOP_RAY_STAGE_CATALOG=1 to copy it from the "
+                        "filesystem (`make data` prepares one), or AGENTRL_RAY_STAGE_CATALOG=1 to copy it from the "
                         "first node")  # fmt: skip
     for env_id in envs:
         try:
@@ -368,6 +368,12 @@ def cmd_check(plan: Plan, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:  # the settings' old names (WEBSHOP_*) where this is run by hand (the job script has moved them already)
+        from agent_envs.setting_aliases import adopt_old_names
+    except ImportError:  # no env package in this Python: the node check says so
+        pass
+    else:
+        adopt_old_names()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for name, func, what in (("plan", cmd_plan, "the job's plan as shell assignments (exit 2: refused)"),

@@ -374,7 +374,7 @@ def dockerfile_bases(dockerfile: Path, build_args: dict[str, str | None]) -> lis
 def compose_bases(services: Iterable[str] = ()) -> list[str]:
     """External images the given compose services need (all services outside profiles when none are given)."""
     # Image names do not depend on the state secret, which compose insists on: a placeholder when unset.
-    env = {"WEBSHOP_STATE_SECRET": "placeholder-for-compose-config", **os.environ}
+    env = {"AGENTRL_STATE_SECRET": "placeholder-for-compose-config", **os.environ}
     config = json.loads(run([*compose_cli(), "config", "--format", "json"], cwd=REPO, env=env).stdout)
     wanted = list(services) or list(config["services"])
     images: list[str] = []

@@ -259,7 +259,7 @@ def tiny_model(out: Path, rows: list[dict[str, Any]]) -> Path:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--url", default=os.environ.get("WEBSHOP_URL", "http://127.0.0.1:36003"),
+    parser.add_argument("--url", default=os.environ.get("AGENTRL_URL", "http://127.0.0.1:36003"),
                         help="the balancer (each environment's OpenEnv face at <url>/<env>/openenv)")  # fmt: skip
     parser.add_argument("--envs", default="textcraft,babyai,webshop", help="one environment or a mix")
     parser.add_argument("--catalog", default=os.environ.get("CATALOG_DIR"), help="WebShop's prepared catalog")

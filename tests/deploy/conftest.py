@@ -42,7 +42,7 @@ def _venv_bin(name: str) -> str | None:
 
 
 def clean_env(extra: Mapping[str, str] | None = None, home: Path | None = None) -> dict[str, str]:
-    """A minimal environment: no COMPOSE_*, WEBSHOP_* or other settings leak in from the developer's shell."""
+    """A minimal environment: no COMPOSE_*, AGENTRL_* or other settings leak in from the developer's shell."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     if home is not None:
         env["HOME"] = str(home)
@@ -93,18 +93,25 @@ class Compose:
         self.home = home
 
     def run(
-        self, *args: str, env: Mapping[str, str] | None = None, secret: bool = True, file: Path = COMPOSE_FILE
-    ) -> subprocess.CompletedProcess[str]:
-        extra = {"WEBSHOP_STATE_SECRET": TEST_SECRET} if secret else {}
+        self, *args: str, env: Mapping[str, str] | None = None, secret: bool = True, file: Path = COMPOSE_FILE,
+        env_file: Path = ENV_EXAMPLE,
+    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        extra = {"AGENTRL_STATE_SECRET": TEST_SECRET} if secret else {}
         extra.update(env or {})
         return subprocess.run(
-            [*self.command, "--file", str(file), "--project-directory", str(REPO), "--env-file", str(ENV_EXAMPLE),
+            [*self.command, "--file", str(file), "--project-directory", str(REPO), "--env-file", str(env_file),
              *args],
             capture_output=True, text=True, env=clean_env(extra, self.home), cwd=REPO, timeout=60,
         )  # fmt: skip
 
-    def config(self, *profiles: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-        result = self.run(*profiles, "config", "--format", "json", env=env)
+    def config(
+        self,
+        *profiles: str,
+        env: Mapping[str, str] | None = None,
+        env_file: Path = ENV_EXAMPLE,
+        secret: bool = True,
+    ) -> dict[str, Any]:
+        result = self.run(*profiles, "config", "--format", "json", env=env, env_file=env_file, secret=secret)
         assert result.returncode == 0, f"compose config failed:\n{result.stderr}"
         return json.loads(result.stdout)
 

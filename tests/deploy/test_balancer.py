@@ -46,8 +46,8 @@ def _check(
     """`webshop-balancer check` with the compose environment of the balancer (runtime dir moved to tmp)."""
     env = {k: str(v) for k, v in rendered["services"]["balancer"]["environment"].items()}
     env.update(
-        WEBSHOP_NGINX_RUNTIME_DIR=str(runtime), WEBSHOP_NGINX_TEMPLATE=str(template), NGINX_BIN=nginx,
-        WEBSHOP_NGINX_ENVIRONMENTS=str(ENVIRONMENTS),
+        AGENTRL_NGINX_RUNTIME_DIR=str(runtime), AGENTRL_NGINX_TEMPLATE=str(template), NGINX_BIN=nginx,
+        AGENTRL_NGINX_ENVIRONMENTS=str(ENVIRONMENTS),
         PATH="/usr/local/bin:/usr/bin:/bin", **overrides,
     )  # fmt: skip
     return subprocess.run(
@@ -59,7 +59,7 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
     result = _check(rendered, nginx_new, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "nginx.conf").read_text()
-    assert "${WEBSHOP_" not in conf
+    assert "${AGENTRL_" not in conf
     assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in conf
     # three upstream blocks over the same replicas: least_conn for the native routes, by session for the AgentGym
     # routes, sticky by episode for SciWorld; each in a zone of its own (nginx refuses two upstreams in one zone)
@@ -80,20 +80,20 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
 def test_sciworld_upstream_is_its_own_service_when_enabled(
     rendered: dict, nginx_new: str, tmp_path: Path
 ) -> None:
-    """With sciworld (a sticky environment) in WEBSHOP_ENVS the sticky upstream holds the sciworld service's
+    """With sciworld (a sticky environment) in AGENTRL_ENVS the sticky upstream holds the sciworld service's
     replicas (its own image, with Java); without it, the same replicas as every other route (which answer 404 for
     it)."""
 
     def upstream(conf: str, name: str) -> str:
         return conf.split(f"upstream {name} {{", 1)[1].split("}", 1)[0]
 
-    result = _check(rendered, nginx_new, tmp_path / "on", WEBSHOP_ENVS="webshop, textcraft,sciworld")
+    result = _check(rendered, nginx_new, tmp_path / "on", AGENTRL_ENVS="webshop, textcraft,sciworld")
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "on" / "nginx.conf").read_text()
     assert "server sciworld:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "affinity_replicas")
     assert "sciworld" not in upstream(conf, "webshop_replicas")
     assert "hash $episode_affinity" in upstream(conf, "affinity_replicas") and "$http_x_episode" in conf
-    result = _check(rendered, nginx_new, tmp_path / "off", WEBSHOP_ENVS="webshop,textcraft")
+    result = _check(rendered, nginx_new, tmp_path / "off", AGENTRL_ENVS="webshop,textcraft")
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "off" / "nginx.conf").read_text()
     assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "affinity_replicas")
@@ -115,7 +115,7 @@ def test_without_resolve_the_name_would_have_to_resolve(
     """Control: a plain `server webshop:8000;` makes nginx look the name up while it reads the config."""
     if _resolves("webshop"):
         pytest.skip("`webshop` resolves on this machine")
-    result = _check(rendered, nginx_new, tmp_path, WEBSHOP_UPSTREAMS="        server webshop:8000;")
+    result = _check(rendered, nginx_new, tmp_path, AGENTRL_UPSTREAMS="        server webshop:8000;")
     assert result.returncode != 0
     assert "host not found" in result.stderr
 
@@ -123,11 +123,11 @@ def test_without_resolve_the_name_would_have_to_resolve(
 def test_a_placeholder_without_value_stops_the_start(rendered: dict, nginx_new: str, tmp_path: Path) -> None:
     template = tmp_path / "new.template"
     template.write_text(
-        TEMPLATE.read_text().replace("worker_connections 8192;", "worker_connections ${WEBSHOP_X};")
+        TEMPLATE.read_text().replace("worker_connections 8192;", "worker_connections ${AGENTRL_X};")
     )
     result = _check(rendered, nginx_new, tmp_path / "run", template=template)
     assert result.returncode == 64
-    assert "WEBSHOP_X" in result.stderr
+    assert "AGENTRL_X" in result.stderr
 
 
 def test_balancer_image_defaults_match_compose(rendered: dict) -> None:
@@ -212,10 +212,10 @@ def test_balancer_resolves_the_service_name_at_run_time(nginx_new: str, tmp_path
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin", "NGINX_BIN": nginx_new, "WEBSHOP_NGINX_TEMPLATE": str(TEMPLATE),
-        "WEBSHOP_BACKEND": f"webshop:{replica.server_address[1]}", "WEBSHOP_RESOLVER": f"127.0.0.1:{dns.port}",
-        "WEBSHOP_LISTEN_PORT": f"127.0.0.1:{port}", "WEBSHOP_NGINX_RUNTIME_DIR": str(tmp_path / "run"),
-        "WEBSHOP_NGINX_ACCESS_LOG": str(tmp_path / "access.log"), "WEBSHOP_NGINX_ERROR_LOG": str(tmp_path / "error.log"),
+        "PATH": "/usr/local/bin:/usr/bin:/bin", "NGINX_BIN": nginx_new, "AGENTRL_NGINX_TEMPLATE": str(TEMPLATE),
+        "AGENTRL_BACKEND": f"webshop:{replica.server_address[1]}", "AGENTRL_RESOLVER": f"127.0.0.1:{dns.port}",
+        "AGENTRL_LISTEN_PORT": f"127.0.0.1:{port}", "AGENTRL_NGINX_RUNTIME_DIR": str(tmp_path / "run"),
+        "AGENTRL_NGINX_ACCESS_LOG": str(tmp_path / "access.log"), "AGENTRL_NGINX_ERROR_LOG": str(tmp_path / "error.log"),
     }  # fmt: skip
     balancer = subprocess.Popen(["sh", str(ENTRYPOINT)], env=env, start_new_session=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip

@@ -66,10 +66,10 @@ class DropsFirstConnections:
 def _balancer(tmp_path: Path, port: int, upstreams: str) -> subprocess.Popen:
     conf = tmp_path / "nginx.conf"
     conf.write_text(cluster.render_nginx_conf({
-        "WEBSHOP_UPSTREAMS": upstreams, "WEBSHOP_SESSION_UPSTREAMS": cluster.session_upstreams(upstreams),
-        "WEBSHOP_AFFINITY_UPSTREAMS": cluster.affinity_upstreams(upstreams), "WEBSHOP_LISTEN_PORT": f"127.0.0.1:{port}",
-        "WEBSHOP_NGINX_RUNTIME_DIR": str(tmp_path), "WEBSHOP_NGINX_ACCESS_LOG": str(tmp_path / "access.log"),
-        "WEBSHOP_NGINX_ERROR_LOG": str(tmp_path / "error.log"),
+        "AGENTRL_UPSTREAMS": upstreams, "AGENTRL_SESSION_UPSTREAMS": cluster.session_upstreams(upstreams),
+        "AGENTRL_AFFINITY_UPSTREAMS": cluster.affinity_upstreams(upstreams), "AGENTRL_LISTEN_PORT": f"127.0.0.1:{port}",
+        "AGENTRL_NGINX_RUNTIME_DIR": str(tmp_path), "AGENTRL_NGINX_ACCESS_LOG": str(tmp_path / "access.log"),
+        "AGENTRL_NGINX_ERROR_LOG": str(tmp_path / "error.log"),
     }))  # fmt: skip
     nginx = subprocess.Popen([cluster.nginx_binary(), "-p", str(tmp_path), "-c", str(conf)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip

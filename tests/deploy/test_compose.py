@@ -42,10 +42,14 @@ def test_validation_is_real_an_unknown_key_is_rejected(compose: Compose, tmp_pat
     assert "read_onyl" in result.stderr
 
 
-def test_state_secret_is_required(compose: Compose) -> None:
-    result = compose.run("config", "--quiet", secret=False)
-    assert result.returncode != 0
-    assert "WEBSHOP_STATE_SECRET" in result.stderr and "set it in .env" in result.stderr
+def test_the_state_secret_reaches_the_replicas_by_either_name(compose: Compose) -> None:
+    """compose passes it on (its new name, else its old one); it cannot also require it (compose-go evaluates a
+    nested default's `:?` even when the outer name is set), so `make up`'s host check does, and the replicas refuse
+    to start without one (test_host_checks, test_api_inprocess)."""
+    for env in ({"AGENTRL_STATE_SECRET": compose.secret}, {"WEBSHOP_STATE_SECRET": compose.secret}):
+        services = compose.config("--profile", "sciworld", env=env, secret=False)["services"]
+        assert services["webshop"]["environment"]["AGENTRL_STATE_SECRET"] == compose.secret
+        assert services["sciworld"]["environment"]["AGENTRL_STATE_SECRET"] == compose.secret
 
 
 def test_services_and_profiles(rendered: dict) -> None:
@@ -75,9 +79,9 @@ def test_webshop_replicas(rendered: dict, compose: Compose) -> None:
     assert "container_name" not in webshop, "a fixed name prevents scaling"
     assert set(webshop["networks"]) == {"envnet"}
     assert not _published(webshop) and not webshop.get("expose")
-    assert webshop["environment"]["WEBSHOP_STATE_SECRET"] == compose.secret
+    assert webshop["environment"]["AGENTRL_STATE_SECRET"] == compose.secret
     assert webshop["environment"]["WEBSHOP_CATALOG"] == "/data/catalog"
-    assert "WEBSHOP_PORT" not in webshop["environment"], "the host port must not leak into the replica"
+    assert "AGENTRL_PORT" not in webshop["environment"], "the host port must not leak into the replica"
     data = next(v for v in webshop["volumes"] if v["target"] == "/data")
     assert data["read_only"] is True
     assert webshop["restart"] == "unless-stopped"
@@ -107,13 +111,13 @@ def test_balancer(rendered: dict) -> None:
     assert set(balancer["networks"]) == {"envnet", "default"}
     assert balancer["depends_on"]["webshop"]["condition"] == "service_healthy"
     (port,) = _published(balancer)
-    listen = balancer["environment"]["WEBSHOP_LISTEN_PORT"]
+    listen = balancer["environment"]["AGENTRL_LISTEN_PORT"]
     assert (port["target"], port["published"], port["host_ip"]) == (int(listen), "36003", "127.0.0.1")
-    assert balancer["environment"]["WEBSHOP_BACKEND"] == "webshop:8000"
-    assert balancer["environment"]["WEBSHOP_RESOLVER"] == "127.0.0.11"
+    assert balancer["environment"]["AGENTRL_BACKEND"] == "webshop:8000"
+    assert balancer["environment"]["AGENTRL_RESOLVER"] == "127.0.0.11"
     assert any(f"127.0.0.1:{listen}/nginx-health" in part for part in balancer["healthcheck"]["test"])
     for name in ("trainer", "eval"):
-        assert services[name]["environment"]["WEBSHOP_URL"] == f"http://balancer:{listen}"
+        assert services[name]["environment"]["AGENTRL_URL"] == f"http://balancer:{listen}"
         assert services[name]["depends_on"]["balancer"]["condition"] == "service_healthy"
 
 
@@ -127,24 +131,24 @@ def test_sciworld_replicas(rendered: dict, compose: Compose) -> None:
     assert sciworld["command"] == ["serve", "--workers", "1", "--envs", "sciworld"]
     assert sciworld["deploy"]["replicas"] == 2 and set(sciworld["networks"]) == {"envnet"}
     assert not _published(sciworld) and sciworld["read_only"] is True
-    assert sciworld["environment"]["WEBSHOP_STATE_SECRET"] == compose.secret
-    assert sciworld["environment"]["WEBSHOP_REDIS_URL"] == "redis://sessions:6379/0"
+    assert sciworld["environment"]["AGENTRL_STATE_SECRET"] == compose.secret
+    assert sciworld["environment"]["AGENTRL_REDIS_URL"] == "redis://sessions:6379/0"
     assert sciworld["environment"]["JAVA_TOOL_OPTIONS"] == "-Xmx384m"
     balancer = services["balancer"]
-    assert balancer["environment"]["WEBSHOP_SCIWORLD_BACKEND"] == "sciworld:8000"
+    assert balancer["environment"]["AGENTRL_SCIWORLD_BACKEND"] == "sciworld:8000"
     assert balancer["depends_on"]["sciworld"]["condition"] == "service_healthy"
     assert balancer["depends_on"]["sciworld"]["required"] is False, "only with the profile sciworld"
 
 
 def test_webshop_replicas_leave_sciworld_to_its_own(rendered: dict) -> None:
-    """The `webshop` replicas serve the environments of WEBSHOP_ENVS that any replica serves (their registrations'
+    """The `webshop` replicas serve the environments of AGENTRL_ENVS that any replica serves (their registrations'
     placement, through `serve --placement any`): SciWorld (sticky) is dropped, the rest kept in order, WebShop alone
     when nothing else is left. The filter is the one `serve` applies (`agent-envs envs --placement`)."""
     from agent_envs.cli.envs import placed
 
     webshop = rendered["services"]["webshop"]
     assert webshop["command"] == ["serve", "--placement", "any"] and webshop.get("entrypoint") is None
-    assert webshop["environment"]["WEBSHOP_WORKERS"] == "4"  # serve's --workers default
+    assert webshop["environment"]["AGENTRL_WORKERS"] == "4"  # serve's --workers default
     for envs, want in (
         ("webshop,textcraft,babyai,sciworld", "webshop,textcraft,babyai"),
         ("sciworld, textcraft", "textcraft"),
@@ -219,13 +223,13 @@ def test_gpu_jobs(rendered: dict) -> None:
 def test_settings_from_the_environment_are_applied(compose: Compose) -> None:
     rendered = compose.config(
         *compose.all_profiles,
-        env={"WEBSHOP_REPLICAS": "3", "GPU_IDS": "0,1", "WEBSHOP_PORT": "40000", "WEBSHOP_BIND": "0.0.0.0",
-             "DATA_DIR": "/srv/webshop-data", "WEBSHOP_WORKERS": "8", "RUN_UID": "1234", "RUN_GID": "999"},
+        env={"AGENTRL_REPLICAS": "3", "GPU_IDS": "0,1", "AGENTRL_PORT": "40000", "AGENTRL_BIND": "0.0.0.0",
+             "DATA_DIR": "/srv/webshop-data", "AGENTRL_WORKERS": "8", "RUN_UID": "1234", "RUN_GID": "999"},
     )  # fmt: skip
     services = rendered["services"]
     assert services["webshop"]["deploy"]["replicas"] == 3
-    assert services["webshop"]["environment"]["WEBSHOP_WORKERS"] == "8"
-    assert services["webshop"]["command"] == ["serve", "--placement", "any"]  # --workers: $WEBSHOP_WORKERS
+    assert services["webshop"]["environment"]["AGENTRL_WORKERS"] == "8"
+    assert services["webshop"]["command"] == ["serve", "--placement", "any"]  # --workers: $AGENTRL_WORKERS
     assert services["trainer"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0,1"]
     (port,) = services["balancer"]["ports"]
     assert (port["published"], port["host_ip"]) == ("40000", "0.0.0.0")
@@ -258,6 +262,8 @@ def test_every_variable_is_documented_in_env_example() -> None:
     used = set(re.findall(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
     used |= set(re.findall(r"(?<!\$)\$([A-Za-z_][A-Za-z0-9_]*)", text))
     documented = set(re.findall(r"^#?\s*([A-Z_][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(), re.MULTILINE))
+    # an old name that a new one falls back to (${AGENTRL_X:-${WEBSHOP_X:-...}}: test_old_setting_names)
+    used -= {f"WEBSHOP_{name[len('AGENTRL_') :]}" for name in documented if name.startswith("AGENTRL_")}
     assert used, "no variables found: the pattern is broken"
     assert not used - documented, (
         f"used by compose.yaml but missing from .env.example: {sorted(used - documented)}"
@@ -269,4 +275,4 @@ def test_every_variable_is_documented_in_env_example() -> None:
 
 def test_env_example_has_no_secret_value() -> None:
     """A real value would be copied into every deployment: the secret must be made per deployment."""
-    assert re.search(r"^WEBSHOP_STATE_SECRET=$", ENV_EXAMPLE.read_text(), re.MULTILINE)
+    assert re.search(r"^AGENTRL_STATE_SECRET=$", ENV_EXAMPLE.read_text(), re.MULTILINE)

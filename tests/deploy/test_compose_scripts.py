@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 STUB = """#!/bin/sh
 { echo "--- $(basename "$0")"; for arg in "$@"; do printf '%s\\n' "$arg"; done
-  env | grep -E '^(WEBSHOP_|HF_TOKEN|WANDB_)' | sort | sed 's/^/@env /'; } >> "$STUB_LOG"
+  env | grep -E '^(AGENTRL_|HF_TOKEN|WANDB_)' | sort | sed 's/^/@env /'; } >> "$STUB_LOG"
 """
 NVIDIA_SMI_STUB = """#!/bin/sh
 echo "GPU 0: NVIDIA H100 (UUID: GPU-0)"
@@ -50,7 +50,7 @@ def _run(
 
 
 def _calls(log: Path) -> list[tuple[str, list[str], dict[str, str]]]:
-    """(program, arguments, WEBSHOP_*/HF_TOKEN/WANDB_* environment) of each stub call."""
+    """(program, arguments, AGENTRL_*/HF_TOKEN/WANDB_* environment) of each stub call."""
     calls: list[tuple[str, list[str], dict[str, str]]] = []
     for line in log.read_text().splitlines():
         if line.startswith("--- "):
@@ -146,14 +146,14 @@ def _train(rendered: dict, stubs: dict[str, Any], **settings: str) -> subprocess
     script = script.replace("configs=/opt/webshop/configs", f"configs={REPO / 'configs'}")  # the image's copy
     env = _environment(
         rendered, "trainer", HOME=str(stubs["root"] / "home"), STUB_LOG=str(stubs["log"]),
-        WEBSHOP_CONFIG_DIR="/opt/webshop/configs", **settings,
+        AGENTRL_CONFIG_DIR="/opt/webshop/configs", **settings,
     )  # fmt: skip
     return _run(entrypoint, script, env, stubs["path"])
 
 
 def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: dict[str, Any]) -> None:
     result = _train(
-        rendered, stubs, WEBSHOP_MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct", WEBSHOP_TRAIN_BATCH_SIZE="16",
+        rendered, stubs, AGENTRL_MODEL_PATH="Qwen/Qwen2.5-0.5B-Instruct", AGENTRL_TRAIN_BATCH_SIZE="16",
         TRAIN_EXTRA_ARGS="trainer.save_freq=5  trainer.test_freq=2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -198,14 +198,14 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
         "trainer.test_freq=2",
     ]  # fmt: skip
     for env in (preflight_env, train_env):
-        assert env["WEBSHOP_MODEL_PATH"] == "Qwen/Qwen2.5-0.5B-Instruct"
-        assert env["WEBSHOP_TRAIN_BATCH_SIZE"] == "16"
-        assert env["WEBSHOP_N_GPUS"] == "2", "counted with nvidia-smi -L when not set"
-        assert env["WEBSHOP_URL"] == "http://balancer:8080"
+        assert env["AGENTRL_MODEL_PATH"] == "Qwen/Qwen2.5-0.5B-Instruct"
+        assert env["AGENTRL_TRAIN_BATCH_SIZE"] == "16"
+        assert env["AGENTRL_N_GPUS"] == "2", "counted with nvidia-smi -L when not set"
+        assert env["AGENTRL_URL"] == "http://balancer:8080"
         # empty settings are unset, so that the configs' ${oc.env:NAME,default} defaults apply
-        assert "WEBSHOP_ROLLOUT_N" not in env and "WEBSHOP_EXPERIMENT" not in env and "HF_TOKEN" not in env
-    assert train_env["WEBSHOP_TRAIN_FILE"] == f"{run}/data/train.parquet"
-    assert train_env["WEBSHOP_VAL_FILE"] == f"{run}/data/eval.parquet"
+        assert "AGENTRL_ROLLOUT_N" not in env and "AGENTRL_EXPERIMENT" not in env and "HF_TOKEN" not in env
+    assert train_env["AGENTRL_TRAIN_FILE"] == f"{run}/data/train.parquet"
+    assert train_env["AGENTRL_VAL_FILE"] == f"{run}/data/eval.parquet"
     assert ckpt.is_dir() and (run / "data").is_dir()
 
 
@@ -226,31 +226,31 @@ def test_trainer_verl09_builds_agent_loop_rows_with_the_same_job(
 
 
 def test_the_configs_knobs_reach_the_trainer(rendered: dict, stubs: dict[str, Any]) -> None:
-    """Every WEBSHOP_* knob the configs read with oc.env is passed by compose (empty: unset, config default)."""
+    """Every AGENTRL_* knob the configs read with oc.env is passed by compose (empty: unset, config default)."""
     import re
 
     configs = Path(__file__).resolve().parents[2] / "configs"
     knobs = set()
     for config in configs.glob("*_grpo_*.yaml"):  # as composed: each environment's file and its base
         composed = load_training_config(config.stem, directory=configs, with_verl=False)
-        knobs |= set(re.findall(r"oc\.env:(WEBSHOP_\w+)", OmegaConf.to_yaml(composed)))
+        knobs |= set(re.findall(r"oc\.env:(AGENTRL_\w+)", OmegaConf.to_yaml(composed)))
     # set by the job script itself (data files), by `agent-train train` (output dir, interaction config)
     knobs -= {
-        "WEBSHOP_TRAIN_FILE",
-        "WEBSHOP_VAL_FILE",
-        "WEBSHOP_OUTPUT_DIR",
-        "WEBSHOP_INTERACTION_CONFIG",
-        "WEBSHOP_AGENT_LOOP_CONFIG",
+        "AGENTRL_TRAIN_FILE",
+        "AGENTRL_VAL_FILE",
+        "AGENTRL_OUTPUT_DIR",
+        "AGENTRL_INTERACTION_CONFIG",
+        "AGENTRL_AGENT_LOOP_CONFIG",
     }
     assert {
-        "WEBSHOP_SAVE_FREQ",
-        "WEBSHOP_TEST_FREQ",
-        "WEBSHOP_VAL_MAX_SAMPLES",
-        "WEBSHOP_ROLLOUT_ENGINE",
+        "AGENTRL_SAVE_FREQ",
+        "AGENTRL_TEST_FREQ",
+        "AGENTRL_VAL_MAX_SAMPLES",
+        "AGENTRL_ROLLOUT_ENGINE",
     } <= knobs
     assert knobs <= set(rendered["services"]["trainer"]["environment"])
-    settings = {"WEBSHOP_SAVE_FREQ": "3", "WEBSHOP_TEST_FREQ": "2", "WEBSHOP_VAL_MAX_SAMPLES": "8",
-                "WEBSHOP_ROLLOUT_ENGINE": "vllm"}  # fmt: skip
+    settings = {"AGENTRL_SAVE_FREQ": "3", "AGENTRL_TEST_FREQ": "2", "AGENTRL_VAL_MAX_SAMPLES": "8",
+                "AGENTRL_ROLLOUT_ENGINE": "vllm"}  # fmt: skip
     result = _train(rendered, stubs, **settings)
     assert result.returncode == 0, result.stderr
     _, _, env = _calls(stubs["log"])[-1]
@@ -271,13 +271,13 @@ def test_tensorboard_does_not_need_the_trainer_image(rendered: dict) -> None:
 
 
 def test_trainer_full_config_and_explicit_settings(rendered: dict, stubs: dict[str, Any]) -> None:
-    result = _train(rendered, stubs, TRAIN_CONFIG="full", WEBSHOP_N_GPUS="4", WEBSHOP_EXPERIMENT="run7",
-                    WEBSHOP_ROLLOUT_N="8")  # fmt: skip
+    result = _train(rendered, stubs, TRAIN_CONFIG="full", AGENTRL_N_GPUS="4", AGENTRL_EXPERIMENT="run7",
+                    AGENTRL_ROLLOUT_N="8")  # fmt: skip
     assert result.returncode == 0, result.stderr
     _, train, env = _calls(stubs["log"])[-1]
     assert train[:5] == ["train", "--config", "full", "--experiment", "run7"]
     assert train[-1].endswith("/outputs/checkpoints/run7")
-    assert (env["WEBSHOP_N_GPUS"], env["WEBSHOP_EXPERIMENT"], env["WEBSHOP_ROLLOUT_N"]) == ("4", "run7", "8")
+    assert (env["AGENTRL_N_GPUS"], env["AGENTRL_EXPERIMENT"], env["AGENTRL_ROLLOUT_N"]) == ("4", "run7", "8")
 
 
 @pytest.mark.parametrize(("line", "config", "envs"), [("0.7", "textcraft_grpo_test", "textcraft"),
@@ -300,12 +300,12 @@ def test_trainer_builds_the_data_of_another_environment_or_a_mix(
     assert data == ["data", "--env", envs, "--catalog", "/data/catalog", "--out-dir", f"{run}/data", *limits]
     _, train, env = calls[-1]
     assert train[:5] == ["train", "--config", config, "--experiment", config]
-    assert (env["WEBSHOP_TRAIN_FILE"], env["WEBSHOP_VAL_FILE"]) == (f"{run}/data/train.parquet",
+    assert (env["AGENTRL_TRAIN_FILE"], env["AGENTRL_VAL_FILE"]) == (f"{run}/data/train.parquet",
                                                                     f"{run}/data/val.parquet")  # fmt: skip
 
 
-@pytest.mark.parametrize(("settings", "limits"), [({"WEBSHOP_TRAIN_MAX_SAMPLES": "8"}, ["--train-rows", "8", "--val-rows", "16", "--test-rows", "16"]),
-                                                  ({"WEBSHOP_TRAIN_MAX_SAMPLES": "-1"}, [])])  # fmt: skip
+@pytest.mark.parametrize(("settings", "limits"), [({"AGENTRL_TRAIN_MAX_SAMPLES": "8"}, ["--train-rows", "8", "--val-rows", "16", "--test-rows", "16"]),
+                                                  ({"AGENTRL_TRAIN_MAX_SAMPLES": "-1"}, [])])  # fmt: skip
 def test_a_test_configs_rows_follow_its_sample_limits(
     rendered: dict, stubs: dict[str, Any], settings: dict[str, str], limits: list[str]
 ) -> None:

@@ -135,7 +135,7 @@ def test_env_image_contract() -> None:
     assert final["ENTRYPOINT"] == '["agent-envs"]'
     assert re.fullmatch(r'\["serve", "--workers", "\d+"\]', final["CMD"])
     assert "/healthz" in final["HEALTHCHECK"] and "python" in final["HEALTHCHECK"]
-    assert "WEBSHOP_CATALOG=/data/catalog" in final["ENV"] and "WEBSHOP_PORT=8000" in final["ENV"]
+    assert "WEBSHOP_CATALOG=/data/catalog" in final["ENV"] and "AGENTRL_PORT=8000" in final["ENV"]
     text = path.read_text()
     assert "--constraint constraints.txt" in text
     assert "en_core_web_sm" in text and "#sha256=" in text, "the spaCy model is pinned by hash"

@@ -23,7 +23,7 @@ def test_gpu_ids_become_a_device_list(compose_cmd: list[str], tmp_path: Path) ->
         [*compose_cmd, "--file", str(REPO / "compose.yaml"), "--file", str(override), "--project-directory",
          str(REPO), "--env-file", str(ENV_EXAMPLE), "--profile", "train", "--profile", "eval", "config",
          "--format", "json"],
-        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WEBSHOP_STATE_SECRET": "gpu-test-secret-0123456789"}, cwd=REPO,
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AGENTRL_STATE_SECRET": "gpu-test-secret-0123456789"}, cwd=REPO,
     )  # fmt: skip
     assert rendered.returncode == 0, rendered.stderr
     services = json.loads(rendered.stdout)["services"]
@@ -68,7 +68,7 @@ def test_device_cpu_gives_every_gpu_service_its_cpu_build_and_no_gpu(
             [*compose_cmd, *(a for f in files for a in ("--file", str(f))), "--project-directory", str(REPO),
              "--env-file", str(ENV_EXAMPLE), "--profile", "train", "--profile", "eval", "config", "--format", "json"],
             capture_output=True, text=True, cwd=REPO,
-            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WEBSHOP_STATE_SECRET": "gpu-test-secret-0123456789"},
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AGENTRL_STATE_SECRET": "gpu-test-secret-0123456789"},
         )  # fmt: skip
         assert rendered.returncode == 0, rendered.stderr
         return json.loads(rendered.stdout)["services"]

@@ -47,7 +47,7 @@ def test_every_config_knob_is_in_the_mapping() -> None:
         "webshop_grpo_train",
     ):  # as composed: the environment's file and its base
         composed = load_training_config(name, directory=REPO / "configs", with_verl=False)
-        knobs |= set(re.findall(r"oc\.env:WEBSHOP_(\w+)", OmegaConf.to_yaml(composed)))
+        knobs |= set(re.findall(r"oc\.env:AGENTRL_(\w+)", OmegaConf.to_yaml(composed)))
     knobs -= {
         "TRAIN_FILE",
         "VAL_FILE",
@@ -57,5 +57,5 @@ def test_every_config_knob_is_in_the_mapping() -> None:
         "EXPERIMENT",
         "TRAIN_MAX_SAMPLES",
     }
-    missing = sorted(k for k in knobs if f"W_{k}" not in text and f"WEBSHOP_{k}" not in text)
+    missing = sorted(k for k in knobs if f"W_{k}" not in text and f"AGENTRL_{k}" not in text)
     assert not missing, missing

@@ -33,12 +33,27 @@ hc = load()
 
 
 def example_settings() -> dict[str, str]:
-    return hc.read_env_file(REPO / ".env.example")
+    """.env.example with the state secret `make up` writes into the .env it makes from it."""
+    return {**hc.read_env_file(REPO / ".env.example"), "AGENTRL_STATE_SECRET": "k3N9-pQ2_vX7zL4mR8tB-wYc5"}
+
+
+def test_an_empty_state_secret_is_named_and_an_old_env_files_counts(tmp_path: Path) -> None:
+    facts = hc.UpFacts(settings={**example_settings(), "AGENTRL_STATE_SECRET": ""}, engine=True,
+                       nofile_hard=1048576)  # fmt: skip
+    assert any(p.startswith("AGENTRL_STATE_SECRET is empty") for p in hc.up_problems(facts))
+    old = tmp_path / "old.env"
+    old.write_text("WEBSHOP_STATE_SECRET=k3N9-pQ2_vX7zL4mR8tB-wYc5\nWEBSHOP_NOFILE=2048\n")
+    settings = hc.settings_from(old, {})
+    assert (
+        settings["AGENTRL_STATE_SECRET"] == "k3N9-pQ2_vX7zL4mR8tB-wYc5"
+        and settings["AGENTRL_NOFILE"] == "2048"
+    )
+    assert hc.settings_from(old, {"AGENTRL_NOFILE": "4096"})["AGENTRL_NOFILE"] == "4096"  # the new name wins
 
 
 def test_env_file_is_read_as_compose_reads_it(tmp_path: Path) -> None:
     settings = example_settings()
-    assert settings["WEBSHOP_NOFILE"] == "65535" and settings["BUILD_CA_BUNDLE"] == ""
+    assert settings["AGENTRL_NOFILE"] == "65535" and settings["BUILD_CA_BUNDLE"] == ""
     assert "SPACY_MODEL" not in settings  # commented out: the Dockerfile's default
     env = tmp_path / ".env"
     env.write_text("# c\nA='quoted value'\nB=\"x\"\n\nC=plain=with=equals\n")
@@ -124,7 +139,7 @@ def test_every_problem_of_a_machine_like_this_one_in_one_message() -> None:
     problems = hc.up_problems(facts)
     assert len(problems) == 4
     nofile, images, tls, spacy = problems
-    assert "set WEBSHOP_NOFILE=20000" in nofile and "rlimit type 7" in nofile
+    assert "set AGENTRL_NOFILE=20000" in nofile and "rlimit type 7" in nofile
     assert "python:3.11.13-slim-bookworm, nginx:1.28.0-alpine" in images and "make docker-standins" in images
     assert "redis" not in images
     assert "set BUILD_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt" in tls
@@ -136,7 +151,7 @@ def test_settings_that_fix_them_silence_them(tmp_path: Path) -> None:
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
     settings = {
         **example_settings(),
-        "WEBSHOP_NOFILE": "20000",
+        "AGENTRL_NOFILE": "20000",
         "BUILD_CA_BUNDLE": str(bundle),
         "SPACY_MODEL": "none",
     }
@@ -146,10 +161,10 @@ def test_settings_that_fix_them_silence_them(tmp_path: Path) -> None:
 
 
 def test_bad_settings_are_named() -> None:
-    settings = {**example_settings(), "WEBSHOP_NOFILE": "lots", "BUILD_CA_BUNDLE": "/nonexistent/ca.pem",
+    settings = {**example_settings(), "AGENTRL_NOFILE": "lots", "BUILD_CA_BUNDLE": "/nonexistent/ca.pem",
                 "SPACY_MODEL": "wheel"}  # fmt: skip
     problems = hc.up_problems(good_facts(settings=settings, spacy_wheels=[]))
-    assert any("WEBSHOP_NOFILE=lots is not a number" in p for p in problems)
+    assert any("AGENTRL_NOFILE=lots is not a number" in p for p in problems)
     assert any("BUILD_CA_BUNDLE=/nonexistent/ca.pem is not a file" in p for p in problems)
     assert any("exactly one en_core_web_sm-*.whl" in p for p in problems)
     typo = hc.up_problems(good_facts(settings={**example_settings(), "SPACY_MODEL": "URL"}))

@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config", "train-test", "train-full", "eval",
                  "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker", "host-checks"]  # fmt: skip
-FILES = ["Makefile", "mk/stack.mk", "mk/gpu.mk", ".env.example", "compose.yaml", "services/trainer/src/agent_trainer/gpu_plan.py",
+FILES = ["Makefile", "mk/stack.mk", "mk/old-names.mk", "mk/gpu.mk", ".env.example", "compose.yaml", "services/trainer/src/agent_trainer/gpu_plan.py",
          "scripts/host_checks.py", "configs/nginx/environments/placements.txt",
          "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml", "configs/base/grpo_test.yaml",
          "configs/base/grpo_train.yaml"]  # fmt: skip
@@ -137,11 +137,11 @@ def test_up_checks_the_host_before_anything_is_built(stack_copy: Path, tmp_path:
 
 
 def test_new_env_gets_the_engines_open_files_limit(stack_copy: Path) -> None:
-    """WEBSHOP_NOFILE in a new .env is what the engine allows (scripts/host_checks.py nofile: 65535 or lower)."""
+    """AGENTRL_NOFILE in a new .env is what the engine allows (scripts/host_checks.py nofile: 65535 or lower)."""
     expected = subprocess.run(["python3", "scripts/host_checks.py", "nofile"], cwd=stack_copy, capture_output=True,
                               text=True, check=True).stdout.strip()  # fmt: skip
     assert _make(".env", cwd=stack_copy).returncode == 0
-    assert f"\nWEBSHOP_NOFILE={expected}\n" in (stack_copy / ".env").read_text()
+    assert f"\nAGENTRL_NOFILE={expected}\n" in (stack_copy / ".env").read_text()
 
 
 @pytest.mark.parametrize("target", ["docker-standins", "test-docker"])
@@ -175,7 +175,7 @@ def test_env_file_gets_a_fresh_secret_and_is_private(stack_copy: Path) -> None:
     env_file = stack_copy / ".env"
     assert env_file.stat().st_mode & 0o077 == 0, ".env holds the secret: mode 600"
     secret = next(
-        line for line in env_file.read_text().splitlines() if line.startswith("WEBSHOP_STATE_SECRET=")
+        line for line in env_file.read_text().splitlines() if line.startswith("AGENTRL_STATE_SECRET=")
     )
     assert len(secret.partition("=")[2]) >= 32
     env_file.write_text(env_file.read_text() + "# edited\n")
@@ -207,7 +207,7 @@ def test_training_order_plan_then_gpu_then_stack_then_container_preflight() -> N
         < first("run --rm")
     )
     run = lines[first("run --rm")]
-    assert "-f outputs/compose/gpus.yaml" in run and "--compose-override" in run and "WEBSHOP_N_GPUS=" in run
+    assert "-f outputs/compose/gpus.yaml" in run and "--compose-override" in run and "AGENTRL_N_GPUS=" in run
     host_preflight = ("agent-train preflight --catalog", "--no-print-directory preflight")
     assert not any(text in line for line in lines for text in host_preflight), "optional: HOST_PREFLIGHT=1"
     with_host = _make("-n", "train-test", "HOST_PREFLIGHT=1").stdout
@@ -279,8 +279,8 @@ def test_env_picks_the_environments_config_data_and_served_environments(
         assert f"-e TRAIN_CONFIG={config} " in run and f"-e TRAIN_ENVS={data_envs} " in run
         assert run.rstrip().endswith(f" {service}"), run
         # the job's compose run sees the list `make up` served: compose then leaves the replicas and the balancer
-        # running as they are (another WEBSHOP_ENVS, e.g. make's exported ENVS, would recreate them without it)
-        assert run.lstrip().startswith(f'WEBSHOP_ENVS="{served}" '), run
+        # running as they are (another AGENTRL_ENVS, e.g. make's exported ENVS, would recreate them without it)
+        assert run.lstrip().startswith(f'AGENTRL_ENVS="{served}" '), run
     name = {"test": "webshop_grpo_test", "full": "webshop_grpo_train"}.get(config, config)
     assert (REPO / "configs" / f"{name}.yaml").is_file() and (
         REPO / "configs" / "verl09" / f"{name}.yaml"
@@ -330,7 +330,7 @@ def test_any_registered_environment_is_accepted_and_one_without_a_config_is_told
 
 
 def test_make_up_serves_the_environments_named(stack_copy: Path) -> None:
-    """`make up` hands compose the environments (ENVS=..., else .env's WEBSHOP_ENVS, else webshop) and turns the
+    """`make up` hands compose the environments (ENVS=..., else .env's AGENTRL_ENVS, else webshop) and turns the
     SciWorld replicas' profile on exactly when a sticky environment (placements.txt: SciWorld) is named;
     down/ps/logs always cover that profile."""
 
@@ -340,17 +340,17 @@ def test_make_up_serves_the_environments_named(stack_copy: Path) -> None:
         return next(line for line in result.stdout.splitlines() if " up --detach" in line)
 
     (stack_copy / ".env").write_text((REPO / ".env.example").read_text())
-    assert up_line().startswith('WEBSHOP_ENVS="webshop" compose  up ')
+    assert up_line().startswith('AGENTRL_ENVS="webshop" compose  up ')
     assert up_line("ENVS=webshop,textcraft,sciworld").startswith(
-        'WEBSHOP_ENVS="webshop,textcraft,sciworld" compose --profile sciworld up '
+        'AGENTRL_ENVS="webshop,textcraft,sciworld" compose --profile sciworld up '
     )
     (stack_copy / ".env").write_text(
         (REPO / ".env.example")
         .read_text()
-        .replace("\nWEBSHOP_ENVS=webshop\n", "\nWEBSHOP_ENVS=babyai,sciworld\n")
+        .replace("\nAGENTRL_ENVS=webshop\n", "\nAGENTRL_ENVS=babyai,sciworld\n")
     )
-    assert up_line().startswith('WEBSHOP_ENVS="babyai,sciworld" compose --profile sciworld up ')
-    assert up_line("ENVS=textcraft").startswith('WEBSHOP_ENVS="textcraft" compose  up ')
+    assert up_line().startswith('AGENTRL_ENVS="babyai,sciworld" compose --profile sciworld up ')
+    assert up_line("ENVS=textcraft").startswith('AGENTRL_ENVS="textcraft" compose  up ')
     down = _make("-n", "down", "COMPOSE=compose", cwd=stack_copy).stdout
     assert "--profile sciworld" in down
 
@@ -359,7 +359,7 @@ def test_eval_keeps_the_served_environments_running() -> None:
     """`make eval ENV=babyai`: its compose run sees the list `make up ENVS=...` served (WebShop's and BabyAI's)."""
     shown = _make("-n", "eval", "MODEL_PATH=x", "ENV=babyai", "ENVS=webshop").stdout.replace("\\\n", " ")
     run = next(row for row in shown.splitlines() if "run --rm" in row)
-    assert run.lstrip().startswith('WEBSHOP_ENVS="babyai,webshop" '), run
+    assert run.lstrip().startswith('AGENTRL_ENVS="babyai,webshop" '), run
     up = next(row for row in shown.splitlines() if "--no-print-directory -f mk/stack.mk up" in row)
     assert up.rstrip().endswith("up ENVS=babyai,webshop"), up
 

@@ -160,7 +160,7 @@ def test_the_conformance_command_offers_the_contract_environments() -> None:
 
 # ---- served but not routed: a loud stop -------------------------------------------------------------------------
 def test_the_balancer_refuses_an_environment_it_does_not_route(tmp_path: Path) -> None:
-    """compose's balancer, with WEBSHOP_ENVS naming an environment its generated routes do not have: exit 65 with
+    """compose's balancer, with AGENTRL_ENVS naming an environment its generated routes do not have: exit 65 with
     the reason, before nginx starts (else its requests would take the catch-all location)."""
     if shutil.which("envsubst") is None:
         pytest.skip("envsubst not found (Debian package gettext-base; the nginx image has it)")
@@ -170,18 +170,18 @@ def test_the_balancer_refuses_an_environment_it_does_not_route(tmp_path: Path) -
     placements.write_text(placements.read_text().replace("babyai any\n", ""))
     result = subprocess.run(
         ["sh", str(REPO / "docker" / "balancer" / "entrypoint.sh"), "check"], capture_output=True, text=True,
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "WEBSHOP_ENVS": "webshop,babyai", "NGINX_BIN": "/bin/false",
-             "WEBSHOP_NGINX_TEMPLATE": str(REPO / "configs" / "nginx" / "webshop.conf.template"),
-             "WEBSHOP_NGINX_ENVIRONMENTS": str(environments), "WEBSHOP_NGINX_RUNTIME_DIR": str(tmp_path / "run")},
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "AGENTRL_ENVS": "webshop,babyai", "NGINX_BIN": "/bin/false",
+             "AGENTRL_NGINX_TEMPLATE": str(REPO / "configs" / "nginx" / "webshop.conf.template"),
+             "AGENTRL_NGINX_ENVIRONMENTS": str(environments), "AGENTRL_NGINX_RUNTIME_DIR": str(tmp_path / "run")},
         timeout=60,
     )  # fmt: skip
     assert result.returncode == 65, result.stderr
-    assert "WEBSHOP_ENVS names babyai, which the balancer does not route" in result.stderr
+    assert "AGENTRL_ENVS names babyai, which the balancer does not route" in result.stderr
 
 
 def test_the_local_cluster_refuses_an_environment_it_cannot_route(tmp_path: Path) -> None:
     with pytest.raises(cluster.ClusterError, match="unknown environment 'nope'"):
-        cluster.up(replicas=1, base_port=0, port=0, run_dir=tmp_path, env={"WEBSHOP_ENVS": "textcraft,nope"},
+        cluster.up(replicas=1, base_port=0, port=0, run_dir=tmp_path, env={"AGENTRL_ENVS": "textcraft,nope"},
                    quiet=True)  # fmt: skip
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir()), "nothing was started"
 
@@ -241,10 +241,10 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = cluster.free_ports(1)[0]
     conf = run / "nginx.conf"
     conf.write_text(cluster.render_nginx_conf({
-        "WEBSHOP_UPSTREAMS": "        zone webshop_upstreams 256k;\n" + servers("any"),
-        "WEBSHOP_AFFINITY_UPSTREAMS": "        zone affinity_upstreams 256k;\n" + servers("sticky"),
-        "WEBSHOP_LISTEN_PORT": f"127.0.0.1:{port}", "WEBSHOP_NGINX_RUNTIME_DIR": str(run),
-        "WEBSHOP_NGINX_ACCESS_LOG": str(run / "access.log"), "WEBSHOP_NGINX_ERROR_LOG": str(run / "error.log"),
+        "AGENTRL_UPSTREAMS": "        zone webshop_upstreams 256k;\n" + servers("any"),
+        "AGENTRL_AFFINITY_UPSTREAMS": "        zone affinity_upstreams 256k;\n" + servers("sticky"),
+        "AGENTRL_LISTEN_PORT": f"127.0.0.1:{port}", "AGENTRL_NGINX_RUNTIME_DIR": str(run),
+        "AGENTRL_NGINX_ACCESS_LOG": str(run / "access.log"), "AGENTRL_NGINX_ERROR_LOG": str(run / "error.log"),
     }))  # fmt: skip
     process = subprocess.Popen([nginx, "-p", str(run), "-c", str(conf)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip

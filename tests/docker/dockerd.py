@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA_ROOT = Path(os.environ.get("WEBSHOP_DOCKERD_DATA_ROOT", "/var/lib/webshop-dockerd"))
-RUN_DIR = Path(os.environ.get("WEBSHOP_DOCKERD_RUN_DIR", "/run/webshop-dockerd"))
+DATA_ROOT = Path(os.environ.get("AGENTRL_DOCKERD_DATA_ROOT", "/var/lib/webshop-dockerd"))
+RUN_DIR = Path(os.environ.get("AGENTRL_DOCKERD_RUN_DIR", "/run/webshop-dockerd"))
 SOCKET = RUN_DIR / "docker.sock"
 PIDFILE = RUN_DIR / "dockerd.pid"
 LOGFILE = RUN_DIR / "dockerd.log"

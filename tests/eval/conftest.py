@@ -40,7 +40,7 @@ def eval_cluster(
         port=0,
         workers=1,
         run_dir=run_dir,
-        env={"WEBSHOP_STATE_SECRET": SECRET},
+        env={"AGENTRL_STATE_SECRET": SECRET},
         timeout=60,
         quiet=True,
     )

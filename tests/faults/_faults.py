@@ -37,7 +37,7 @@ def start(
     """The local cluster (replicas x workers, Redis, nginx) on free ports; ``cluster.down(run_dir)`` stops it."""
     return cluster.up(
         replicas=replicas, catalog=catalog, base_port=0, port=0, workers=workers, run_dir=run_dir,
-        env={"WEBSHOP_STATE_SECRET": SECRET, "WEBSHOP_WATCHDOG_INTERVAL_S": "0", **(env or {})},
+        env={"AGENTRL_STATE_SECRET": SECRET, "AGENTRL_WATCHDOG_INTERVAL_S": "0", **(env or {})},
         timeout=120, quiet=True,
     )  # fmt: skip
 

@@ -141,7 +141,7 @@ def run_clients(
 def kill_cluster(conformance_catalog_dir, tmp_path_factory):
     record = start(
         conformance_catalog_dir, tmp_path_factory.mktemp("exactly-once"), workers=1,
-        env={"WEBSHOP_ENVS": "webshop,textcraft,babyai"},
+        env={"AGENTRL_ENVS": "webshop,textcraft,babyai"},
     )  # fmt: skip
     try:
         yield record
@@ -206,7 +206,7 @@ def test_without_a_balancer_the_request_in_flight_fails_and_the_session_lives_on
     episode loop ends there). The session is in Redis, so a replica started again on the same port serves it on,
     from the state of the last answered step."""
     record = start(conformance_catalog_dir, tmp_path / "run", replicas=1, workers=1,
-                   env={"WEBSHOP_ENVS": "textcraft"})  # fmt: skip
+                   env={"AGENTRL_ENVS": "textcraft"})  # fmt: skip
     replica = record["replicas"][0]
     try:
         client = CLIENTS["textcraft"](f"{replica['url']}/textcraft", timeout=30)
@@ -246,8 +246,8 @@ def test_without_a_balancer_the_request_in_flight_fails_and_the_session_lives_on
 
 def _serve_again(replica: dict[str, Any], redis_url: str, log: Path) -> subprocess.Popen:
     """``agent-envs serve`` on the dead replica's port, with the cluster's session store."""
-    env = {**os.environ, "WEBSHOP_STATE_SECRET": SECRET, "WEBSHOP_REDIS_URL": redis_url,
-           "WEBSHOP_ENVS": "textcraft", "WEBSHOP_WATCHDOG_INTERVAL_S": "0"}  # fmt: skip
+    env = {**os.environ, "AGENTRL_STATE_SECRET": SECRET, "AGENTRL_REDIS_URL": redis_url,
+           "AGENTRL_ENVS": "textcraft", "AGENTRL_WATCHDOG_INTERVAL_S": "0"}  # fmt: skip
     command = [sys.executable, "-m", "agent_envs.cli", "serve", "--host", "127.0.0.1", "--port",
                str(replica["port"]), "--workers", "1"]  # fmt: skip
     with open(log, "ab") as out:
@@ -269,7 +269,7 @@ def test_a_sciworld_replica_killed_mid_run_loses_no_agentgym_episode(
     SciWorld replicas: when the replica holding the most episodes between two steps has its process group (uvicorn and its
     JVMs) SIGKILLed, the other replays them on fresh JVMs and every answer is still the recording's."""
     record = start(conformance_catalog_dir, tmp_path / "run", workers=1,
-                   env={"WEBSHOP_ENVS": "sciworld", "SCIWORLD_SPARE_JVMS": "1"})  # fmt: skip
+                   env={"AGENTRL_ENVS": "sciworld", "SCIWORLD_SPARE_JVMS": "1"})  # fmt: skip
     try:
         episodes = recorded("sciworld", ("gold",), most_steps=15)[: 2 * clients]
         total = sum(len(e["steps"]) for e in episodes)

@@ -26,7 +26,7 @@ def shared_cluster(conformance_catalog_dir, tmp_path_factory):
     record = start(
         conformance_catalog_dir,
         tmp_path_factory.mktemp("agentgym"),
-        env={"WEBSHOP_COMPAT_CLIENT_MAX_SESSIONS": "40"},
+        env={"AGENTRL_COMPAT_CLIENT_MAX_SESSIONS": "40"},
     )
     try:
         yield record

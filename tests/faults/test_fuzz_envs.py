@@ -46,7 +46,7 @@ OPERATIONS = [
 @pytest.fixture(scope="module")
 def fuzz_target(conformance_catalog_dir, tmp_path_factory):
     record = start(conformance_catalog_dir, tmp_path_factory.mktemp("fuzz-envs"), replicas=1, workers=2,
-                   env={"WEBSHOP_ENVS": ENVS})  # fmt: skip
+                   env={"AGENTRL_ENVS": ENVS})  # fmt: skip
     try:
         yield record["replicas"][0]["url"]
     finally:

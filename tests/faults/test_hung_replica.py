@@ -152,7 +152,7 @@ def serve():
     connection.close()
     hung.append(time.monotonic())  # ...then the server hangs: connections queue, nothing answers
 threading.Thread(target=serve, daemon=True).start()
-os.environ["WEBSHOP_WATCHDOG_FAILURES"] = "2"
+os.environ["AGENTRL_WATCHDOG_FAILURES"] = "2"
 real_exit = os._exit
 def report_exit(code):
     print("hung for", round(time.monotonic() - hung[0], 2))

@@ -24,7 +24,7 @@ AGENTGYM_PATHS = ("/step", "/webshop/reset", "/textcraft/step", "/babyai/reset",
 def small_cluster(conformance_catalog_dir, tmp_path_factory):
     record = start(
         conformance_catalog_dir, tmp_path_factory.mktemp("limits"), replicas=1, workers=2,
-        env={"WEBSHOP_HEADER_TIMEOUT_S": "1", "WEBSHOP_ENVS": "webshop,textcraft,babyai"},
+        env={"AGENTRL_HEADER_TIMEOUT_S": "1", "AGENTRL_ENVS": "webshop,textcraft,babyai"},
     )  # fmt: skip
     try:
         yield record

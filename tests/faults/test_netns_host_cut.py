@@ -58,8 +58,8 @@ def two_hosts(conformance_catalog_dir: Path, tmp_path: Path):
             sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.231.{n}.2/24", "dev", ns_end)
             sh("ip", "netns", "exec", ns, "ip", "link", "set", ns_end, "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        env = {**os.environ, "WEBSHOP_STATE_SECRET": SECRET, "WEBSHOP_WATCHDOG_INTERVAL_S": "0"}
-        env.pop("WEBSHOP_REDIS_URL", None)
+        env = {**os.environ, "AGENTRL_STATE_SECRET": SECRET, "AGENTRL_WATCHDOG_INTERVAL_S": "0"}
+        env.pop("AGENTRL_REDIS_URL", None)
         for n, ns in enumerate(namespaces, start=1):
             log = open(tmp_path / f"replica-{n}.log", "wb")  # noqa: SIM115 (closed with the process)
             replicas.append(
@@ -100,11 +100,11 @@ def start_nginx(ips: list[str], run_dir: Path) -> tuple[subprocess.Popen, str]:
     conf.write_text(
         cluster.render_nginx_conf(
             {
-                "WEBSHOP_UPSTREAMS": upstreams,
-                "WEBSHOP_LISTEN_PORT": f"127.0.0.1:{port}",
-                "WEBSHOP_NGINX_RUNTIME_DIR": str(run_dir),
-                "WEBSHOP_NGINX_ACCESS_LOG": str(run_dir / "access.log"),
-                "WEBSHOP_NGINX_ERROR_LOG": str(run_dir / "error.log"),
+                "AGENTRL_UPSTREAMS": upstreams,
+                "AGENTRL_LISTEN_PORT": f"127.0.0.1:{port}",
+                "AGENTRL_NGINX_RUNTIME_DIR": str(run_dir),
+                "AGENTRL_NGINX_ACCESS_LOG": str(run_dir / "access.log"),
+                "AGENTRL_NGINX_ERROR_LOG": str(run_dir / "error.log"),
             }
         )
     )

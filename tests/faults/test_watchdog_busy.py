@@ -27,7 +27,7 @@ def serve():
         connection.close()
         answered.append(status)
 threading.Thread(target=serve, daemon=True).start()
-os.environ["WEBSHOP_WATCHDOG_FAILURES"] = "2"
+os.environ["AGENTRL_WATCHDOG_FAILURES"] = "2"
 start_watchdog("127.0.0.1", port, 0.2)
 deadline = time.monotonic() + 30
 while sum(1 for status in answered if status.startswith(b"503")) < 8 and time.monotonic() < deadline:

@@ -34,7 +34,7 @@ class Replica:
         self.port = lc.free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        base = dict(base_env) if base_env is not None else {**os.environ, "WEBSHOP_STATE_SECRET": SECRET}
+        base = dict(base_env) if base_env is not None else {**os.environ, "AGENTRL_STATE_SECRET": SECRET}
         child_env = {**base, **(env or {})}
         child_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         command = [
@@ -69,7 +69,7 @@ class Replica:
 def start_cluster(lc: ModuleType, catalog: Path, run_dir: Path, env: Mapping[str, str] | None = None) -> dict:
     return lc.up(
         replicas=2, catalog=catalog, base_port=0, port=0, workers=1, run_dir=run_dir,
-        env={"WEBSHOP_STATE_SECRET": SECRET, **(env or {})}, timeout=60, quiet=True,
+        env={"AGENTRL_STATE_SECRET": SECRET, **(env or {})}, timeout=60, quiet=True,
     )  # fmt: skip
 
 

@@ -43,7 +43,7 @@ def cluster(local_cluster: ModuleType, conformance_catalog_dir: Path, tmp_path_f
 def replica(conformance_catalog_dir: Path, tmp_path_factory) -> Iterator[Replica]:
     """A stand-alone replica, 1 worker, AgentGym session cap 50."""
     log = tmp_path_factory.mktemp("replica") / "replica.log"
-    server = Replica(conformance_catalog_dir, log, env={"WEBSHOP_COMPAT_MAX_SESSIONS": str(COMPAT_CAP)})
+    server = Replica(conformance_catalog_dir, log, env={"AGENTRL_COMPAT_MAX_SESSIONS": str(COMPAT_CAP)})
     try:
         yield server
     finally:

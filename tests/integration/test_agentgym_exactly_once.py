@@ -35,7 +35,7 @@ ENVS = "webshop,textcraft,babyai"
 @pytest.fixture(scope="module")
 def redis_cluster(local_cluster, conformance_catalog_dir: Path, tmp_path_factory) -> Any:
     run_dir = tmp_path_factory.mktemp("exactly-once")
-    record = start_cluster(local_cluster, conformance_catalog_dir, run_dir, env={"WEBSHOP_ENVS": ENVS})
+    record = start_cluster(local_cluster, conformance_catalog_dir, run_dir, env={"AGENTRL_ENVS": ENVS})
     try:
         yield [replica["url"] for replica in record["replicas"]]
     finally:
@@ -45,7 +45,7 @@ def redis_cluster(local_cluster, conformance_catalog_dir: Path, tmp_path_factory
 @pytest.fixture(scope="module")
 def memory_replica(conformance_catalog_dir: Path, tmp_path_factory) -> Any:
     log = tmp_path_factory.mktemp("exactly-once-memory") / "replica.log"
-    server = Replica(conformance_catalog_dir, log, env={"WEBSHOP_ENVS": ENVS, "WEBSHOP_REDIS_URL": ""})
+    server = Replica(conformance_catalog_dir, log, env={"AGENTRL_ENVS": ENVS, "AGENTRL_REDIS_URL": ""})
     try:
         yield [server.url, server.url]
     finally:

@@ -24,7 +24,7 @@ SESSIONS = 15  # odd, so a round robin would move each session; all on one repli
 def routed(local_cluster, conformance_catalog_dir: Path, tmp_path_factory) -> dict:
     run_dir = tmp_path_factory.mktemp("routing")
     record = start_cluster(local_cluster, conformance_catalog_dir, run_dir,
-                           env={"WEBSHOP_ENVS": "webshop,textcraft,babyai,sciworld", "SCIWORLD_SPARE_JVMS": "0"})  # fmt: skip
+                           env={"AGENTRL_ENVS": "webshop,textcraft,babyai,sciworld", "SCIWORLD_SPARE_JVMS": "0"})  # fmt: skip
     try:
         yield record
     finally:

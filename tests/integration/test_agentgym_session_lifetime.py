@@ -21,7 +21,7 @@ from _support import metric_value, start_cluster
 
 from agent_envs.api.compat_sessions import CompatSessions
 
-OLD_LIMIT_S = 900  # WEBSHOP_COMPAT_IDLE_TTL_S before this change: 15 minutes
+OLD_LIMIT_S = 900  # AGENTRL_COMPAT_IDLE_TTL_S before this change: 15 minutes
 CAP = 5
 
 
@@ -29,7 +29,7 @@ CAP = 5
 def capped(local_cluster, conformance_catalog_dir: Path, tmp_path_factory) -> Any:
     run_dir = tmp_path_factory.mktemp("session-lifetime")
     record = start_cluster(local_cluster, conformance_catalog_dir, run_dir,
-                           env={"WEBSHOP_ENVS": "textcraft", "WEBSHOP_COMPAT_MAX_SESSIONS": str(CAP)})  # fmt: skip
+                           env={"AGENTRL_ENVS": "textcraft", "AGENTRL_COMPAT_MAX_SESSIONS": str(CAP)})  # fmt: skip
     try:
         yield record
     finally:

@@ -173,7 +173,7 @@ def test_missing_catalog_fails_at_startup(tmp_path: Path) -> None:
 
 
 def test_secret_policy(conformance_catalog_dir: Path) -> None:
-    with pytest.raises(SettingsError, match="WEBSHOP_STATE_SECRET is not set"):
+    with pytest.raises(SettingsError, match="AGENTRL_STATE_SECRET is not set"):
         create_app(Settings(catalog=conformance_catalog_dir))
     with pytest.raises(SettingsError, match="too short"):
         create_app(Settings(catalog=conformance_catalog_dir, state_secret="short"))
@@ -218,7 +218,7 @@ def test_token_from_another_secret(api: TestClient, conformance_catalog) -> None
     body = assert_error(
         api.post("/v1/step", json={"state": token, "action": "search[a]"}), 400, "invalid_token"
     )
-    assert "WEBSHOP_STATE_SECRET" in body["detail"]
+    assert "AGENTRL_STATE_SECRET" in body["detail"]
 
 
 def test_token_from_another_catalog(api: TestClient) -> None:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def test_every_row_is_measured(local_cluster, conformance_catalog_dir: Path, tmp_path: Path) -> None:
     record = start_cluster(local_cluster, conformance_catalog_dir, tmp_path / "run",
-                           env={"WEBSHOP_ENVS": "textcraft,sciworld", "SCIWORLD_SPARE_JVMS": "1"})  # fmt: skip
+                           env={"AGENTRL_ENVS": "textcraft,sciworld", "SCIWORLD_SPARE_JVMS": "1"})  # fmt: skip
     try:
         rows = bench.run(["textcraft", "sciworld"], 2, 2, record["url"])
     finally:
@@ -42,7 +42,7 @@ def test_beside_agentgym_every_server_is_measured(
     local_cluster, conformance_catalog_dir: Path, tmp_path: Path
 ) -> None:
     record = start_cluster(local_cluster, conformance_catalog_dir, tmp_path / "run",
-                           env={"WEBSHOP_ENVS": "textcraft"})  # fmt: skip
+                           env={"AGENTRL_ENVS": "textcraft"})  # fmt: skip
     try:
         rows = bench_agentgym.compare(["textcraft"], {"textcraft": f"{record['url']}/textcraft"}, clients=(1, 2),
                                       rounds=2, episodes=1, url=record["url"])  # fmt: skip
@@ -59,7 +59,7 @@ def test_beside_agentgym_every_server_is_measured(
 
 
 def test_default_environments_follow_webshop_envs(monkeypatch) -> None:
-    monkeypatch.setenv("WEBSHOP_ENVS", "webshop,sciworld, babyai")
+    monkeypatch.setenv("AGENTRL_ENVS", "webshop,sciworld, babyai")
     assert bench.default_envs() == "sciworld,babyai"
-    monkeypatch.setenv("WEBSHOP_ENVS", "webshop")
+    monkeypatch.setenv("AGENTRL_ENVS", "webshop")
     assert bench.default_envs() == "textcraft,babyai"

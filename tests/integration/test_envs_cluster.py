@@ -34,7 +34,7 @@ NATIVE_ENVS = (*ENVS, "sokoban")  # Sokoban: the native protocol only (AgentGym 
 def envs_cluster(local_cluster, conformance_catalog_dir: Path, tmp_path_factory) -> dict:
     run_dir = tmp_path_factory.mktemp("envs-cluster")
     record = start_cluster(local_cluster, conformance_catalog_dir, run_dir,
-                           env={"WEBSHOP_ENVS": "webshop,textcraft,babyai,sokoban"})  # fmt: skip
+                           env={"AGENTRL_ENVS": "webshop,textcraft,babyai,sokoban"})  # fmt: skip
     try:
         yield record
     finally:
@@ -110,7 +110,7 @@ def test_replica_killed_mid_run_loses_no_native_episode(
     assert sum(done for _, done, _ in want.values()) >= 24, "the expert should solve most of these tasks"
 
     record = start_cluster(
-        local_cluster, conformance_catalog_dir, tmp_path / "run", env={"WEBSHOP_ENVS": env_id}
+        local_cluster, conformance_catalog_dir, tmp_path / "run", env={"AGENTRL_ENVS": env_id}
     )
     try:
         victim, total, steps, killed = (
@@ -227,7 +227,7 @@ def test_every_environment_served_by_one_cluster(
     run_dir = tmp_path / "run"
     record = local_cluster.up(
         replicas=2, catalog=conformance_catalog_dir, base_port=0, port=0, workers=2, run_dir=run_dir, timeout=120,
-        env={"WEBSHOP_STATE_SECRET": SECRET, "WEBSHOP_ENVS": ALL_ENVS, "SCIWORLD_SPARE_JVMS": "1"}, quiet=True,
+        env={"AGENTRL_STATE_SECRET": SECRET, "AGENTRL_ENVS": ALL_ENVS, "SCIWORLD_SPARE_JVMS": "1"}, quiet=True,
     )  # fmt: skip
     try:
         others = "webshop,textcraft,babyai"

@@ -46,7 +46,7 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def plugin_env(plugin_site: Path) -> dict[str, str]:
     """The environment of every command: the plugin's directory on PYTHONPATH, nothing else of it anywhere."""
     path = os.pathsep.join([str(plugin_site), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return {**os.environ, "PYTHONPATH": path, "WEBSHOP_STATE_SECRET": SECRET}
+    return {**os.environ, "PYTHONPATH": path, "AGENTRL_STATE_SECRET": SECRET}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def served(plugin_env: dict[str, str], conformance_catalog_dir: Path, tmp_path_f
         [sys.executable, "-m", "agent_envs.cluster", "up", "--replicas", "2", "--workers", "2", "--catalog",
          str(conformance_catalog_dir), "--base-port", "0", "--port", "0", "--run-dir", str(run_dir), "--json",
          "--timeout", "180"],
-        env={**plugin_env, "WEBSHOP_ENVS": "webshop,guess"}, capture_output=True, text=True, timeout=300,
+        env={**plugin_env, "AGENTRL_ENVS": "webshop,guess"}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert up.returncode == 0, up.stderr
     try:

@@ -4,7 +4,7 @@
 Two heads that are gone: a port where nothing listens any more (a killed head on a live machine), and a port
 that accepts TCP connections but never speaks Ray (a hung head, or a connection that goes nowhere). Both
 ``agent-envs serve-ray`` and ``agent-train env-check`` return non-zero with the message naming the head
-(``WEBSHOP_RAY_ATTACH_TIMEOUT_S`` = 10 s); the test's own bound is generous, and nothing is timed beyond "it
+(``AGENTRL_RAY_ATTACH_TIMEOUT_S`` = 10 s); the test's own bound is generous, and nothing is timed beyond "it
 returns". Without the attach timeout each command waits on ``ray.init`` past that bound.
 """
 
@@ -38,7 +38,7 @@ def dead_heads() -> Iterator[dict[str, str]]:
 
 
 def _run(command: list[str], address: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WEBSHOP_RAY_ATTACH_TIMEOUT_S": "10", "RAY_ADDRESS": address}
+    env = {**os.environ, "AGENTRL_RAY_ATTACH_TIMEOUT_S": "10", "RAY_ADDRESS": address}
     env.pop("RAY_AUTH_MODE", None)
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=BOUND_S)
 

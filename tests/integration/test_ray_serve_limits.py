@@ -1,7 +1,7 @@
 """Serve's HTTP proxy has the balancer's request limits (issue 29), seen with raw sockets on a real deployment.
 
 ``make up-ray``'s one-node Ray cluster with the env deployed by ``agent-envs serve-ray`` (short timeouts:
-``WEBSHOP_HEADER_TIMEOUT_S`` / ``WEBSHOP_BODY_TIMEOUT_S`` = 2 s). Before, Serve's proxy (plain uvicorn in a Ray
+``AGENTRL_HEADER_TIMEOUT_S`` / ``AGENTRL_BODY_TIMEOUT_S`` = 2 s). Before, Serve's proxy (plain uvicorn in a Ray
 actor) accepted a 1 MiB header, held half-sent request heads and bodies open forever, and answered non-HTTP
 bytes in plain text. Now, as through nginx: a request head over 32 KiB gets 431, a head or body that stalls
 gets 408, a body over 1 MiB gets 413, garbage gets 400, each the service's JSON ``{"error", "detail"}``, and
@@ -29,9 +29,9 @@ SILENT_CONNECTIONS = 100
 @pytest.fixture(scope="module")
 def serve_url(generated_catalog_dir: Path, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WEBSHOP_STATE_SECRET", SECRET)
-        patch.setenv("WEBSHOP_HEADER_TIMEOUT_S", "2")
-        patch.setenv("WEBSHOP_BODY_TIMEOUT_S", "2")
+        patch.setenv("AGENTRL_STATE_SECRET", SECRET)
+        patch.setenv("AGENTRL_HEADER_TIMEOUT_S", "2")
+        patch.setenv("AGENTRL_BODY_TIMEOUT_S", "2")
         run_dir = tmp_path_factory.mktemp("ray-limits") / "run"
         port = cluster.free_ports(1)[0]
         try:

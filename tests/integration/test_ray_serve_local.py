@@ -48,7 +48,7 @@ def redis_url(tmp_path: Path):
 
 @pytest.fixture
 def run_dir(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("WEBSHOP_STATE_SECRET", SECRET)
+    monkeypatch.setenv("AGENTRL_STATE_SECRET", SECRET)
     path = tmp_path / "run"
     yield path
     local.down(path)
@@ -92,7 +92,7 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
         _, step_reward, done = gym.step(action)
     assert done and step_reward == pytest.approx(reward)
 
-    # TextCraft through the same Serve app (WEBSHOP_ENVS): native under /textcraft/v1, AgentGym's under /textcraft
+    # TextCraft through the same Serve app (AGENTRL_ENVS): native under /textcraft/v1, AgentGym's under /textcraft
     async def textcraft() -> dict:
         async with EnvClient(url, "textcraft") as client:
             result = await client.reset(101)
@@ -106,15 +106,15 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
     )
     assert created.status_code == 200 and created.json()["observation"].startswith("Crafting commands:")
 
-    # The launcher's step before verl (WEBSHOP_ENV=ray): serve-ray against the cluster finds the app serving.
+    # The launcher's step before verl (AGENTRL_ENV=ray): serve-ray against the cluster finds the app serving.
     from agent_trainer.cli import deploy_env_on_cluster
 
     launcher_env = {**os.environ, "RAY_ADDRESS": record["address"], "WEBSHOP_CATALOG": str(generated_catalog_dir),
-                    "WEBSHOP_RAY_PORT": str(serve_port), "WEBSHOP_RAY_REPLICAS_PER_NODE": "2",
-                    "WEBSHOP_REDIS_URL": redis_url, "WEBSHOP_RAY_WAIT_S": "120"}  # fmt: skip
+                    "AGENTRL_RAY_PORT": str(serve_port), "AGENTRL_RAY_REPLICAS_PER_NODE": "2",
+                    "AGENTRL_REDIS_URL": redis_url, "AGENTRL_RAY_WAIT_S": "120"}  # fmt: skip
     assert deploy_env_on_cluster(launcher_env) == 0
     assert (
-        deploy_env_on_cluster({**launcher_env, "WEBSHOP_RAY_PORT": str(serve_port + 1)}) != 0
+        deploy_env_on_cluster({**launcher_env, "AGENTRL_RAY_PORT": str(serve_port + 1)}) != 0
     )  # says so, fails
 
     # A deployed app is never re-deployed by the launcher (--if-missing), whatever the launcher's own settings;
@@ -123,7 +123,7 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
         return subprocess.run(
             [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", record["address"], "--port",
              str(serve_port), "--wait", "120", *args],
-            capture_output=True, text=True, env={**os.environ, "WEBSHOP_STATE_SECRET": SECRET}, timeout=300,
+            capture_output=True, text=True, env={**os.environ, "AGENTRL_STATE_SECRET": SECRET}, timeout=300,
         )  # fmt: skip
 
     kept = serve_ray("--if-missing", "--catalog", str(tmp_path / "elsewhere"), "--replicas-per-node", "1")
@@ -137,7 +137,7 @@ def test_up_ray_serves_native_and_agentgym_episodes_then_down_stops_its_head(
 
     # The config file for `serve deploy`/`serve run`: no secret in it; Ray's own CLI deploys it.
     config = tmp_path / "webshop-serve.yaml"
-    env = {**os.environ, "WEBSHOP_STATE_SECRET": SECRET}
+    env = {**os.environ, "AGENTRL_STATE_SECRET": SECRET}
     written = subprocess.run(
         [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", record["address"], "--catalog",
          str(generated_catalog_dir), "--port", str(serve_port), "--app-name", "webshop2",

@@ -44,7 +44,7 @@ def over_cap_or_documented(difference: str) -> bool:
 @pytest.fixture(scope="module")
 def sciworld_cluster(local_cluster, conformance_catalog_dir: Path, tmp_path_factory) -> dict:
     run_dir = tmp_path_factory.mktemp("sciworld-cluster")
-    record = start_cluster(local_cluster, conformance_catalog_dir, run_dir, env={"WEBSHOP_ENVS": "sciworld"})
+    record = start_cluster(local_cluster, conformance_catalog_dir, run_dir, env={"AGENTRL_ENVS": "sciworld"})
     try:
         yield record
     finally:
@@ -115,7 +115,7 @@ def _kill(replica: dict) -> None:
 def two_replicas(local_cluster, conformance_catalog_dir: Path, tmp_path: Path):
     """A cluster of its own (one replica gets killed): 2 SciWorld replicas, one spare JVM each."""
     record = start_cluster(local_cluster, conformance_catalog_dir, tmp_path / "run",
-                           env={"WEBSHOP_ENVS": "sciworld", "SCIWORLD_SPARE_JVMS": "1"})  # fmt: skip
+                           env={"AGENTRL_ENVS": "sciworld", "SCIWORLD_SPARE_JVMS": "1"})  # fmt: skip
     try:
         yield record
     finally:
@@ -229,9 +229,9 @@ def test_a_replicas_episode_lost_reaches_the_client_as_it_is(tmp_path: Path) -> 
     )
     conf = tmp_path / "nginx.conf"
     conf.write_text(cluster.render_nginx_conf({
-        "WEBSHOP_UPSTREAMS": upstreams, "WEBSHOP_LISTEN_PORT": f"127.0.0.1:{port}",
-        "WEBSHOP_NGINX_RUNTIME_DIR": str(tmp_path), "WEBSHOP_NGINX_ACCESS_LOG": str(tmp_path / "access.log"),
-        "WEBSHOP_NGINX_ERROR_LOG": str(tmp_path / "error.log"),
+        "AGENTRL_UPSTREAMS": upstreams, "AGENTRL_LISTEN_PORT": f"127.0.0.1:{port}",
+        "AGENTRL_NGINX_RUNTIME_DIR": str(tmp_path), "AGENTRL_NGINX_ACCESS_LOG": str(tmp_path / "access.log"),
+        "AGENTRL_NGINX_ERROR_LOG": str(tmp_path / "error.log"),
     }))  # fmt: skip
     nginx = subprocess.Popen([cluster.nginx_binary(), "-p", str(tmp_path), "-c", str(conf)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip

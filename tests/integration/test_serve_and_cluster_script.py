@@ -27,7 +27,7 @@ def run(
 
 
 def env_without_secret() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("WEBSHOP_")}
+    return {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "WEBSHOP_"))}
 
 
 def test_add_commands_wires_into_a_parser() -> None:
@@ -47,8 +47,8 @@ def test_serve_refuses_to_start_without_a_secret(conformance_catalog_dir: Path) 
     )
     assert result.returncode == 2
     assert (
-        "WEBSHOP_STATE_SECRET is not set" in result.stderr
-        and "WEBSHOP_ALLOW_EPHEMERAL_SECRET" in result.stderr
+        "AGENTRL_STATE_SECRET is not set" in result.stderr
+        and "AGENTRL_ALLOW_EPHEMERAL_SECRET" in result.stderr
     )
 
 
@@ -59,13 +59,13 @@ def test_serve_reports_a_missing_secret_and_a_missing_catalog_at_once(tmp_path: 
     assert result.returncode == 2 and "Traceback" not in result.stderr
     errors = result.stderr.strip().splitlines()
     assert len(errors) == 2, result.stderr
-    assert "WEBSHOP_STATE_SECRET is not set" in errors[0] and "not a prepared catalog" in errors[1]
+    assert "AGENTRL_STATE_SECRET is not set" in errors[0] and "not a prepared catalog" in errors[1]
 
 
 def test_serve_refuses_a_directory_that_is_no_catalog(tmp_path: Path) -> None:
     result = run(
         ["serve", "--catalog", str(tmp_path), "--port", "1"],
-        env={**os.environ, "WEBSHOP_STATE_SECRET": SECRET},
+        env={**os.environ, "AGENTRL_STATE_SECRET": SECRET},
     )
     assert result.returncode == 2 and "not a prepared catalog" in result.stderr
 
@@ -85,8 +85,8 @@ def test_bench_http_prints_one_json_object(cluster) -> None:
 def test_two_workers_share_an_ephemeral_secret_and_metrics(
     conformance_catalog_dir: Path, tmp_path: Path
 ) -> None:
-    """One replica, 2 worker processes, no WEBSHOP_STATE_SECRET: every token works on either worker."""
-    env = {**env_without_secret(), "WEBSHOP_ALLOW_EPHEMERAL_SECRET": "1"}
+    """One replica, 2 worker processes, no AGENTRL_STATE_SECRET: every token works on either worker."""
+    env = {**env_without_secret(), "AGENTRL_ALLOW_EPHEMERAL_SECRET": "1"}
     replica = Replica(conformance_catalog_dir, tmp_path / "replica.log", workers=2, base_env=env)
     try:
         session = requests.Session()
@@ -148,17 +148,17 @@ def _check_template(local_cluster, runtime: Path) -> None:
     conf.write_text(
         local_cluster.render_nginx_conf(
             {
-                "WEBSHOP_UPSTREAMS": "        server 127.0.0.1:1 max_fails=3 fail_timeout=5s;\n"
+                "AGENTRL_UPSTREAMS": "        server 127.0.0.1:1 max_fails=3 fail_timeout=5s;\n"
                 "        server 127.0.0.1:2 max_fails=3 fail_timeout=5s;",
-                "WEBSHOP_LISTEN_PORT": "127.0.0.1:8080",
-                "WEBSHOP_NGINX_RUNTIME_DIR": str(runtime),
-                "WEBSHOP_NGINX_ACCESS_LOG": str(runtime / "access.log"),
-                "WEBSHOP_NGINX_ERROR_LOG": str(runtime / "error.log"),
+                "AGENTRL_LISTEN_PORT": "127.0.0.1:8080",
+                "AGENTRL_NGINX_RUNTIME_DIR": str(runtime),
+                "AGENTRL_NGINX_ACCESS_LOG": str(runtime / "access.log"),
+                "AGENTRL_NGINX_ERROR_LOG": str(runtime / "error.log"),
             }
         )
     )
     text = conf.read_text()
-    assert "${WEBSHOP_" not in text and "$upstream_addr" in text and "least_conn;" in text
+    assert "${AGENTRL_" not in text and "$upstream_addr" in text and "least_conn;" in text
     command = [local_cluster.nginx_binary(), "-t", "-p", str(runtime), "-c", str(conf)]
     if os.geteuid() == 0 and shutil.which("setpriv"):
         command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
@@ -168,8 +168,8 @@ def _check_template(local_cluster, runtime: Path) -> None:
 
 
 def test_render_refuses_missing_values(local_cluster) -> None:
-    with pytest.raises(local_cluster.ClusterError, match="WEBSHOP_LISTEN_PORT"):
-        local_cluster.render_nginx_conf({"WEBSHOP_UPSTREAMS": "server a:1;"})
+    with pytest.raises(local_cluster.ClusterError, match="AGENTRL_LISTEN_PORT"):
+        local_cluster.render_nginx_conf({"AGENTRL_UPSTREAMS": "server a:1;"})
 
 
 def test_missing_nginx_says_how_to_install_it(

@@ -32,7 +32,7 @@ def test_token_round_trip_keeps_every_field() -> None:
 def test_token_rejections_name_the_cause() -> None:
     codec = token_codec(b"k" * 32, FINGERPRINT)
     token = codec.encode(EpisodeState(goal_set="synthetic", goal=1))
-    with pytest.raises(TokenError, match="another WEBSHOP_STATE_SECRET"):
+    with pytest.raises(TokenError, match="another AGENTRL_STATE_SECRET"):
         token_codec(b"j" * 32, FINGERPRINT).decode(token)
     with pytest.raises(TokenError, match="another catalog"):
         token_codec(b"k" * 32, "ffffffffffffffff").decode(token)

@@ -138,7 +138,7 @@ def figure(line: str) -> None:
 
 
 #: The rehearsal's trainer-side checks (its weight-sync probe needs the rehearsal's own prepared files).
-REHEARSAL_CHECKS = "WEBSHOP_REHEARSAL_"
+REHEARSAL_CHECKS = "AGENTRL_REHEARSAL_"
 
 
 def rehearsal_run_settings(line: str, work: Path, turn_tokens: int, catalog: Path, checks: bool = True

@@ -485,19 +485,22 @@ SERVE_PORT = 8000
 
 def job_env(catalog: Path, **extra: str) -> dict[str, str]:
     """The sbatch's environment for a test job: this checkout and venv, the catalog, Ray's files in a short temporary
-    directory; the caller's RAY_* and WEBSHOP_* settings left out."""
+    directory; the caller's RAY_* and AGENTRL_* settings left out."""
     env = {
-        "WEBSHOP_HOME": str(REPO),
-        "WEBSHOP_VENV": str(Path(sys.executable).parent.parent),
+        "AGENTRL_HOME": str(REPO),
+        "AGENTRL_VENV": str(Path(sys.executable).parent.parent),
         "WEBSHOP_CATALOG": str(catalog),
-        "WEBSHOP_RAY_PORT": str(SERVE_PORT),
+        "AGENTRL_RAY_PORT": str(SERVE_PORT),
         "RAY_TEMP_DIR": tempfile.mkdtemp(prefix="wsslp-", dir="/tmp"),  # short: Ray's unix sockets
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_memory_monitor_refresh_ms": "0",
         **extra,
     }
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "WEBSHOP_"))}, **env}
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "AGENTRL_", "WEBSHOP_"))},
+        **env,
+    }
 
 
 def wait_for(predicate, timeout: float, what: str, slurm: SlurmCluster, job: str) -> None:

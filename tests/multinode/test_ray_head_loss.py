@@ -23,7 +23,7 @@ from _netns import make_hosts
 from _raynodes import RayNodes, figure, ray_env
 
 pytestmark = pytest.mark.timeout(900)
-BOUND_S = 240  # each command's bound here: far above WEBSHOP_RAY_ATTACH_TIMEOUT_S
+BOUND_S = 240  # each command's bound here: far above AGENTRL_RAY_ATTACH_TIMEOUT_S
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_attaching_to_a_lost_head_fails_with_a_message(two_nodes: RayNodes, faul
         nodes.kill_node(0)
     else:
         hosts.cut(0)
-    env = {**ray_env(), "RAY_ADDRESS": nodes.address, "WEBSHOP_RAY_ATTACH_TIMEOUT_S": "20"}
+    env = {**ray_env(), "RAY_ADDRESS": nodes.address, "AGENTRL_RAY_ATTACH_TIMEOUT_S": "20"}
     served = hosts.run(
         1, [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", nodes.address, "--catalog", "x"],
         timeout=BOUND_S, env=env,

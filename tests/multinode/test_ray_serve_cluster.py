@@ -3,7 +3,7 @@ its own on one bridge, started with ``ray start``), deployed by ``agent-envs ser
 staged on every node by Ray tasks.
 
 64 concurrent expert episodes run from all three nodes, each node's client through its own node's Serve proxy
-(``http://127.0.0.1:<port>``, the other nodes' proxies as fallbacks, as the trainer's ``WEBSHOP_ENV=ray``
+(``http://127.0.0.1:<port>``, the other nodes' proxies as fallbacks, as the trainer's ``AGENTRL_ENV=ray``
 does). Mid-run one worker node fails: its Ray processes are SIGKILLed (``kill``), or its link goes down
 (``cut``). Every episode completes with the reward the expert's actions earn in-process (what ``agent-envs
 solve`` plays), none is lost; the worst step delay is reported.

@@ -1,17 +1,17 @@
 """``deploy/slurm/webshop-grpo.sbatch`` for environments other than WebShop, on a real two-node Slurm (``_slurm``:
-network namespaces), as docs/multi-node.md shows it (``WEBSHOP_TRAIN_ENVS``, ``WEBSHOP_TRAIN_CONFIG``; issue 35).
+network namespaces), as docs/multi-node.md shows it (``AGENTRL_TRAIN_ENVS``, ``AGENTRL_TRAIN_CONFIG``; issue 35).
 
 - What cannot run is refused before Ray starts: SciWorld with two Serve replicas per node (the plan, exit 2), and
   SciWorld where the nodes' ``java`` (here ``$JAVA_HOME/bin/java``, as a cluster's JDK tarball would be given) is not
   Java 17 (every node's check, exit 3). Seconds of job time: ``make test-all``.
-- TextCraft, BabyAI and SciWorld in one job (``WEBSHOP_TRAIN_ENVS=textcraft,babyai,sciworld``; Java 17 given as
+- TextCraft, BabyAI and SciWorld in one job (``AGENTRL_TRAIN_ENVS=textcraft,babyai,sciworld``; Java 17 given as
   ``JAVA_HOME``): the plan (the mixed test config), every node's check, the rows built by ``agent-train data``
   before Ray, the Serve app serving WebShop and the three, ``env-check`` playing each of them from both nodes
   through the node's own proxy, to the rewards the environments' own cores pay the same actions, and SciWorld's
   episodes never replayed (one replica per node keeps each node's episodes on the replica holding their JVMs);
   the training command is a stand-in that reads the rows the job built. Minutes (a JVM per SciWorld reset and
   expert path): ``make test-two-node``.
-- TextCraft trained by verl's real trainer (``WEBSHOP_TRAIN_ENVS=textcraft``): the rows built by the job, TextCraft
+- TextCraft trained by verl's real trainer (``AGENTRL_TRAIN_ENVS=textcraft``): the rows built by the job, TextCraft
   served on both nodes, env-check, the batch sizes dry-run before Ray, then the training command (verl 0.7.1's
   ``agent-train train --config textcraft_grpo_test`` with the rehearsal's CPU seams: a tiny model, the CPU rollout
   engine, one declared GPU per node) trains 2 steps with an FSDP worker on each node, each node's proxy serving
@@ -40,9 +40,9 @@ from _slurm import SCRIPT, SERVE_PORT, SlurmCluster, job_env, slurm_fixture, sub
 
 pytestmark = pytest.mark.timeout(3600)
 TWO_NODE = pytest.mark.skipif(
-    os.environ.get("WEBSHOP_TEST_TWO_NODE_TRAIN") != "1",
+    os.environ.get("AGENTRL_TEST_TWO_NODE_TRAIN") != "1",
     reason="minutes of JVMs, or verl's trainer, on two Slurm nodes of a 2-core machine: make test-two-node "
-    "(WEBSHOP_TEST_TWO_NODE_TRAIN=1)",
+    "(AGENTRL_TEST_TWO_NODE_TRAIN=1)",
 )
 TRAIN_STARTS = "webshop-grpo: training: + "
 
@@ -76,8 +76,8 @@ def test_sciworld_jobs_that_cannot_run_are_refused_before_ray(
     pytest.importorskip("scienceworld")
     # two Serve replicas per node: no episode affinity among them (the plan refuses; nothing else runs)
     job = slurm_cluster.submit(SCRIPT, extra_args=["--time=10"], env=job_env(
-        generated_catalog_dir, WEBSHOP_GPU_CHECK="0", WEBSHOP_TRAIN_ENVS="sciworld",
-        WEBSHOP_RAY_REPLICAS_PER_NODE="2"))  # fmt: skip
+        generated_catalog_dir, AGENTRL_GPU_CHECK="0", AGENTRL_TRAIN_ENVS="sciworld",
+        AGENTRL_RAY_REPLICAS_PER_NODE="2"))  # fmt: skip
     info = slurm_cluster.wait(job, timeout=300, poll=1.0)
     output = slurm_cluster.output(job)
     assert info["JobState"] == "FAILED" and info["ExitCode"].startswith("2:"), f"{info}\n{output[-4000:]}"
@@ -92,7 +92,7 @@ def test_sciworld_jobs_that_cannot_run_are_refused_before_ray(
     (bin_dir / "java").write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
     (bin_dir / "java").chmod(0o755)
     job = slurm_cluster.submit(SCRIPT, extra_args=["--time=10"], env=job_env(
-        generated_catalog_dir, WEBSHOP_GPU_CHECK="0", WEBSHOP_TRAIN_ENVS="sciworld",
+        generated_catalog_dir, AGENTRL_GPU_CHECK="0", AGENTRL_TRAIN_ENVS="sciworld",
         JAVA_HOME=str(bin_dir.parent)))  # fmt: skip
     info = slurm_cluster.wait(job, timeout=300, poll=1.0)
     output = slurm_cluster.output(job)
@@ -117,13 +117,13 @@ def test_sbatch_builds_serves_and_checks_textcraft_babyai_and_sciworld(
         pytest.skip("no Java 17 here (apt-get install openjdk-17-jre-headless)")
     data = tmp_path / "data"
     # the stand-in training command: what the job exported for it, and the rows there
-    show = ("import os, pyarrow.parquet as pq; print('rows', {s: pq.read_table(os.environ[f'WEBSHOP_{s}_FILE'])"
+    show = ("import os, pyarrow.parquet as pq; print('rows', {s: pq.read_table(os.environ[f'AGENTRL_{s}_FILE'])"
             ".column('data_source').to_pylist() for s in ('TRAIN', 'VAL')})")  # fmt: skip
     environment = job_env(
-        generated_catalog_dir, WEBSHOP_GPU_CHECK="0", WEBSHOP_ENV_CHECK_EPISODES="1",
-        WEBSHOP_TRAIN_ENVS="textcraft,babyai,sciworld", JAVA_HOME=str(java_home), WEBSHOP_BUILD_DATA="1",
-        WEBSHOP_DATA_DIR=str(data), WEBSHOP_TRAIN_MAX_SAMPLES="6", WEBSHOP_VAL_MAX_SAMPLES="1",
-        WEBSHOP_TRAIN_CMD=shlex.join(["python", "-c", show]), WEBSHOP_RAY_ATTACH_TIMEOUT_S="300",
+        generated_catalog_dir, AGENTRL_GPU_CHECK="0", AGENTRL_ENV_CHECK_EPISODES="1",
+        AGENTRL_TRAIN_ENVS="textcraft,babyai,sciworld", JAVA_HOME=str(java_home), AGENTRL_BUILD_DATA="1",
+        AGENTRL_DATA_DIR=str(data), AGENTRL_TRAIN_MAX_SAMPLES="6", AGENTRL_VAL_MAX_SAMPLES="1",
+        AGENTRL_TRAIN_CMD=shlex.join(["python", "-c", show]), AGENTRL_RAY_ATTACH_TIMEOUT_S="300",
     )  # fmt: skip
     environment.pop("RAY_TEMP_DIR")
     job, _ = submit_until_started(slurm_cluster, SCRIPT, environment, lambda _job, out: "agent-train env-check" in out,
@@ -182,7 +182,7 @@ def test_sbatch_trains_textcraft_with_verl_on_two_nodes(
     env, ray, scale = rehearsal_run_settings(line, work, 48, generated_catalog_dir, checks=False)
     run = work / "runs" / "slurm-textcraft"
     checkpoints = run / "checkpoints"
-    # no data files: the job's rows (WEBSHOP_TRAIN_FILE / WEBSHOP_VAL_FILE); no nnodes / GPUs: the allocation's
+    # no data files: the job's rows (AGENTRL_TRAIN_FILE / AGENTRL_VAL_FILE); no nnodes / GPUs: the allocation's
     overrides = [*scale, *(rehearsal.WRAP_07 if line == "0.7" else ()), *ray,
                  "data.max_prompt_length=2048",  # TextCraft's longest first turns are ~1,400 tiny-tokenizer tokens
                  "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=2",
@@ -191,10 +191,10 @@ def test_sbatch_trains_textcraft_with_verl_on_two_nodes(
     train = ["agent-train", "train", "--config", "textcraft_grpo_test", "--experiment", "slurm-textcraft",
              "--output-dir", str(work / "runs"), *overrides]  # fmt: skip
     environment = job_env(
-        generated_catalog_dir, **env, WEBSHOP_GPU_CHECK="0", WEBSHOP_N_GPUS="1", WEBSHOP_ENV_CHECK_EPISODES="1",
-        WEBSHOP_TRAIN_ENVS="textcraft", WEBSHOP_BUILD_DATA="1", WEBSHOP_DATA_DIR=str(tmp_path / "data"),
-        WEBSHOP_TRAIN_MAX_SAMPLES="8", WEBSHOP_VAL_MAX_SAMPLES="2", WEBSHOP_TRAIN_CMD=shlex.join(train),
-        PYTHONUNBUFFERED="1", RAY_DEDUP_LOGS="0", WEBSHOP_RAY_ATTACH_TIMEOUT_S="300",
+        generated_catalog_dir, **env, AGENTRL_GPU_CHECK="0", AGENTRL_N_GPUS="1", AGENTRL_ENV_CHECK_EPISODES="1",
+        AGENTRL_TRAIN_ENVS="textcraft", AGENTRL_BUILD_DATA="1", AGENTRL_DATA_DIR=str(tmp_path / "data"),
+        AGENTRL_TRAIN_MAX_SAMPLES="8", AGENTRL_VAL_MAX_SAMPLES="2", AGENTRL_TRAIN_CMD=shlex.join(train),
+        PYTHONUNBUFFERED="1", RAY_DEDUP_LOGS="0", AGENTRL_RAY_ATTACH_TIMEOUT_S="300",
     )  # fmt: skip
     shutil.rmtree(environment.pop("RAY_TEMP_DIR"), ignore_errors=True)  # one per job
     started: list[datetime.datetime] = []

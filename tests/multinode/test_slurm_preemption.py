@@ -11,7 +11,7 @@ job checks before anything starts, and what a preempted or requeued job does.
   twice over.
 
 Needs root, ``ip`` and ``make slurm``; skips with the reason otherwise. The requeue takes ~5 minutes on 2 cores
-(Ray and the env started twice on both nodes): it runs with ``make test-two-node`` (WEBSHOP_TEST_TWO_NODE_TRAIN=1),
+(Ray and the env started twice on both nodes): it runs with ``make test-two-node`` (AGENTRL_TEST_TWO_NODE_TRAIN=1),
 not in ``make test-all`` (CI's 60 minutes).
 """
 
@@ -49,8 +49,8 @@ def test_a_job_without_the_gpu_environment_fails_before_ray(slurm_cluster: Slurm
 
 
 @pytest.mark.skipif(
-    os.environ.get("WEBSHOP_TEST_TWO_NODE_TRAIN") != "1",
-    reason="a requeued Slurm job takes ~5 min on 2 cores: make test-two-node (WEBSHOP_TEST_TWO_NODE_TRAIN=1)",
+    os.environ.get("AGENTRL_TEST_TWO_NODE_TRAIN") != "1",
+    reason="a requeued Slurm job takes ~5 min on 2 cores: make test-two-node (AGENTRL_TEST_TWO_NODE_TRAIN=1)",
 )
 def test_a_requeued_job_resumes_from_its_latest_complete_checkpoint(
     slurm_cluster: SlurmCluster, generated_catalog_dir: Path, tmp_path: Path
@@ -58,8 +58,8 @@ def test_a_requeued_job_resumes_from_its_latest_complete_checkpoint(
     checkpoints = tmp_path / "checkpoints"
     steps = 8
     train = f"{sys.executable} {STANDIN} --checkpoints {checkpoints} --steps {steps} --step-s 2"
-    env = job_env(generated_catalog_dir, WEBSHOP_GPU_CHECK="0", WEBSHOP_ENV_CHECK_EPISODES="1",
-                   WEBSHOP_TRAIN_CMD=train)  # fmt: skip
+    env = job_env(generated_catalog_dir, AGENTRL_GPU_CHECK="0", AGENTRL_ENV_CHECK_EPISODES="1",
+                   AGENTRL_TRAIN_CMD=train)  # fmt: skip
     job = slurm_cluster.submit(SCRIPT, env=env, extra_args=["--time=60"])
     tracker = checkpoints / "latest_checkpointed_iteration.txt"
 

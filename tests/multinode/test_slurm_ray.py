@@ -1,6 +1,6 @@
 """``deploy/slurm/webshop-grpo.sbatch`` on a real Slurm cluster (slurmctld, and two slurmd nodes, each in a
 network namespace of its own): Ray head and worker started by the script with ``srun``, the env deployed
-as a Ray Serve app serving WebShop and TextCraft (``WEBSHOP_ENVS``), ``agent-train env-check`` from both nodes
+as a Ray Serve app serving WebShop and TextCraft (``AGENTRL_ENVS``), ``agent-train env-check`` from both nodes
 playing both, and the training command replaced by a CPU stand-in: the preflight (configs, data, verl's
 agent-loop worker on CPU) against the first node's Serve proxy. No Docker, no nginx, no root needed by the script.
 The job ends COMPLETED (``scontrol show job``), the env served expert episodes of both environments on both
@@ -39,21 +39,24 @@ def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
     ray_temp = tempfile.mkdtemp(prefix="wsslr-", dir="/tmp")  # short: Ray's unix sockets live under it
     preflight_out = tmp_path / "preflight"
     env = {
-        "WEBSHOP_HOME": str(REPO),
-        "WEBSHOP_VENV": str(Path(sys.executable).parent.parent),
+        "AGENTRL_HOME": str(REPO),
+        "AGENTRL_VENV": str(Path(sys.executable).parent.parent),
         "WEBSHOP_CATALOG": str(generated_catalog_dir),
-        "WEBSHOP_RAY_PORT": str(SERVE_PORT),
-        "WEBSHOP_ENV_CHECK_EPISODES": str(EPISODES),
-        "WEBSHOP_ENVS": "webshop,textcraft",  # served beside WebShop, and played by env-check
-        "WEBSHOP_GPU_CHECK": "0",  # the CPU stand-in (test_slurm_preemption.py: a job without GPUs fails at once)
+        "AGENTRL_RAY_PORT": str(SERVE_PORT),
+        "AGENTRL_ENV_CHECK_EPISODES": str(EPISODES),
+        "AGENTRL_ENVS": "webshop,textcraft",  # served beside WebShop, and played by env-check
+        "AGENTRL_GPU_CHECK": "0",  # the CPU stand-in (test_slurm_preemption.py: a job without GPUs fails at once)
         "RAY_TEMP_DIR": ray_temp,
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_memory_monitor_refresh_ms": "0",
-        "WEBSHOP_TRAIN_CMD": f"agent-train preflight --config test --catalog {generated_catalog_dir} "
+        "AGENTRL_TRAIN_CMD": f"agent-train preflight --config test --catalog {generated_catalog_dir} "
         f"--env-url http://127.0.0.1:{SERVE_PORT} --out {preflight_out}",
     }
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "WEBSHOP_"))}, **env}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "AGENTRL_", "WEBSHOP_"))},
+        **env,
+    }
     job = slurm_cluster.submit(SCRIPT, env=env, extra_args=["--time=15"])
     info = slurm_cluster.wait(job, timeout=780, poll=2.0)
     output = slurm_cluster.output(job)
@@ -66,7 +69,7 @@ def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
     assert sorted(served) == sorted(slurm_cluster.hosts.ips), check
     cores = {e: make_core(e, generated_catalog_dir) for e in check["envs"]}
     for node in served.values():
-        assert node["env"] == "ray"  # the run's WEBSHOP_ENV reached the node's workers
+        assert node["env"] == "ray"  # the run's AGENTRL_ENV reached the node's workers
         for env_id, played in node["envs"].items():
             assert played["urls"][0] == f"http://127.0.0.1:{SERVE_PORT}"
             assert len(played["episodes"]) == EPISODES

@@ -2,10 +2,10 @@
 (``_slurm``: network namespaces), requeued after a checkpoint and resumed from it (issue 29).
 
 The script does everything itself: the Ray head and worker by ``srun``, ``serve-ray``, ``env-check``, then its
-training command with ``WEBSHOP_ENV=ray`` and ``trainer.nnodes`` from the allocation (``WEBSHOP_NNODES``). The
+training command with ``AGENTRL_ENV=ray`` and ``trainer.nnodes`` from the allocation (``AGENTRL_NNODES``). The
 command is the rehearsal's training run (``agent_trainer.rehearsal``: its tiny model, CPU rollout engine and CPU
 seams, prepared as ``test_verl_two_nodes.py`` prepares them) launched by ``agent-train train``, with 1 declared
-GPU per node (``WEBSHOP_N_GPUS=1``), so the actor's two FSDP workers, one per node, train together over gloo.
+GPU per node (``AGENTRL_N_GPUS=1``), so the actor's two FSDP workers, one per node, train together over gloo.
 3 steps of 4 prompts, a checkpoint after every step. Once step 1's checkpoint is complete, ``scontrol requeue``:
 SIGTERM stops the training, Slurm requeues the job, the second run starts Ray, the env and the check again on
 both nodes, and verl's own resume (``resume_mode: auto``, through the launcher's check) continues from the
@@ -21,7 +21,7 @@ a job that fails so before its training starts is submitted again, a requeued ru
 (``START_TRIES``).
 
 Needs root, ``ip`` and ``make slurm``; skips with the reason otherwise. Runs with ``make test-two-node``
-(WEBSHOP_TEST_TWO_NODE_TRAIN=1), not in ``make test-all``.
+(AGENTRL_TEST_TWO_NODE_TRAIN=1), not in ``make test-all``.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ from _slurm import (
 pytestmark = [
     pytest.mark.timeout(5400),
     pytest.mark.skipif(
-        os.environ.get("WEBSHOP_TEST_TWO_NODE_TRAIN") != "1",
+        os.environ.get("AGENTRL_TEST_TWO_NODE_TRAIN") != "1",
         reason="verl's trainer in a requeued two-node Slurm job takes ~20 min on 2 cores (a cold model: ~17 more): "
-        "make test-two-node (WEBSHOP_TEST_TWO_NODE_TRAIN=1)",
+        "make test-two-node (AGENTRL_TEST_TWO_NODE_TRAIN=1)",
     ),
 ]
 STEPS = 3  # 12 goals, 4 prompts a step: one epoch
@@ -102,7 +102,7 @@ def test_sbatch_trains_verl_on_two_nodes_and_a_requeued_job_resumes(
     env, ray, scale = rehearsal_run_settings(line, work, options.turn_tokens, prepared["catalog"])
     run = work / "runs" / rehearsal.EXPERIMENT
     checkpoints = run / "checkpoints"
-    # no trainer.nnodes / n_gpus_per_node: the job's WEBSHOP_NNODES and WEBSHOP_N_GPUS give them
+    # no trainer.nnodes / n_gpus_per_node: the job's AGENTRL_NNODES and AGENTRL_N_GPUS give them
     overrides = [*scale, *(rehearsal.WRAP_07 if line == "0.7" else ()), *ray,
                  "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=1",
                  f"actor_rollout_ref.model.path={prepared['model']}", f"data.train_files={prepared['train']}",
@@ -111,9 +111,9 @@ def test_sbatch_trains_verl_on_two_nodes_and_a_requeued_job_resumes(
     train = ["agent-train", "train", "--config", rehearsal.training_config(line, ("webshop",)),
              "--experiment", rehearsal.EXPERIMENT, "--output-dir", str(work / "runs"), *overrides]  # fmt: skip
     environment = job_env(
-        prepared["catalog"], **env, WEBSHOP_GPU_CHECK="0", WEBSHOP_N_GPUS="1", WEBSHOP_ENV_CHECK_EPISODES="1",
-        WEBSHOP_TRAIN_CMD=shlex.join(train), PYTHONUNBUFFERED="1", RAY_DEDUP_LOGS="0",
-        WEBSHOP_RAY_ATTACH_TIMEOUT_S="300",  # a GCS on a saturated machine answers late
+        prepared["catalog"], **env, AGENTRL_GPU_CHECK="0", AGENTRL_N_GPUS="1", AGENTRL_ENV_CHECK_EPISODES="1",
+        AGENTRL_TRAIN_CMD=shlex.join(train), PYTHONUNBUFFERED="1", RAY_DEDUP_LOGS="0",
+        AGENTRL_RAY_ATTACH_TIMEOUT_S="300",  # a GCS on a saturated machine answers late
     )  # fmt: skip
     shutil.rmtree(environment.pop("RAY_TEMP_DIR"), ignore_errors=True)  # one per job, below
     job = ""

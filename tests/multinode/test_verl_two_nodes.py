@@ -4,13 +4,13 @@ A real 2-node Ray cluster (head + worker, each in a network namespace of its own
 with 1 declared GPU each), the env deployed on both by ``agent-envs serve-ray`` (the catalog staged on each
 node by Ray tasks), then the rehearsal's training run (its tiny model, its CPU rollout engine and CPU seams;
 ``agent_trainer.rehearsal``) launched by ``agent-train train`` on the head with ``trainer.nnodes=2
-trainer.n_gpus_per_node=1`` and ``WEBSHOP_ENV=ray``: the actor's FSDP workers, one per node, train together
+trainer.n_gpus_per_node=1`` and ``AGENTRL_ENV=ray``: the actor's FSDP workers, one per node, train together
 over gloo across the bridge, and each node's agent-loop workers reach the env through their own node's Serve
 proxy. One training step; it passes when verl logged it and both nodes held an actor worker and served steps.
 
 Slow (27 minutes on the loaded 2-core development machine, most of it the tiny model's warm start), root and
 ``ip`` needed; skips with the reason otherwise. Not in ``make test-all`` (CI's 60 minutes cannot hold it): it runs
-with ``make test-two-node`` (WEBSHOP_TEST_TWO_NODE_TRAIN=1).
+with ``make test-two-node`` (AGENTRL_TEST_TWO_NODE_TRAIN=1).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from _raynodes import RayNodes, figure, ray_env, rehearsal_run_settings
 pytestmark = [
     pytest.mark.timeout(3600),
     pytest.mark.skipif(
-        os.environ.get("WEBSHOP_TEST_TWO_NODE_TRAIN") != "1",
-        reason="verl's trainer on two nodes takes ~30 min on 2 cores: make test-two-node (WEBSHOP_TEST_TWO_NODE_TRAIN=1)",
+        os.environ.get("AGENTRL_TEST_TWO_NODE_TRAIN") != "1",
+        reason="verl's trainer on two nodes takes ~30 min on 2 cores: make test-two-node (AGENTRL_TEST_TWO_NODE_TRAIN=1)",
     ),
 ]
 PORT = 8000
@@ -79,16 +79,16 @@ def test_verls_trainer_runs_across_two_nodes(
         [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", nodes.address, "--catalog",
          str(prepared["catalog"]), "--stage-catalog", "--stage-root", str(stage), "--port", str(PORT),
          "--wait", "600"],
-        timeout=900, env={**ray_env(), "WEBSHOP_STATE_SECRET": "two-node-verl-secret-0123456789"},
+        timeout=900, env={**ray_env(), "AGENTRL_STATE_SECRET": "two-node-verl-secret-0123456789"},
     )  # fmt: skip
     assert deployed.returncode == 0, deployed.stderr[-3000:]
     report = json.loads(deployed.stdout.strip().splitlines()[-1])
     assert sorted(n["node_ip"] for n in report["nodes"]) == sorted(hosts.ips)
 
     env, ray, scale = rehearsal_run_settings(line, work, options.turn_tokens, prepared["catalog"])
-    env.update({"WEBSHOP_ENV": "ray", "WEBSHOP_RAY_PORT": str(PORT), "RAY_ADDRESS": nodes.address,
+    env.update({"AGENTRL_ENV": "ray", "AGENTRL_RAY_PORT": str(PORT), "RAY_ADDRESS": nodes.address,
                 "WEBSHOP_CATALOG": str(prepared["catalog"]),
-                "WEBSHOP_URL": rehearsal.DEAD_URL})  # fmt: skip
+                "AGENTRL_URL": rehearsal.DEAD_URL})  # fmt: skip
     run = work / "runs" / rehearsal.EXPERIMENT
     overrides = [*scale, *(rehearsal.WRAP_07 if line == "0.7" else ()), *ray,
                  "trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.val_before_train=false",

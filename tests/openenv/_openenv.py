@@ -37,7 +37,7 @@ def start_fleet(catalog: Path, run_dir: Path, envs: str, replicas: int = 2, work
     """The local cluster serving ``envs`` on free ports (``cluster.down(run_dir)`` stops it)."""
     return cluster.up(
         replicas=replicas, catalog=catalog, base_port=0, port=0, workers=workers, run_dir=run_dir, timeout=180,
-        env={"WEBSHOP_STATE_SECRET": SECRET, "WEBSHOP_WATCHDOG_INTERVAL_S": "0", "WEBSHOP_ENVS": envs}, quiet=True,
+        env={"AGENTRL_STATE_SECRET": SECRET, "AGENTRL_WATCHDOG_INTERVAL_S": "0", "AGENTRL_ENVS": envs}, quiet=True,
     )  # fmt: skip
 
 

@@ -35,7 +35,7 @@ def serve_url(generated_catalog_dir: Path, tmp_path_factory: pytest.TempPathFact
     """The Serve proxy's address of a local Ray head serving ENVS (2 replicas), stopped after the module."""
     run_dir = tmp_path_factory.mktemp("openenv-ray") / "run"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WEBSHOP_STATE_SECRET", SECRET)
+        patch.setenv("AGENTRL_STATE_SECRET", SECRET)
         try:
             record = local.up(run_dir, generated_catalog_dir, cluster.free_ports(1)[0], replicas_per_node=2,
                               cpus=2, extra=["--envs", ",".join(ENVS)])  # fmt: skip

@@ -20,7 +20,7 @@ CONFIGS = REPO / "configs"
 
 @pytest.fixture(autouse=True)
 def interaction_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WEBSHOP_INTERACTION_CONFIG", str(CONFIGS / "webshop_interaction.yaml"))
+    monkeypatch.setenv("AGENTRL_INTERACTION_CONFIG", str(CONFIGS / "webshop_interaction.yaml"))
 
 
 @pytest.mark.parametrize("name", ["webshop_grpo_test", "webshop_grpo_train"])
@@ -63,10 +63,10 @@ def test_test_and_full_runs_have_the_seed_guide_sizes() -> None:
 
 
 def test_environment_variables_size_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WEBSHOP_N_GPUS", "4")
-    monkeypatch.setenv("WEBSHOP_TRAIN_BATCH_SIZE", "16")
-    monkeypatch.setenv("WEBSHOP_MODEL_PATH", "/models/m")
-    monkeypatch.setenv("WEBSHOP_OUTPUT_DIR", "/out")
+    monkeypatch.setenv("AGENTRL_N_GPUS", "4")
+    monkeypatch.setenv("AGENTRL_TRAIN_BATCH_SIZE", "16")
+    monkeypatch.setenv("AGENTRL_MODEL_PATH", "/models/m")
+    monkeypatch.setenv("AGENTRL_OUTPUT_DIR", "/out")
     _, config = compose_training_config("webshop_grpo_test", directory=CONFIGS)
     assert config.trainer.n_gpus_per_node == 4 and config.data.train_batch_size == 16
     assert config.actor_rollout_ref.model.path == "/models/m"
@@ -95,8 +95,8 @@ def test_misspelled_keys_are_rejected(tmp_path: Path) -> None:
 
 
 def test_batch_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WEBSHOP_N_GPUS", "3")
-    monkeypatch.setenv("WEBSHOP_PPO_MINI_BATCH_SIZE", "16")
+    monkeypatch.setenv("AGENTRL_N_GPUS", "3")
+    monkeypatch.setenv("AGENTRL_PPO_MINI_BATCH_SIZE", "16")
     report = check_training_config("webshop_grpo_test", directory=CONFIGS)
     errors = "\n".join(report["errors"])
     assert "not divisible by the GPU count 3" in errors
@@ -127,7 +127,7 @@ def test_an_environments_file_wins_over_its_base(tmp_path: Path) -> None:
     overlay = configs / "textcraft_grpo_test.yaml"
     overlay.write_text(overlay.read_text().replace("trainer:\n", "trainer:\n  test_freq: 7\n", 1))
     _, config = compose_training_config("textcraft_grpo_test", directory=configs)
-    assert config.trainer.test_freq == 7  # the base says ${WEBSHOP_TEST_FREQ,4}
+    assert config.trainer.test_freq == 7  # the base says ${AGENTRL_TEST_FREQ,4}
     _, other = compose_training_config("babyai_grpo_test", directory=configs)
     assert other.trainer.test_freq == 4
 
@@ -139,7 +139,7 @@ def test_interaction_config_in_the_guides_format_is_rejected(
     bad.write_text(
         "interaction:\n  - name: webshop\n    _target_: agent_trainer.interaction.WebshopInteraction\n"
     )
-    monkeypatch.setenv("WEBSHOP_INTERACTION_CONFIG", str(bad))
+    monkeypatch.setenv("AGENTRL_INTERACTION_CONFIG", str(bad))
     report = check_training_config("webshop_grpo_test", directory=CONFIGS)
     assert any("lacks class_name, config" in e for e in report["errors"])
 
@@ -211,7 +211,7 @@ def test_memory_and_checkpoint_settings_of_the_gpu_runs(monkeypatch: pytest.Monk
     """FSDP2 for the actor and the reference (FSDP1 on one GPU, NO_SHARD, frees nothing when offloading); the
     full run's micro-batch of one 18k-token sequence (the logits peak) and one kept checkpoint (verl keeps it
     until the next save completes)."""
-    monkeypatch.delenv("WEBSHOP_MICRO_BATCH_SIZE", raising=False)
+    monkeypatch.delenv("AGENTRL_MICRO_BATCH_SIZE", raising=False)
     _, test = compose_training_config("webshop_grpo_test", directory=CONFIGS)
     _, full = compose_training_config("webshop_grpo_train", directory=CONFIGS)
     for config in (test, full):
@@ -240,9 +240,9 @@ def _resolved(name: str, overrides: list[str] | None = None, directory: Path = C
 
 @pytest.fixture
 def no_size_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    for variable in ("WEBSHOP_TRAIN_BATCH_SIZE", "WEBSHOP_ROLLOUT_N", "WEBSHOP_TURN_TOKENS", "WEBSHOP_TRAIN_FILE",
-                     "WEBSHOP_N_GPUS", "WEBSHOP_MODEL_PATH", "WEBSHOP_PPO_MINI_BATCH_SIZE", "WEBSHOP_MICRO_BATCH_SIZE",
-                     "WEBSHOP_TRAIN_MAX_SAMPLES"):  # fmt: skip
+    for variable in ("AGENTRL_TRAIN_BATCH_SIZE", "AGENTRL_ROLLOUT_N", "AGENTRL_TURN_TOKENS", "AGENTRL_TRAIN_FILE",
+                     "AGENTRL_N_GPUS", "AGENTRL_MODEL_PATH", "AGENTRL_PPO_MINI_BATCH_SIZE", "AGENTRL_MICRO_BATCH_SIZE",
+                     "AGENTRL_TRAIN_MAX_SAMPLES"):  # fmt: skip
         monkeypatch.delenv(variable, raising=False)
 
 

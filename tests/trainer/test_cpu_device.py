@@ -1,4 +1,4 @@
-"""The CPU build's device substitution (``WEBSHOP_DEVICE=cpu``: ``make train-test|eval DEVICE=cpu``) and the
+"""The CPU build's device substitution (``AGENTRL_DEVICE=cpu``: ``make train-test|eval DEVICE=cpu``) and the
 container preflight's ``--config`` (the trainer job passes its TRAIN_CONFIG as it is)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from agent_trainer.rehearsal import device
 
 
 def test_the_run_keeps_its_own_overrides_and_gets_the_rest_of_the_scale_down(tmp_path: Path) -> None:
-    env = {"WEBSHOP_MODEL_PATH": "/models/small", "WEBSHOP_DEVICE": "cpu"}
+    env = {"AGENTRL_MODEL_PATH": "/models/small", "AGENTRL_DEVICE": "cpu"}
     out_env, overrides, listed = device.cpu_train("0.9", ["data.train_batch_size=8", "trainer.total_epochs=2"],
                                                   env, tmp_path)  # fmt: skip
     keys = [device.override_key(o) for o in overrides]
@@ -23,8 +23,8 @@ def test_the_run_keeps_its_own_overrides_and_gets_the_rest_of_the_scale_down(tmp
         and f"trainer.total_training_steps={device.CPU_STEPS}" in overrides
     )
     assert not any("wrap_policy" in o for o in overrides)  # 0.7.1's transformers-5 seam only
-    assert out_env["VERL_PLATFORM"] == "cpu" and out_env["WEBSHOP_TURN_TOKENS"] == str(device.CPU_TURN_TOKENS)
-    assert out_env["WEBSHOP_MODEL_PATH"] == "/models/small"  # the run's model, not a tiny one
+    assert out_env["VERL_PLATFORM"] == "cpu" and out_env["AGENTRL_TURN_TOKENS"] == str(device.CPU_TURN_TOKENS)
+    assert out_env["AGENTRL_MODEL_PATH"] == "/models/small"  # the run's model, not a tiny one
     assert any("data.train_batch_size: the run's own override kept" in line for line in listed)
     assert any(line.startswith("rollout engine: CpuLLMServer") for line in listed)
     assert not any(line.startswith("policy:") for line in listed)
@@ -37,7 +37,7 @@ def test_without_a_model_the_cpu_run_builds_a_tiny_one_from_the_catalog(
 ) -> None:
     env = {"WEBSHOP_CATALOG": str(generated_catalog_dir)}
     out_env, overrides, listed = device.cpu_train("0.7", [], env, tmp_path / "run")
-    model = Path(out_env["WEBSHOP_MODEL_PATH"])
+    model = Path(out_env["AGENTRL_MODEL_PATH"])
     assert model.parent == tmp_path / "run" and (model / "config.json").is_file()
     assert any(line.startswith("policy: a tiny local") for line in listed)
     assert all(o in overrides for o in device.WRAP_07)
@@ -49,14 +49,14 @@ def test_the_launcher_substitutes_the_device_only_on_the_cpu_build(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``agent-train train --dry-run``: the GPU build passes the config as it is; the CPU build (the image's
-    WEBSHOP_DEVICE) adds the scale-down and says what it substituted."""
-    monkeypatch.setenv("WEBSHOP_MODEL_PATH", str(tmp_path / "model"))
+    AGENTRL_DEVICE) adds the scale-down and says what it substituted."""
+    monkeypatch.setenv("AGENTRL_MODEL_PATH", str(tmp_path / "model"))
     args = ["train", "--config", "test", "--output-dir", str(tmp_path), "--dry-run"]
-    monkeypatch.setenv("WEBSHOP_DEVICE", "gpu")
+    monkeypatch.setenv("AGENTRL_DEVICE", "gpu")
     assert main(args) == 0
     gpu = capsys.readouterr().err
     assert "rollout.name=cpu" not in gpu and "CPU run" not in gpu
-    monkeypatch.setenv("WEBSHOP_DEVICE", "cpu")
+    monkeypatch.setenv("AGENTRL_DEVICE", "cpu")
     assert main(args) == 0
     cpu = capsys.readouterr().err
     assert "agent-train: CPU run: what differs from the GPU run" in cpu
@@ -103,7 +103,7 @@ def test_the_launcher_names_the_rows_verl_would_drop_for_a_long_first_turn(
     model = build_tiny_model(tmp_path / "tiny", generated_catalog_dir)
     data = tmp_path / "data"
     build_env_datasets(["textcraft"], data, train_rows=4, val_rows=2, test_rows=2, progress=False)
-    monkeypatch.setenv("WEBSHOP_MODEL_PATH", str(model))
+    monkeypatch.setenv("AGENTRL_MODEL_PATH", str(model))
     args = ["train", "--config", "textcraft_grpo_test", "--output-dir", str(tmp_path / "out"), "--dry-run",
             f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'val.parquet'}"]  # fmt: skip
     assert main([*args, "data.max_prompt_length=8192"]) == 0

@@ -3,7 +3,7 @@
 What one node's Ray task does (``env_check._play``), against the real app serving WebShop, TextCraft and BabyAI
 in-process (``env_service``: the trainer's clients, routes and signed tokens): expert episodes of each environment
 to their end, with the rewards the environments' own cores give the same actions, a task without an expert
-(BabyAI) skipped. The environments come from ``--envs`` or ``$WEBSHOP_ENVS`` (what ``serve-ray`` serves). The
+(BabyAI) skipped. The environments come from ``--envs`` or ``$AGENTRL_ENVS`` (what ``serve-ray`` serves). The
 cluster around it (a Ray task per node, each node's Serve proxy) is exercised by tests/multinode/test_slurm_ray.py.
 """
 
@@ -62,12 +62,12 @@ def test_an_environment_that_is_not_served_is_reported_and_fails_the_node(env_se
 
 def test_the_environments_come_from_the_flag_else_what_serve_ray_serves() -> None:
     assert env_check.served_envs({}) == ["webshop"]
-    assert env_check.served_envs({"WEBSHOP_ENVS": "webshop,textcraft,babyai"}) == [
+    assert env_check.served_envs({"AGENTRL_ENVS": "webshop,textcraft,babyai"}) == [
         "webshop",
         "textcraft",
         "babyai",
     ]
-    assert env_check.served_envs({"WEBSHOP_ENVS": "webshop"}, "sciworld, textcraft") == [
+    assert env_check.served_envs({"AGENTRL_ENVS": "webshop"}, "sciworld, textcraft") == [
         "sciworld",
         "textcraft",
     ]

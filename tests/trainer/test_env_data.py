@@ -269,14 +269,14 @@ def test_where_an_environments_package_is_missing_the_rows_come_from_the_service
 ) -> None:
     """The trainer images install the env package without its environments' extras: BabyAI's core does not import
     there (no minigrid), TextCraft's imports and then finds no recipes (a RuntimeError, not an ImportError). With
-    ``--env-url`` (``$WEBSHOP_URL`` in the compose job) the rows are the served environment's own resets, the real
+    ``--env-url`` (``$AGENTRL_URL`` in the compose job) the rows are the served environment's own resets, the real
     app's native routes in process; without it, a clear error that says both ways out."""
     from agent_envs.envs import registry
 
     core = registry.make(env_id)
     env_clients_in_process(f"webshop,{env_id}")
     monkeypatch.setattr(registry, "make", missing)  # this process has no core; the served app does
-    monkeypatch.delenv("WEBSHOP_URL", raising=False)
+    monkeypatch.delenv("AGENTRL_URL", raising=False)
     args = ["data", "--env", env_id, "--out-dir", str(tmp_path), "--train-rows", "3", "--val-rows", "2",
             "--test-rows", "2"]  # fmt: skip
     assert main(args) == 2

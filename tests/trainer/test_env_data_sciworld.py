@@ -98,7 +98,7 @@ def test_the_splits_are_scienceworlds_variation_splits_and_never_share_a_task() 
 def test_without_java_or_scienceworld_the_build_says_what_to_install(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("WEBSHOP_URL", raising=False)  # else the build would take that service's resets
+    monkeypatch.delenv("AGENTRL_URL", raising=False)  # else the build would take that service's resets
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(sciworld_spec.importlib.util, "find_spec",
                         lambda name, *a: None if name == "scienceworld" else real_find_spec(name, *a))  # fmt: skip
@@ -214,7 +214,7 @@ def test_without_a_simulator_here_the_rows_come_from_the_services_resets(
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The trainer image has no Java: ``--env-url`` (or ``$WEBSHOP_URL``) makes the rows from the served
+    """The trainer image has no Java: ``--env-url`` (or ``$AGENTRL_URL``) makes the rows from the served
     environment's resets (the real app, native routes and signed tokens, in process), and frees each episode."""
     from agent_envs.envs import registry
 
@@ -223,7 +223,7 @@ def test_without_a_simulator_here_the_rows_come_from_the_services_resets(
     monkeypatch.setattr(
         sciworld_spec.shutil, "which", lambda cmd, *a, **k: None if cmd == "java" else real_which(cmd)
     )
-    monkeypatch.setenv("WEBSHOP_URL", "http://env.test")
+    monkeypatch.setenv("AGENTRL_URL", "http://env.test")
     served = registry.make("sciworld")
     try:
         assert main(["data", "--env", "sciworld", "--out-dir", str(tmp_path), "--train-rows", "2",

@@ -115,7 +115,7 @@ def test_textcraft_expert_plan_crafts_the_goal_and_the_reward_function_scores_it
 
 
 def test_agentgym_client_rules_and_the_invalid_reply_penalty(env_service, monkeypatch) -> None:
-    monkeypatch.setenv("WEBSHOP_INVALID_ACTION_PENALTY", "0.25")
+    monkeypatch.setenv("AGENTRL_INVALID_ACTION_PENALTY", "0.25")
     script = ["Action: get 1 acacia logs\nAction: inventory",  # answered by the client: the env is not stepped
               "I am not sure what to do.",  # no marker: the empty action is sent (the env refuses it)
               "Thought: x\nAction: get 1 acacia planks",  # craftable: the env refuses it

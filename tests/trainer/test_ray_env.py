@@ -1,4 +1,4 @@
-"""WEBSHOP_ENV=ray on the trainer side: the setting, the addresses, and what the launcher gives every worker."""
+"""AGENTRL_ENV=ray on the trainer side: the setting, the addresses, and what the launcher gives every worker."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_env_mode_comes_from_the_environment_and_is_checked(monkeypatch) -> None:
-    monkeypatch.setenv("WEBSHOP_ENV", "ray")
+    monkeypatch.setenv("AGENTRL_ENV", "ray")
     assert InteractionSettings.from_config({}).env == "ray"
-    monkeypatch.delenv("WEBSHOP_ENV")
+    monkeypatch.delenv("AGENTRL_ENV")
     assert InteractionSettings.from_config({}).env == "http"
     with pytest.raises(ValueError, match="must be one of http, ray"):
         InteractionSettings.from_config({"env": "grpc"})
 
 
 def test_ray_mode_goes_to_this_nodes_proxy_first(monkeypatch) -> None:
-    monkeypatch.setenv("WEBSHOP_RAY_PORT", "36123")
+    monkeypatch.setenv("AGENTRL_RAY_PORT", "36123")
     settings = InteractionSettings.from_config({"env": "ray", "env_url": "http://balancer:1"})
     assert env_urls(settings)[0] == "http://127.0.0.1:36123"  # not connected to Ray here: only its own node
     assert env_urls(InteractionSettings.from_config({"env_url": "http://balancer:1"})) == [
@@ -34,7 +34,7 @@ def test_ray_mode_goes_to_this_nodes_proxy_first(monkeypatch) -> None:
 
 
 def test_both_yaml_configs_read_webshop_env(monkeypatch) -> None:
-    monkeypatch.setenv("WEBSHOP_ENV", "ray")
+    monkeypatch.setenv("AGENTRL_ENV", "ray")
     loop = OmegaConf.load(REPO / "configs" / "webshop_agent_loop.yaml")
     interaction = OmegaConf.load(REPO / "configs" / "webshop_interaction.yaml")
     assert loop[0].env == "ray"
@@ -45,13 +45,13 @@ def test_workers_get_the_runs_settings_and_log_paths_but_never_the_state_secret(
     from agent_trainer.cli import training_config_dir
     from agent_trainer.preflight import compose_training_config
 
-    env = {"WEBSHOP_ENV": "ray", "WEBSHOP_TURN_TOKENS": "256", "WEBSHOP_STATE_SECRET": "s" * 40, "HOME": "/root",
-           "WEBSHOP_URL": "http://a:1/it's", "VERL_FILE_LOGGER_PATH": "/out/metrics.jsonl", "PATH": "/bin"}  # fmt: skip
+    env = {"AGENTRL_ENV": "ray", "AGENTRL_TURN_TOKENS": "256", "AGENTRL_STATE_SECRET": "s" * 40, "HOME": "/root",
+           "AGENTRL_URL": "http://a:1/it's", "VERL_FILE_LOGGER_PATH": "/out/metrics.jsonl", "PATH": "/bin"}  # fmt: skip
     assert sorted(worker_env(env)) == [
+        "AGENTRL_ENV",
+        "AGENTRL_TURN_TOKENS",
+        "AGENTRL_URL",
         "VERL_FILE_LOGGER_PATH",
-        "WEBSHOP_ENV",
-        "WEBSHOP_TURN_TOKENS",
-        "WEBSHOP_URL",
     ]
     _, config = compose_training_config("webshop_grpo_test", worker_env_overrides(env), training_config_dir())
     env_vars = OmegaConf.to_container(config.ray_kwargs.ray_init.runtime_env.env_vars)

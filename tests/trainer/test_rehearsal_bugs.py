@@ -1,5 +1,5 @@
 """The rehearsal's checks see the bugs they exist for (docs/rehearsal.md), each bug put in through the rehearsal's
-test seam (``agent_trainer.rehearsal.inject``, ``$WEBSHOP_REHEARSAL_INJECT``):
+test seam (``agent_trainer.rehearsal.inject``, ``$AGENTRL_REHEARSAL_INJECT``):
 
 - at the unit level, on verl 0.7.1's own data: verl's ``AgentLoopWorker`` plays real episodes (both WebShop agent
   loops, the env in-process) for a scripted policy whose rollouts earn different rewards; the trainer's batch is
@@ -143,8 +143,8 @@ def test_the_step_checks_see_a_flipped_reward_and_a_mask_over_env_pages(
     from agent_trainer.rehearsal import checks, inject
     from agent_trainer.rehearsal.direction import trajectories_verl07
 
-    monkeypatch.setenv("WEBSHOP_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
-    monkeypatch.setenv("WEBSHOP_INVALID_ACTION_PENALTY", str(PENALTY))
+    monkeypatch.setenv("AGENTRL_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
+    monkeypatch.setenv("AGENTRL_INVALID_ACTION_PENALTY", str(PENALTY))
     plans = dict(list(expert_plans_generated.items())[:2])
     env = WebShopEnv(generated_catalog)
 

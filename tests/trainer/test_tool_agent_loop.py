@@ -45,8 +45,8 @@ def test_tool_agent_turns_are_capped_and_separated_as_the_chat_template_does(
     from agent_trainer.tiny_model import build_tiny_model
     from agent_trainer.tool_agent_loop import EnvToolAgentLoop
 
-    monkeypatch.setenv("WEBSHOP_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
-    monkeypatch.delenv("WEBSHOP_TURN_TOKENS", raising=False)
+    monkeypatch.setenv("AGENTRL_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
+    monkeypatch.delenv("AGENTRL_TURN_TOKENS", raising=False)
     plans = dict(list(expert_plans_generated.items())[:2])
     model_dir = build_tiny_model(tmp_path / "tiny", generated_catalog_dir)
     train_file = tmp_path / "train.parquet"

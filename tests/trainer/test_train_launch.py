@@ -62,8 +62,8 @@ def test_training_starts_as_a_uid_that_cannot_write_the_working_directory(foreig
         assert probe.returncode != 0, (
             "the working directory must be unwritable for this test to mean anything"
         )
-        env = {**os.environ, "HOME": str(runs), "WEBSHOP_CONFIG_DIR": str(REPO / "configs")}
-        env.pop("WEBSHOP_OUTPUT_DIR", None)
+        env = {**os.environ, "HOME": str(runs), "AGENTRL_CONFIG_DIR": str(REPO / "configs")}
+        env.pop("AGENTRL_OUTPUT_DIR", None)
         result = subprocess.run(
             [*as_user, sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test",
              "--output-dir", str(runs), "+ray_kwargs.ray_init.webshop_stop_here=1"],
@@ -169,8 +169,8 @@ def test_a_finished_run_says_so_instead_of_training_nothing(
     (step / "actor").mkdir(parents=True)
     (step / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"x")
     (step / "data.pt").write_bytes(b"x")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WEBSHOP_")}
-    env.update(WEBSHOP_TRAIN_FILE=str(train), WEBSHOP_VAL_FILE=str(train))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "WEBSHOP_"))}
+    env.update(AGENTRL_TRAIN_FILE=str(train), AGENTRL_VAL_FILE=str(train))
     # an unknown key makes main_ppo fail at once if it is launched: the finished run must not get there
     result = subprocess.run([sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test", "--output-dir",
                              str(tmp_path / "out"), "+trainer.no_such_key=1"],
@@ -179,7 +179,7 @@ def test_a_finished_run_says_so_instead_of_training_nothing(
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"already finished: its checkpoint of step {saved} (of 8)" in result.stderr
         assert (
-            "WEBSHOP_EXPERIMENT=webshop_grpo_test_2" in result.stderr
+            "AGENTRL_EXPERIMENT=webshop_grpo_test_2" in result.stderr
             and "make eval MODEL_PATH=" in result.stderr
         )
         assert "main_ppo" not in result.stdout + result.stderr.split("already finished")[1]
@@ -199,7 +199,7 @@ def test_a_run_finished_by_its_epochs_is_finished_whatever_total_training_steps_
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     (checkpoints / "latest_checkpointed_iteration.txt").write_text("8")
-    env = {"WEBSHOP_TRAIN_FILE": str(train), "WEBSHOP_VAL_FILE": str(train)}
+    env = {"AGENTRL_TRAIN_FILE": str(train), "AGENTRL_VAL_FILE": str(train)}
     overrides = [f"trainer.default_local_dir={checkpoints}", "trainer.total_training_steps=20"]
     assert finished_run("test", overrides, training_config_dir(), env) == (8, 8, checkpoints)
     (checkpoints / "latest_checkpointed_iteration.txt").write_text("7")

@@ -49,19 +49,19 @@ def _digest(value: str) -> str:
 
 
 def test_secret_names() -> None:
-    for name in ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WEBSHOP_STATE_SECRET", "X_PASSWORD"):
+    for name in ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AGENTRL_STATE_SECRET", "X_PASSWORD"):
         assert is_secret(name), name
     for name in (
-        "WEBSHOP_TURN_TOKENS",
+        "AGENTRL_TURN_TOKENS",
         "WANDB_PROJECT",
         "HF_HOME",
-        "WEBSHOP_WORKER_SECRETS_FILE",
+        "AGENTRL_WORKER_SECRETS_FILE",
         "HF_HUB_OFFLINE",
     ):
         assert not is_secret(name), name
     env = {"WANDB_API_KEY": WANDB_KEY, "HF_TOKEN": HF_KEY, "WANDB_PROJECT": "p", "HF_HOME": "/h",
-           "WEBSHOP_STATE_SECRET": "s", "WEBSHOP_TURN_TOKENS": "64", "HOME": "/root"}  # fmt: skip
-    assert worker_env(env) == {"HF_HOME": "/h", "WANDB_PROJECT": "p", "WEBSHOP_TURN_TOKENS": "64"}
+           "AGENTRL_STATE_SECRET": "s", "AGENTRL_TURN_TOKENS": "64", "HOME": "/root"}  # fmt: skip
+    assert worker_env(env) == {"HF_HOME": "/h", "WANDB_PROJECT": "p", "AGENTRL_TURN_TOKENS": "64"}
     assert secrets_of(env) == {"HF_TOKEN": HF_KEY, "WANDB_API_KEY": WANDB_KEY}  # the state secret: never
 
 
@@ -117,14 +117,14 @@ def test_a_secret_given_as_an_override_is_refused_without_echoing_it(tmp_path: P
 
 @pytest.mark.slow  # two launcher dry runs (composition with verl: 20-70 s each on 2 cores)
 def test_dataset_paths_mean_the_callers_directory(tmp_path: Path) -> None:
-    """Config defaults (``data/verl/...``), ``WEBSHOP_VAL_FILE`` and a ``data.train_files=`` list, all relative:
+    """Config defaults (``data/verl/...``), ``AGENTRL_VAL_FILE`` and a ``data.train_files=`` list, all relative:
     the command verl gets names them under the caller's directory, whatever the run directory is."""
     from agent_trainer.cli import composed_config
     from agent_trainer.config import training_config_dir
 
     caller = tmp_path / "caller"
     caller.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WEBSHOP_", "RAY_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "WEBSHOP_", "RAY_"))}
 
     def dry_run(*overrides: str, **extra: str) -> list[str]:
         result = subprocess.run(
@@ -146,7 +146,7 @@ def test_dataset_paths_mean_the_callers_directory(tmp_path: Path) -> None:
     assert (train, val) == (str(caller / "data/verl/webshop_train.parquet"),
                             str(caller / "data/verl/webshop_eval.parquet"))  # fmt: skip
     train, val = files(
-        dry_run("data.train_files=[a.parquet,hdfs://cluster/b.parquet]", WEBSHOP_VAL_FILE="v/val.parquet")
+        dry_run("data.train_files=[a.parquet,hdfs://cluster/b.parquet]", AGENTRL_VAL_FILE="v/val.parquet")
     )
     assert list(train) == [str(caller / "a.parquet"), "hdfs://cluster/b.parquet"]  # a URL is left as it is
     assert val == str(caller / "v/val.parquet")
@@ -174,7 +174,7 @@ def test_secrets_reach_the_workers_and_no_file_of_the_run_holds_them(generated_c
     probe.mkdir()
     (probe / "probe_hook.py").write_text(PROBE)
     clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("RAY_", "WEBSHOP_", "WANDB_", "HF_")) and not is_secret(k)}  # fmt: skip
+             if not k.startswith(("RAY_", "AGENTRL_", "WEBSHOP_", "WANDB_", "HF_")) and not is_secret(k)}  # fmt: skip
     ray_env = {**clean, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
                "RAY_memory_monitor_refresh_ms": "0", "PROBE_DIR": str(probe),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH")]))}  # fmt: skip
@@ -184,7 +184,7 @@ def test_secrets_reach_the_workers_and_no_file_of_the_run_holds_them(generated_c
     try:
         head.start()
         env = {**ray_env, "RAY_ADDRESS": head.address, "WANDB_API_KEY": WANDB_KEY, "HF_TOKEN": HF_KEY,
-               "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "WEBSHOP_MODEL_PATH": str(model)}  # fmt: skip
+               "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "AGENTRL_MODEL_PATH": str(model)}  # fmt: skip
         result = subprocess.run(
             [sys.executable, "-m", "agent_trainer.cli", "train", "--config", "test", "--output-dir", str(out),
              "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=probe_hook.setup",
@@ -233,7 +233,7 @@ def test_batch_sizes_are_checked_against_all_nodes_gpus() -> None:
 
 @pytest.mark.slow  # two launcher dry runs (composition with verl: 20-70 s each on 2 cores)
 def test_slurm_node_count_reaches_verl_and_a_misfit_is_refused(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WEBSHOP_", "RAY_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "WEBSHOP_", "RAY_"))}
 
     def dry_run(**extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -241,10 +241,10 @@ def test_slurm_node_count_reaches_verl_and_a_misfit_is_refused(tmp_path: Path) -
              str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**env, **extra},
         )  # fmt: skip
 
-    fits = dry_run(WEBSHOP_NNODES="2", WEBSHOP_N_GPUS="8")
+    fits = dry_run(AGENTRL_NNODES="2", AGENTRL_N_GPUS="8")
     assert fits.returncode == 0, fits.stderr[-3000:]
     assert " trainer.nnodes=2" in fits.stderr
-    misfit = dry_run(WEBSHOP_NNODES="3", WEBSHOP_N_GPUS="8")
+    misfit = dry_run(AGENTRL_NNODES="3", AGENTRL_N_GPUS="8")
     assert misfit.returncode == 2 and "do not fit 3 node(s) x 8 GPU(s)" in misfit.stderr, misfit.stderr[
         -2000:
     ]

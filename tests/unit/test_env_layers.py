@@ -19,7 +19,7 @@ GENERIC = [
     PACKAGE / "deploy.py",
     *(PACKAGE / "envs" / name for name in ("contract.py", "registration.py", "agentgym.py")),
 ]
-#: The one place a generic module may name WebShop: the environment served when ``WEBSHOP_ENVS`` names none.
+#: The one place a generic module may name WebShop: the environment served when ``AGENTRL_ENVS`` names none.
 ALLOWED = {("api/settings.py", "webshop")}
 
 

@@ -13,10 +13,10 @@ from agent_envs.ray_serve.attach import DEFAULT_ATTACH_TIMEOUT_S, AttachError, a
 
 def test_the_attach_timeout_is_a_positive_number_of_seconds() -> None:
     assert attach_timeout({}) == DEFAULT_ATTACH_TIMEOUT_S
-    assert attach_timeout({"WEBSHOP_RAY_ATTACH_TIMEOUT_S": " 7.5 "}) == 7.5
+    assert attach_timeout({"AGENTRL_RAY_ATTACH_TIMEOUT_S": " 7.5 "}) == 7.5
     for bad in ("soon", "0", "-3", "inf", "nan"):
-        with pytest.raises(ValueError, match="WEBSHOP_RAY_ATTACH_TIMEOUT_S"):
-            attach_timeout({"WEBSHOP_RAY_ATTACH_TIMEOUT_S": bad})
+        with pytest.raises(ValueError, match="AGENTRL_RAY_ATTACH_TIMEOUT_S"):
+            attach_timeout({"AGENTRL_RAY_ATTACH_TIMEOUT_S": bad})
 
 
 def test_check_head_names_the_head_and_the_fault() -> None:

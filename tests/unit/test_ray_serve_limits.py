@@ -101,9 +101,9 @@ def test_the_proxy_environment_round_trips() -> None:
 
 
 def test_settings_from_the_environment_are_validated() -> None:
-    limits = ProxyLimits.from_env({"WEBSHOP_BODY_TIMEOUT_S": "3", "WEBSHOP_PROXY_MAX_BODY_BYTES": "4096"})
+    limits = ProxyLimits.from_env({"AGENTRL_BODY_TIMEOUT_S": "3", "AGENTRL_PROXY_MAX_BODY_BYTES": "4096"})
     assert (limits.body_timeout_s, limits.max_body_bytes, limits.header_timeout_s) == (3.0, 4096, 10.0)
-    for bad in ({"WEBSHOP_BODY_TIMEOUT_S": "soon"}, {"WEBSHOP_BODY_TIMEOUT_S": "0"},
-                {"WEBSHOP_MAX_HEADER_BYTES": "10"}, {"WEBSHOP_BODY_TIMEOUT_S": "nan"}):  # fmt: skip
+    for bad in ({"AGENTRL_BODY_TIMEOUT_S": "soon"}, {"AGENTRL_BODY_TIMEOUT_S": "0"},
+                {"AGENTRL_MAX_HEADER_BYTES": "10"}, {"AGENTRL_BODY_TIMEOUT_S": "nan"}):  # fmt: skip
         with pytest.raises(ValueError):
             ProxyLimits.from_env(bad)

@@ -34,10 +34,10 @@ def test_each_environment_config_composes_and_validates(name: str) -> None:
 @pytest.mark.parametrize("env_id", sorted(AGENTGYM_RL))
 def test_the_single_environment_configs_have_agentgym_rls_settings(env_id: str, monkeypatch) -> None:
     for variable in (
-        "WEBSHOP_TRAIN_BATCH_SIZE",
-        "WEBSHOP_ROLLOUT_N",
-        "WEBSHOP_TURN_TOKENS",
-        "WEBSHOP_TRAIN_FILE",
+        "AGENTRL_TRAIN_BATCH_SIZE",
+        "AGENTRL_ROLLOUT_N",
+        "AGENTRL_TURN_TOKENS",
+        "AGENTRL_TRAIN_FILE",
     ):
         monkeypatch.delenv(variable, raising=False)
     config = resolved(f"{env_id}_grpo_test")
@@ -58,10 +58,10 @@ def test_the_single_environment_configs_have_agentgym_rls_settings(env_id: str, 
 @pytest.mark.parametrize("env_id", sorted(AGENTGYM_RL))
 def test_the_full_runs_keep_agentgym_rls_settings_on_the_projects_gpus(env_id: str, monkeypatch) -> None:
     for variable in (
-        "WEBSHOP_TRAIN_BATCH_SIZE",
-        "WEBSHOP_ROLLOUT_N",
-        "WEBSHOP_TURN_TOKENS",
-        "WEBSHOP_N_GPUS",
+        "AGENTRL_TRAIN_BATCH_SIZE",
+        "AGENTRL_ROLLOUT_N",
+        "AGENTRL_TURN_TOKENS",
+        "AGENTRL_N_GPUS",
     ):
         monkeypatch.delenv(variable, raising=False)
     config = resolved(f"{env_id}_grpo_train")

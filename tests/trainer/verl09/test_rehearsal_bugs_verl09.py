@@ -1,6 +1,6 @@
 """The rehearsal's checks see the bugs they exist for on the verl 0.9.1 line (its own environment, .venv-verl09),
 end to end: ``agent-train rehearse --fail-fast`` with a flipped reward and a loss mask over the env pages put in
-(``$WEBSHOP_REHEARSAL_INJECT``) must exit 1, the first step's record failing the mask, reward and direction checks.
+(``$AGENTRL_REHEARSAL_INJECT``) must exit 1, the first step's record failing the mask, reward and direction checks.
 tests/trainer/test_rehearsal_bugs.py has the unit-level tests and the 0.7 line's run; ``make rehearse-bugs`` runs
 every bug on both lines."""
 

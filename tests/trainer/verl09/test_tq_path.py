@@ -36,7 +36,7 @@ def test_the_trainers_metric_step_accepts_the_agent_loops_trajectories(
     from agent_trainer.harness import ScriptedServer, local_transfer_queue, run_tq_rollouts
     from agent_trainer.preflight import agent_loop_overrides, compose_training_config
 
-    monkeypatch.setenv("WEBSHOP_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
+    monkeypatch.setenv("AGENTRL_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
     plans = dict(list(expert_plans_generated.items())[:2])
     train_file = tmp_path / "train.parquet"
     build_dataset(generated_catalog_dir, "train", train_file, goal_set="synthetic", goal_ids=list(plans),

@@ -82,7 +82,7 @@ def test_the_0_7_interaction_key_is_rejected_by_verl_0_9() -> None:
                     reason="nginx not installed: run `make nginx`")  # fmt: skip
 def test_preflight_passes_on_verl_0_9_1(generated_catalog_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "preflight"
-    env = {k: v for k, v in os.environ.items() if k != "WEBSHOP_URL"}  # never reuse a developer's service
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRL_URL"}  # never reuse a developer's service
     result = subprocess.run(
         [sys.executable, "-m", "agent_trainer.cli", "preflight", "--catalog", str(generated_catalog_dir),
          "--out", str(out), "--fresh-cluster"],
@@ -119,7 +119,7 @@ def test_the_launcher_runs_verls_main_ppo_through_verl_main_with_the_0_9_configs
     assert command[1:3] == ["-m", "agent_trainer.verl_main"]  # verl's main_ppo with the v1 task runner
     assert command[command.index("--config-path") + 1] == str(directory.resolve())
     assert directory.name == "verl09" and (directory / "webshop_grpo_test.yaml").is_file()
-    agent_file = Path(train_environment(tmp_path, "run", directory)["WEBSHOP_AGENT_LOOP_CONFIG"])
+    agent_file = Path(train_environment(tmp_path, "run", directory)["AGENTRL_AGENT_LOOP_CONFIG"])
     assert agent_file.name == "webshop_agent_loop.yaml" and agent_file.is_file()
 
 

@@ -197,7 +197,7 @@ def calibrate(
 
     secret = secrets.token_urlsafe(32)
     request = step_requests(catalog_dir, secret, kind)
-    env = {"WEBSHOP_STATE_SECRET": secret}
+    env = {"AGENTRL_STATE_SECRET": secret}
     sides: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="webshop-calibrate-") as scratch:
         records = {}

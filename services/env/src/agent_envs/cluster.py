@@ -18,8 +18,8 @@ file. ``status`` reports each replica's real state: its leader process, orphaned
 whether ``/readyz`` answers within a second (a hung replica shows as not answering). ``RUN`` is ``run/local`` at the repository root unless ``--run-dir`` says
 otherwise. Port 0 picks free ports (tests use that).
 
-All replicas share one state secret: ``WEBSHOP_STATE_SECRET`` from the environment, else a random one kept
-in ``RUN/state_secret`` (mode 600) for this cluster. Other ``WEBSHOP_*`` variables pass through.
+All replicas share one state secret: ``AGENTRL_STATE_SECRET`` from the environment, else a random one kept
+in ``RUN/state_secret`` (mode 600) for this cluster. Other ``AGENTRL_*`` variables pass through.
 
 Importable from tests: ``up(...) -> dict``, ``down(run_dir)``, ``status(run_dir)``, and
 ``stop_sessions(run_dir, sig)`` / ``start_sessions(run_dir)`` to take the session store down and bring it back.
@@ -63,7 +63,7 @@ PIDS = "pids.json"
 NGINX_MISSING = "nginx not found: run `make nginx` (apt-get install nginx)"
 REDIS_MISSING = "redis-server not found: run `make redis` (apt-get install redis-server)"
 REDIS_MAXMEMORY = (
-    "512mb"  # as compose's: the session caps (WEBSHOP_COMPAT_MAX_SESSIONS) of every environment fit
+    "512mb"  # as compose's: the session caps (AGENTRL_COMPAT_MAX_SESSIONS) of every environment fit
 )
 # Durability of the AgentGym sessions (docs/reliability.md): an append-only file, no RDB snapshots. Redis writes
 # each change to the file before it answers, so a client that got a 200 finds that state again after a restart
@@ -81,7 +81,7 @@ def redis_persistence(env: Mapping[str, str]) -> tuple[str, ...]:
     return ("--save", "", "--appendonly", "yes", "--appendfsync", fsync)
 
 
-TEMPLATE_VARS = re.compile(r"\$\{(WEBSHOP_[A-Z0-9_]+)\}")
+TEMPLATE_VARS = re.compile(r"\$\{(AGENTRL_[A-Z0-9_]+)\}")
 
 
 class ClusterError(RuntimeError):
@@ -143,20 +143,20 @@ def replica_groups(envs: Sequence[str], replicas: int, workers: int) -> list[dic
 def environment_routes() -> dict[str, str]:
     """The balancer's maps and locations of every registered environment (plugins included), for the template."""
     registrations = list(registry.registrations().values())
-    return {"WEBSHOP_ENV_MAPS": deploy.nginx_maps(registrations),
-            "WEBSHOP_ENV_LOCATIONS": deploy.nginx_locations(registrations)}  # fmt: skip
+    return {"AGENTRL_ENV_MAPS": deploy.nginx_maps(registrations),
+            "AGENTRL_ENV_LOCATIONS": deploy.nginx_locations(registrations)}  # fmt: skip
 
 
 def render_nginx_conf(values: Mapping[str, str], template: Path = TEMPLATE) -> str:
-    """Substitute ``${WEBSHOP_*}`` placeholders; every one must have a value (nginx's own ``$vars`` stay).
-    ``WEBSHOP_SESSION_UPSTREAMS`` and ``WEBSHOP_AFFINITY_UPSTREAMS`` default to ``WEBSHOP_UPSTREAMS``, each in a
+    """Substitute ``${AGENTRL_*}`` placeholders; every one must have a value (nginx's own ``$vars`` stay).
+    ``AGENTRL_SESSION_UPSTREAMS`` and ``AGENTRL_AFFINITY_UPSTREAMS`` default to ``AGENTRL_UPSTREAMS``, each in a
     zone of its own; the environments' maps and locations to every registered environment's."""
     text = template.read_text()
-    if "WEBSHOP_UPSTREAMS" in values:
-        upstreams = values["WEBSHOP_UPSTREAMS"]
-        values = {"WEBSHOP_SESSION_UPSTREAMS": session_upstreams(upstreams),
-                  "WEBSHOP_AFFINITY_UPSTREAMS": affinity_upstreams(upstreams), **values}  # fmt: skip
-    if "WEBSHOP_ENV_LOCATIONS" not in values:
+    if "AGENTRL_UPSTREAMS" in values:
+        upstreams = values["AGENTRL_UPSTREAMS"]
+        values = {"AGENTRL_SESSION_UPSTREAMS": session_upstreams(upstreams),
+                  "AGENTRL_AFFINITY_UPSTREAMS": affinity_upstreams(upstreams), **values}  # fmt: skip
+    if "AGENTRL_ENV_LOCATIONS" not in values:
         values = {**environment_routes(), **values}
     missing = sorted({name for name in TEMPLATE_VARS.findall(text) if name not in values})
     if missing:
@@ -268,8 +268,8 @@ def _group_members(pgid: int) -> list[int]:
 
 
 def _secret(run_dir: Path, env: Mapping[str, str]) -> str:
-    if env.get("WEBSHOP_STATE_SECRET"):
-        return env["WEBSHOP_STATE_SECRET"]
+    if env.get("AGENTRL_STATE_SECRET"):
+        return env["AGENTRL_STATE_SECRET"]
     path = run_dir / "state_secret"
     if path.exists():
         return path.read_text().strip()
@@ -296,20 +296,20 @@ def up(
 ) -> dict[str, Any]:
     """Start the cluster and wait until it answers; returns the record written to ``RUN/pids.json``.
 
-    ``base_port=0`` / ``port=0`` / ``redis_port=0`` pick free ports. A ``WEBSHOP_REDIS_URL`` in ``env`` (or in
+    ``base_port=0`` / ``port=0`` / ``redis_port=0`` pick free ports. A ``AGENTRL_REDIS_URL`` in ``env`` (or in
     this process's environment) names an existing Redis for the AgentGym sessions instead of starting one. ``env`` adds or overrides environment variables of the
-    replicas (e.g. ``{"WEBSHOP_COMPAT_MAX_SESSIONS": "50"}``); ``serve_args`` extends their ``serve`` command. On failure everything started is stopped and
+    replicas (e.g. ``{"AGENTRL_COMPAT_MAX_SESSIONS": "50"}``); ``serve_args`` extends their ``serve`` command. On failure everything started is stopped and
     ``ClusterError`` carries the tails of the logs.
     """
     if replicas < 1:
         raise ClusterError("--replicas must be at least 1")
     nginx = nginx_binary()
     child_env = {**os.environ, **(env or {})}
-    external_redis = child_env.get("WEBSHOP_REDIS_URL")
+    external_redis = child_env.get("AGENTRL_REDIS_URL")
     redis_server = None if external_redis else redis_binary()
     run_dir = Path(run_dir).resolve()
     catalog = Path(catalog).resolve()
-    envs = deploy.parse_envs(child_env.get("WEBSHOP_ENVS"))
+    envs = deploy.parse_envs(child_env.get("AGENTRL_ENVS"))
     # The environments' placements make the replica groups: a sticky environment keeps each episode in one
     # process, and the balancer's affinity is per replica, so its replicas run one worker each and, beside other
     # environments, are replicas of their own (as in compose); the others keep their workers and least_conn over
@@ -338,7 +338,7 @@ def up(
     else:
         ports = [base_port + i for i in range(count)]
 
-    child_env["WEBSHOP_STATE_SECRET"] = _secret(run_dir, child_env)
+    child_env["AGENTRL_STATE_SECRET"] = _secret(run_dir, child_env)
     child_env["WEBSHOP_CATALOG"] = str(catalog)
     child_env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # each replica sets up its own when it has workers
     record: dict[str, Any] = {
@@ -366,9 +366,9 @@ def up(
             record["redis"] = {"name": "redis", "host": host, "port": redis_port, "command": command,
                                "url": f"redis://{host}:{redis_port}/0", "log": str(redis_log)}  # fmt: skip
             _spawn_redis(record["redis"])
-            child_env["WEBSHOP_REDIS_URL"] = record["redis"]["url"]
+            child_env["AGENTRL_REDIS_URL"] = record["redis"]["url"]
             _write_pids(run_dir, record)
-        record["sessions"] = child_env["WEBSHOP_REDIS_URL"]
+        record["sessions"] = child_env["AGENTRL_REDIS_URL"]
         free = iter(ports)
         for group in groups:
             for name in group["names"]:
@@ -378,7 +378,7 @@ def up(
                     python_binary(), "-m", "agent_envs.cli", "serve", "--catalog", str(catalog),
                     "--host", host, "--port", str(replica_port), "--workers", str(group["workers"]), *serve_args,
                 ]  # fmt: skip
-                process = _spawn(command, log_path, {**child_env, "WEBSHOP_ENVS": group["envs"]})
+                process = _spawn(command, log_path, {**child_env, "AGENTRL_ENVS": group["envs"]})
                 record["replicas"].append(
                     {"name": name, "pid": process.pid, "pgid": process.pid, "port": replica_port,
                      "url": f"http://{host}:{replica_port}", "log": str(log_path), "envs": group["envs"],
@@ -399,17 +399,17 @@ def up(
         conf.write_text(
             render_nginx_conf(
                 {
-                    "WEBSHOP_UPSTREAMS": upstreams,
-                    "WEBSHOP_SESSION_UPSTREAMS": session_upstreams(upstreams),
-                    "WEBSHOP_AFFINITY_UPSTREAMS": (
+                    "AGENTRL_UPSTREAMS": upstreams,
+                    "AGENTRL_SESSION_UPSTREAMS": session_upstreams(upstreams),
+                    "AGENTRL_AFFINITY_UPSTREAMS": (
                         f"        zone affinity_upstreams 256k;\n{sticky}"
                         if sticky
                         else affinity_upstreams(upstreams)
                     ),
-                    "WEBSHOP_LISTEN_PORT": f"{host}:{port}",
-                    "WEBSHOP_NGINX_RUNTIME_DIR": str(nginx_dir),
-                    "WEBSHOP_NGINX_ACCESS_LOG": str(logs / "nginx-access.log"),
-                    "WEBSHOP_NGINX_ERROR_LOG": str(logs / "nginx-error.log"),
+                    "AGENTRL_LISTEN_PORT": f"{host}:{port}",
+                    "AGENTRL_NGINX_RUNTIME_DIR": str(nginx_dir),
+                    "AGENTRL_NGINX_ACCESS_LOG": str(logs / "nginx-access.log"),
+                    "AGENTRL_NGINX_ERROR_LOG": str(logs / "nginx-error.log"),
                 }
             )
         )
@@ -455,7 +455,7 @@ def _recorded_store(run_dir: Path | str) -> tuple[Path, dict[str, Any]]:
     run_dir = Path(run_dir).resolve()
     record = _read_pids(run_dir)
     if not record or not record.get("redis"):
-        raise ClusterError(f"no session store recorded in {run_dir / PIDS} (an external WEBSHOP_REDIS_URL?)")
+        raise ClusterError(f"no session store recorded in {run_dir / PIDS} (an external AGENTRL_REDIS_URL?)")
     return run_dir, record
 
 

@@ -4,7 +4,7 @@
   exactly once, its slow calls, its native routes; on the upstream its placement asks for, with its timeouts. The
   local cluster renders them at start from the registry (plugins included); compose's balancer reads them from
   ``configs/nginx/environments/`` (``render_files``), with each environment's placement (``placements_text``), and
-  refuses to start when ``WEBSHOP_ENVS`` names one it has no route for;
+  refuses to start when ``AGENTRL_ENVS`` names one it has no route for;
 - the local cluster's replica groups (``replica_groups``): the environments any replica serves share replicas with
   several workers; the sticky ones get replicas of their own, one worker each;
 - the compose services' environment filter (``served_envs(..., placement)``, through ``serve --placement``);
@@ -60,7 +60,7 @@ def served(env_ids: Iterable[str]) -> list[Registration]:
 
 
 def parse_envs(text: str | None, default: str | None = None) -> list[str]:
-    """``WEBSHOP_ENVS`` as a list: ``" webshop, textcraft"`` -> ``["webshop", "textcraft"]`` (first of repeats);
+    """``AGENTRL_ENVS`` as a list: ``" webshop, textcraft"`` -> ``["webshop", "textcraft"]`` (first of repeats);
     nothing named: ``default``, else the service's default environment (``Settings.envs``)."""
     names = [name.strip().lower() for name in (text or "").split(",") if name.strip()]
     if not names:
@@ -278,7 +278,7 @@ def _websocket_lines(upstream: str) -> list[str]:
 
 def placements_text(registrations: Sequence[Registration]) -> str:
     """One line per registration, ``<id> <placement>``: what compose's balancer routes (its entrypoint refuses an
-    environment of ``WEBSHOP_ENVS`` that is not listed, and sends the sticky ones to their own replicas)."""
+    environment of ``AGENTRL_ENVS`` that is not listed, and sends the sticky ones to their own replicas)."""
     return f"# {GENERATED}\n" + "".join(f"{r.id} {r.placement}\n" for r in registrations)
 
 

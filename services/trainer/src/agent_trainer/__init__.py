@@ -8,4 +8,8 @@ policy sees), ``reward`` (verl custom reward function), ``data`` (parquet builde
 Heavy imports (verl, torch) happen in the modules that need them, not here.
 """
 
+from agent_envs.setting_aliases import adopt_old_names as _adopt_old_setting_names
+
 __version__ = "0.1.0"
+
+_adopt_old_setting_names()  # the settings' old names (WEBSHOP_*): AGENTRL_*, before any config reads one

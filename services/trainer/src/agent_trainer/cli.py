@@ -99,7 +99,7 @@ def _env_data(args: argparse.Namespace) -> int:
                                      goal_set=args.goal_set or DEFAULT_GOAL_SET, train_rows=args.train_rows,
                                      val_rows=args.val_rows, test_rows=args.test_rows,
                                      interaction=interaction, progress=not args.quiet,
-                                     env_url=args.env_url or os.environ.get("WEBSHOP_URL") or None)  # fmt: skip
+                                     env_url=args.env_url or os.environ.get("AGENTRL_URL") or None)  # fmt: skip
     except (DataError, CatalogError, envs.UnknownEnvironment, ValueError) as error:
         print(f"agent-train data: {error}", file=sys.stderr)
         return 2
@@ -287,12 +287,12 @@ def train_environment(output_root: Path, experiment: str, directory: Path) -> di
     for sub in ("logs", "checkpoints", "metrics"):
         (run / sub).mkdir(parents=True, exist_ok=True)
     return {
-        "WEBSHOP_OUTPUT_DIR": str(output_root.resolve()),
-        "WEBSHOP_EXPERIMENT": experiment,
-        "WEBSHOP_INTERACTION_CONFIG": os.environ.get("WEBSHOP_INTERACTION_CONFIG")
+        "AGENTRL_OUTPUT_DIR": str(output_root.resolve()),
+        "AGENTRL_EXPERIMENT": experiment,
+        "AGENTRL_INTERACTION_CONFIG": os.environ.get("AGENTRL_INTERACTION_CONFIG")
         or str((directory / INTERACTION_CONFIG).resolve()),
         # the agent loop's declarations (verl 0.9 line, or the agent loop on 0.7.1); one file for both lines
-        "WEBSHOP_AGENT_LOOP_CONFIG": os.environ.get("WEBSHOP_AGENT_LOOP_CONFIG")
+        "AGENTRL_AGENT_LOOP_CONFIG": os.environ.get("AGENTRL_AGENT_LOOP_CONFIG")
         or str((config_dir() / AGENT_LOOP_CONFIG).resolve()),
         "VERL_FILE_LOGGER_PATH": str(run / "metrics" / "metrics.jsonl"),
         "TENSORBOARD_DIR": str(run / "logs" / "tensorboard"),
@@ -300,7 +300,7 @@ def train_environment(output_root: Path, experiment: str, directory: Path) -> di
 
 
 def _config_train_file(config: Any) -> str | None:
-    """The composed config's ``data.train_files`` (its ``WEBSHOP_TRAIN_FILE`` or default), when it names one file."""
+    """The composed config's ``data.train_files`` (its ``AGENTRL_TRAIN_FILE`` or default), when it names one file."""
     value = config.data.get("train_files") if config is not None else None
     return value if isinstance(value, str) else None
 
@@ -311,7 +311,7 @@ def _training_catalog_line(env: dict[str, str], overrides: Sequence[str], defaul
     from .data import dataset_catalog_line
 
     train_file = next((o.split("=", 1)[1] for o in overrides if o.startswith("data.train_files=")), None)
-    train_file = train_file or env.get("WEBSHOP_TRAIN_FILE") or default or "data/verl/webshop_train.parquet"
+    train_file = train_file or env.get("AGENTRL_TRAIN_FILE") or default or "data/verl/webshop_train.parquet"
     return (
         dataset_catalog_line(train_file)
         or f"catalog of {train_file}: unknown (not built by agent-train data)"
@@ -321,7 +321,7 @@ def _training_catalog_line(env: dict[str, str], overrides: Sequence[str], defaul
 def composed_config(
     config_name: str, overrides: Sequence[str], directory: Path, env: Mapping[str, str]
 ) -> Any:
-    """The training config as ``main_ppo`` composes it, resolved with ``env`` (the configs read WEBSHOP_*
+    """The training config as ``main_ppo`` composes it, resolved with ``env`` (the configs read AGENTRL_*
     through oc.env)."""
     from omegaconf import OmegaConf
 
@@ -351,7 +351,7 @@ def _hydra_string(value: str) -> str:
 
 
 def caller_data_overrides(config: Any, overrides: Sequence[str], cwd: Path) -> list[str]:
-    """``overrides`` with every relative dataset path of ``config`` (the config's defaults, ``WEBSHOP_TRAIN_FILE``,
+    """``overrides`` with every relative dataset path of ``config`` (the config's defaults, ``AGENTRL_TRAIN_FILE``,
     a ``data.*_files=`` override) made absolute against ``cwd``, the caller's directory.
 
     Why: verl opens ``data.train_files`` from its task runner's working directory, which is the run directory
@@ -523,7 +523,7 @@ def worker_env_overrides(env: Mapping[str, str]) -> list[str]:
     """Hydra overrides that give every Ray worker of the run the launcher's settings (``worker_env``).
 
     Why: on a cluster made with ``ray start`` a node's workers inherit that node's ``ray start`` environment,
-    not the launcher's, so ``WEBSHOP_ENV``, ``WEBSHOP_TURN_TOKENS``, ... would silently fall back to their
+    not the launcher's, so ``AGENTRL_ENV``, ``AGENTRL_TURN_TOKENS``, ... would silently fall back to their
     defaults on every node. verl passes ``ray_kwargs.ray_init.runtime_env`` to ``ray.init``: its ``env_vars``
     reach every worker of the job, on every node.
     """
@@ -548,7 +548,7 @@ def head_unreachable(env: Mapping[str, str]) -> str | None:
 
 
 def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
-    """``WEBSHOP_ENV=ray``: deploy the env app on the training cluster (or find it there) and wait until every
+    """``AGENTRL_ENV=ray``: deploy the env app on the training cluster (or find it there) and wait until every
     node serves it, before verl starts (``agent-envs serve-ray``: idempotent). Returns its exit status."""
     command = [
         sys.executable,
@@ -557,9 +557,9 @@ def deploy_env_on_cluster(env: Mapping[str, str]) -> int:
         "serve-ray",
         "--if-missing",  # a deployed app (by hand: its replicas, its catalog path) is kept, never restarted
         "--wait",
-        env.get("WEBSHOP_RAY_WAIT_S", "600"),
+        env.get("AGENTRL_RAY_WAIT_S", "600"),
     ]
-    if env.get("WEBSHOP_RAY_STAGE_CATALOG", "").strip().lower() in ("1", "true", "yes"):
+    if env.get("AGENTRL_RAY_STAGE_CATALOG", "").strip().lower() in ("1", "true", "yes"):
         command.append("--stage-catalog")
     print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr)
     return subprocess.run(command, env=dict(env), stdout=sys.stderr).returncode
@@ -572,8 +572,8 @@ def _train(args: argparse.Namespace) -> int:
         print(f"agent-train train: no training config {args.config!r} in {directory} (test, full, or one of "
               f"{', '.join(known)})", file=sys.stderr)  # fmt: skip
         return 2
-    experiment = args.experiment or os.environ.get("WEBSHOP_EXPERIMENT") or training_config_name(args.config)
-    output_root = Path(args.output_dir or os.environ.get("WEBSHOP_OUTPUT_DIR") or "outputs")
+    experiment = args.experiment or os.environ.get("AGENTRL_EXPERIMENT") or training_config_name(args.config)
+    output_root = Path(args.output_dir or os.environ.get("AGENTRL_OUTPUT_DIR") or "outputs")
     env = {**os.environ, **train_environment(output_root, experiment, directory)}
     overrides = list(args.overrides)
     secret_keys = given_secret_overrides(overrides)
@@ -599,8 +599,8 @@ def _train(args: argparse.Namespace) -> int:
             return 2
         device_note = substitution_lines(listed)
         print(device_note, file=sys.stderr)
-    on_ray = env.get("WEBSHOP_ENV", "").strip().lower() == "ray"
-    # verl joins a running cluster (WEBSHOP_ENV=ray, RAY_ADDRESS, an address override): its workers inherit their
+    on_ray = env.get("AGENTRL_ENV", "").strip().lower() == "ray"
+    # verl joins a running cluster (AGENTRL_ENV=ray, RAY_ADDRESS, an address override): its workers inherit their
     # node's `ray start` environment, not this one, so the run's settings travel in verl's runtime_env
     joined = (
         on_ray
@@ -621,11 +621,11 @@ def _train(args: argparse.Namespace) -> int:
         if worker_secrets(env):  # in a file only the workers read (worker_secrets), never in the runtime_env
             secrets_file = secrets_path(run_dir)
             overrides = hook_overrides(overrides, secrets_file)
-    nnodes = env.get("WEBSHOP_NNODES", "").strip()  # a Slurm job's node count (webshop-grpo.sbatch)
+    nnodes = env.get("AGENTRL_NNODES", "").strip()  # a Slurm job's node count (webshop-grpo.sbatch)
     if nnodes and not any(o.split("=", 1)[0].lstrip("+") == "trainer.nnodes" for o in overrides):
         if not nnodes.isdigit() or int(nnodes) < 1:
             print(
-                f"agent-train train: WEBSHOP_NNODES must be a positive integer, not {nnodes!r}",
+                f"agent-train train: AGENTRL_NNODES must be a positive integer, not {nnodes!r}",
                 file=sys.stderr,
             )
             return 2
@@ -655,8 +655,8 @@ def _train(args: argparse.Namespace) -> int:
         gpus = f"{config.trainer.nnodes} node(s) x {config.trainer.n_gpus_per_node} GPU(s)"
         print(f"agent-train train: the batch sizes do not fit {gpus}:\n  " + "\n  ".join(problems) + "\n  "
               "change data.train_batch_size, actor_rollout_ref.actor.ppo_mini_batch_size, "
-              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (WEBSHOP_TRAIN_BATCH_SIZE, "
-              "WEBSHOP_PPO_MINI_BATCH_SIZE, WEBSHOP_MICRO_BATCH_SIZE) or the GPUs (docs/multi-node.md)",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (AGENTRL_TRAIN_BATCH_SIZE, "
+              "AGENTRL_PPO_MINI_BATCH_SIZE, AGENTRL_MICRO_BATCH_SIZE) or the GPUs (docs/multi-node.md)",
               file=sys.stderr)  # fmt: skip
         return 2
     if args.dry_run:
@@ -672,7 +672,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"agent-train train: run {experiment!r} is already finished: its checkpoint of step {step} (of "
               f"{total}) is in {checkpoints}, so verl would resume there and train nothing.\n"
               f"  evaluate it:      make eval MODEL_PATH={checkpoints}\n"
-              f"  a fresh run:      WEBSHOP_EXPERIMENT={experiment}_2 (in .env or the environment), or move "
+              f"  a fresh run:      AGENTRL_EXPERIMENT={experiment}_2 (in .env or the environment), or move "
               f"{checkpoints} away\n"
               f"  train it further: raise trainer.total_epochs (TRAIN_EXTRA_ARGS=\"trainer.total_epochs=N\")",
               file=sys.stderr)  # fmt: skip
@@ -814,7 +814,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-url", default=None,
                    help="with --env: a service serving the environments whose resets make the rows of those "
                         "this machine cannot reset itself (SciWorld without Java or scienceworld; an environment "
-                        "whose package is not installed, as in the trainer images); default $WEBSHOP_URL; in "
+                        "whose package is not installed, as in the trainer images); default $AGENTRL_URL; in "
                         "process where it can")  # fmt: skip
     p.add_argument("--limit", type=int, default=None, help="only the first N goals")
     p.add_argument("--goal-set", default=None, help="synthetic (default) or human")
@@ -860,7 +860,7 @@ def build_parser() -> argparse.ArgumentParser:
     action.add_argument("--show", metavar="NAME", default=None,
                         help="print the training config NAME as Hydra composes it (YAML)")  # fmt: skip
     p.add_argument("--config-dir", type=Path, default=None,
-                   help="the configs directory (default: $WEBSHOP_CONFIG_DIR, else the checkout's configs/); with "
+                   help="the configs directory (default: $AGENTRL_CONFIG_DIR, else the checkout's configs/); with "
                    "--show: the line's training config directory itself")  # fmt: skip
     p.add_argument("--verl-line", choices=VERL_LINES, default=None,
                    help="with --show: the line whose configs (default: the installed verl's); the other line's "
@@ -880,7 +880,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--catalog", type=Path, default=None, help="default: $WEBSHOP_CATALOG / data/catalog")
     p.add_argument("--out", type=Path, default=Path("outputs/preflight"))
     p.add_argument("--env-url", default=None,
-                   help="reuse this service if it serves the same catalog (default: $WEBSHOP_URL or :36003)")  # fmt: skip
+                   help="reuse this service if it serves the same catalog (default: $AGENTRL_URL or :36003)")  # fmt: skip
     p.add_argument(
         "--fresh-cluster", action="store_true", help="always start (and stop) a cluster of its own"
     )
@@ -913,8 +913,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outage-s", type=float, default=60.0,
                    help="seconds every env replica is stopped during step 2's rollout (0: none)")  # fmt: skip
     p.add_argument("--env", choices=["http", "ray"], default="http",
-                   help="http: a local cluster (replicas + nginx) at WEBSHOP_URL; ray: the env as a Ray Serve app on "
-                   "a Ray head of its own that verl joins, reached with WEBSHOP_ENV=ray (default: http)")  # fmt: skip
+                   help="http: a local cluster (replicas + nginx) at AGENTRL_URL; ray: the env as a Ray Serve app on "
+                   "a Ray head of its own that verl joins, reached with AGENTRL_ENV=ray (default: http)")  # fmt: skip
     p.add_argument("--envs", default="webshop",
                    help="the environment(s) rehearsed, comma-separated: webshop (default), textcraft, babyai, or a "
                    "mix in one run (textcraft,webshop); the others write OUT/verl<line>-<env>[+<env>]/ (make "
@@ -933,8 +933,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="test",
                    help="test or full (WebShop), or a config's name: textcraft_grpo_test, babyai_grpo_test, "
                    "mixed_grpo_test (configs/verl09/)")  # fmt: skip
-    p.add_argument("--experiment", default=None, help="default: $WEBSHOP_EXPERIMENT or the config's name")
-    p.add_argument("--output-dir", default=None, help="default: $WEBSHOP_OUTPUT_DIR or outputs")
+    p.add_argument("--experiment", default=None, help="default: $AGENTRL_EXPERIMENT or the config's name")
+    p.add_argument("--output-dir", default=None, help="default: $AGENTRL_OUTPUT_DIR or outputs")
     p.add_argument("--config-dir", type=Path, default=None)
     p.add_argument("--dry-run", action="store_true", help="print the command and exit")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_epochs=2")
@@ -943,10 +943,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser(
         "env-check",
         help="from every node of the running Ray cluster, play expert episodes of every served environment through "
-        "the trainer's own clients (WEBSHOP_ENV=ray: each node's Serve proxy); exit 1 if a node cannot",
+        "the trainer's own clients (AGENTRL_ENV=ray: each node's Serve proxy); exit 1 if a node cannot",
     )  # fmt: skip
     p.add_argument("--episodes", type=int, default=8, help="expert episodes per node and environment (8)")
-    p.add_argument("--envs", default=None, help="the environments to play, comma-separated (default: $WEBSHOP_ENVS, "
+    p.add_argument("--envs", default=None, help="the environments to play, comma-separated (default: $AGENTRL_ENVS, "
                    "what serve-ray serves, else webshop)")  # fmt: skip
     p.add_argument("--goal-set", default="synthetic", help="WebShop's goal list (default: synthetic)")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")

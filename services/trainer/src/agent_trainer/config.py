@@ -20,13 +20,13 @@ AGENT_NAME = "tool_agent"
 # The WebShop agent loop (agent_loop.py), the only path on verl >= 0.8 (verl 0.8.0 removed interactions).
 AGENT_LOOP_NAME = "webshop_agent"
 #: New tokens per model turn, the same in training (both agent loops: ``turn_tokens`` in
-#: configs/webshop_agent_loop.yaml) and in eval (``agent-train eval --max-tokens``); WEBSHOP_TURN_TOKENS overrides.
+#: configs/webshop_agent_loop.yaml) and in eval (``agent-train eval --max-tokens``); AGENTRL_TURN_TOKENS overrides.
 TURN_TOKENS = 512
 
 
 def turn_tokens() -> int:
-    """The per-turn budget in force: WEBSHOP_TURN_TOKENS, else :data:`TURN_TOKENS`."""
-    value = os.environ.get("WEBSHOP_TURN_TOKENS", "").strip()
+    """The per-turn budget in force: AGENTRL_TURN_TOKENS, else :data:`TURN_TOKENS`."""
+    value = os.environ.get("AGENTRL_TURN_TOKENS", "").strip()
     return int(value) if value else TURN_TOKENS
 
 
@@ -38,24 +38,26 @@ ENVIRONMENT_SETTINGS = ("max_rounds", "turn_tokens")
 
 
 def default_env_url() -> str:
-    """``WEBSHOP_URL`` from the environment, else the local balancer's address."""
-    return os.environ.get("WEBSHOP_URL") or DEFAULT_ENV_URL
+    """``AGENTRL_URL`` from the environment, else the local balancer's address."""
+    return os.environ.get("AGENTRL_URL") or DEFAULT_ENV_URL
 
 
-#: How the trainer reaches the env (``WEBSHOP_ENV``): ``http`` (``env_url``: the balancer) or ``ray`` (the env as
+#: How the trainer reaches the env (``AGENTRL_ENV``): ``http`` (``env_url``: the balancer) or ``ray`` (the env as
 #: a Ray Serve app on the training cluster: each process's own node's proxy, the other nodes' as fallbacks).
 ENV_MODES = ("http", "ray")
 
 
 def default_env_mode() -> str:
-    """``WEBSHOP_ENV`` from the environment, else ``http``."""
-    return (os.environ.get("WEBSHOP_ENV") or "http").strip().lower()
+    """``AGENTRL_ENV`` from the environment, else ``http``."""
+    return (os.environ.get("AGENTRL_ENV") or "http").strip().lower()
 
 
 #: What a run's Ray workers must see on every node (``ray start`` workers inherit their node's environment, not
-#: the launcher's): the WebShop settings, where verl's loggers write (its task runner is a Ray actor: without
-#: these its metrics go to a relative path on some node), W&B and Hugging Face.
+#: the launcher's): the project's settings (``AGENTRL_*``) and WebShop's own (``WEBSHOP_*``), where verl's
+#: loggers write (its task runner is a Ray actor: without these its metrics go to a relative path on some node),
+#: W&B and Hugging Face.
 WORKER_SETTINGS = (
+    "AGENTRL_",
     "WEBSHOP_",
     "VERL_FILE_LOGGER_PATH",
     "TENSORBOARD_DIR",
@@ -64,7 +66,7 @@ WORKER_SETTINGS = (
     "HUGGING_FACE_HUB_TOKEN",
 )
 #: Never forwarded to the workers: they do not need it, and a runtime environment is visible to the whole cluster.
-PRIVATE_SETTINGS = frozenset({"WEBSHOP_STATE_SECRET"})
+PRIVATE_SETTINGS = frozenset({"AGENTRL_STATE_SECRET"})
 #: A setting whose name has one of these words (``WANDB_API_KEY``, ``HF_TOKEN``) is a secret: it never goes into
 #: a Hydra override, a config, a Ray runtime environment (Ray's runtime_env_agent.log prints those whole) or a log;
 #: the launcher hands it to the workers in a file only they read (:mod:`agent_trainer.worker_secrets`).
@@ -96,9 +98,9 @@ class InteractionSettings:
 
     Attributes:
         env: ``http`` (reach the env at ``env_url``) or ``ray`` (this node's Ray Serve proxy,
-            ``http://127.0.0.1:<ray_port>``, then the other nodes'); default ``$WEBSHOP_ENV`` or ``http``.
-        env_url: the balancer (or one replica); default ``$WEBSHOP_URL`` or ``http://127.0.0.1:36003``.
-        ray_port: the Serve proxies' port with ``env: ray`` (None: ``$WEBSHOP_RAY_PORT`` or 36080).
+            ``http://127.0.0.1:<ray_port>``, then the other nodes'); default ``$AGENTRL_ENV`` or ``http``.
+        env_url: the balancer (or one replica); default ``$AGENTRL_URL`` or ``http://127.0.0.1:36003``.
+        ray_port: the Serve proxies' port with ``env: ray`` (None: ``$AGENTRL_RAY_PORT`` or 36080).
         goal_set: goal list used when a row names none (None: the server's default).
         timeout: seconds per HTTP attempt.
         retries: at most this many attempts after the first on connection errors, timeouts and 5xx
@@ -149,7 +151,7 @@ class InteractionSettings:
                 values.pop(key, None)
         settings = cls(**values)
         if settings.env not in ENV_MODES:
-            raise ValueError(f"env (WEBSHOP_ENV) must be one of {', '.join(ENV_MODES)}, not {settings.env!r}")
+            raise ValueError(f"env (AGENTRL_ENV) must be one of {', '.join(ENV_MODES)}, not {settings.env!r}")
         if settings.on_env_error not in ("terminate", "raise"):
             raise ValueError(f"on_env_error must be 'terminate' or 'raise', not {settings.on_env_error!r}")
         if settings.state_ttl_s <= 0:
@@ -167,9 +169,9 @@ def repo_root() -> Path | None:
 
 
 def config_dir() -> Path:
-    """``WEBSHOP_CONFIG_DIR``, else ``configs/`` of the checkout, else ``./configs``."""
-    if os.environ.get("WEBSHOP_CONFIG_DIR"):
-        return Path(os.environ["WEBSHOP_CONFIG_DIR"]).resolve()
+    """``AGENTRL_CONFIG_DIR``, else ``configs/`` of the checkout, else ``./configs``."""
+    if os.environ.get("AGENTRL_CONFIG_DIR"):
+        return Path(os.environ["AGENTRL_CONFIG_DIR"]).resolve()
     root = repo_root()
     return (root / "configs") if root else (Path.cwd() / "configs").resolve()
 

@@ -1,12 +1,12 @@
 """``agent-train env-check``: can every node's trainer processes play every served environment, the way training will?
 
-One Ray task per node of the running cluster (pinned there, with the run's ``WEBSHOP_*`` settings in its
+One Ray task per node of the running cluster (pinned there, with the run's ``AGENTRL_*`` settings in its
 runtime environment, as the launcher gives verl's workers) opens the trainer's own clients
-(``interaction.shared_client``: with ``WEBSHOP_ENV=ray`` its node's Serve proxy first; WebShop's ``/v1``, the
+(``interaction.shared_client``: with ``AGENTRL_ENV=ray`` its node's Serve proxy first; WebShop's ``/v1``, the
 other environments' native ``/<env>/v1``) and plays expert episodes of each environment, each through its own
 client: the expert's actions for a task (WebShop's goals in the run's goal set, which its reset takes too), each
 episode to its end (``done``) or to the expert's last action; a task the environment has no expert for is
-skipped. The environments are those the run serves (``--envs``, else ``$WEBSHOP_ENVS``, else what the service
+skipped. The environments are those the run serves (``--envs``, else ``$AGENTRL_ENVS``, else what the service
 serves by default): a node that cannot reach one of them fails here, in seconds or minutes, not at a training
 step an hour in.
 
@@ -31,7 +31,7 @@ TRIES_PER_EPISODE = 4
 
 
 def served_envs(env: Mapping[str, str], envs: str | Sequence[str] | None = None) -> list[str]:
-    """The environments to play: ``envs`` (a comma-separated string or a list), else ``$WEBSHOP_ENVS`` (what
+    """The environments to play: ``envs`` (a comma-separated string or a list), else ``$AGENTRL_ENVS`` (what
     ``agent-envs serve-ray`` serves), else what the service serves when that names none (its default, WebShop:
     ``agent_envs.deploy.parse_envs``); in that order, each once. Raises ``ValueError`` naming an environment the
     trainer does not know."""
@@ -39,7 +39,7 @@ def served_envs(env: Mapping[str, str], envs: str | Sequence[str] | None = None)
 
     from . import envs as specs
 
-    given = envs if envs is not None else (env.get("WEBSHOP_ENVS") or parse_envs(None))
+    given = envs if envs is not None else (env.get("AGENTRL_ENVS") or parse_envs(None))
     names = [n.strip() for n in (given.split(",") if isinstance(given, str) else given) if n.strip()]
     unknown = [n for n in names if n not in specs.ids()]
     if unknown:
@@ -135,7 +135,7 @@ def _node_episodes(envs: Sequence[str], episodes: int, goal_set: str, first: int
     played = asyncio.run(_play(envs, episodes, goal_set, first))
     return {
         "node_ip": ray.util.get_node_ip_address(),
-        "env": os.environ.get("WEBSHOP_ENV", "http"),
+        "env": os.environ.get("AGENTRL_ENV", "http"),
         "envs": played,
     }
 

@@ -44,7 +44,7 @@ would refuse at the first turn. So one core and its warm pool (its spec's ``data
 the background) serve the whole build, ``SCIWORLD_DATA_WORKERS`` resets at a time (default half the CPUs, at most
 8), each in a JVM of its own that is closed at once; a progress bar counts them. That needs Java 17 and the
 ``scienceworld`` package where the data is built; without them (the trainer image), ``env_url`` (``--env-url``, or
-``$WEBSHOP_URL``) names a service serving SciWorld whose resets make the rows, each episode closed at once.
+``$AGENTRL_URL``) names a service serving SciWorld whose resets make the rows, each episode closed at once.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ class RowBuilder:
                 if not env_url:  # the trainer images install the env package without its environments' extras
                     raise DataError(f"{env_id}: its core cannot be made here ({type(error).__name__}: {error}); "
                                     f"pip install -e 'services/env[{env_id}]', or give --env-url (or "
-                                    "$WEBSHOP_URL): a service whose resets then make the rows") from None  # fmt: skip
+                                    "$AGENTRL_URL): a service whose resets then make the rows") from None  # fmt: skip
                 self.env_url = env_url.rstrip("/")
 
     @property
@@ -261,7 +261,7 @@ class RowBuilder:
             self.core = self.spec.data_core(self.workers)
         except envs.CoreUnavailable as missing:
             if not env_url:
-                raise DataError(f"{self.spec.env_id}: {missing}; or give --env-url (or $WEBSHOP_URL): a service "
+                raise DataError(f"{self.spec.env_id}: {missing}; or give --env-url (or $AGENTRL_URL): a service "
                                 f"that serves {self.spec.env_id}, whose resets then make the rows") from None  # fmt: skip
             self.env_url = env_url.rstrip("/")
 

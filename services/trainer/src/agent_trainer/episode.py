@@ -230,7 +230,7 @@ def _timer(metrics: MutableMapping[str, float] | None) -> Any:
 
 #: The live episodes the fleet's simulators hold at once (``SCIWORLD_REPLICAS x SCIWORLD_MAX_LIVE_JVMS``; the compose
 #: trainer job derives it from those two settings of .env, the one place they are set).
-EPISODE_SLOTS_ENV = "WEBSHOP_EPISODE_SLOTS"
+EPISODE_SLOTS_ENV = "AGENTRL_EPISODE_SLOTS"
 _SLOTS: dict[str, asyncio.Semaphore] = {}
 
 
@@ -241,7 +241,7 @@ def slots_per_worker(total: int, workers: int) -> int:
 
 def episode_slot(spec: EnvSpec, trainer_config: Any = None) -> Any:
     """An async context manager that holds one of this process's slots for an episode of ``spec`` (a no-op for
-    environments that hold no simulator, or without ``$WEBSHOP_EPISODE_SLOTS``). The fleet's slots are shared out
+    environments that hold no simulator, or without ``$AGENTRL_EPISODE_SLOTS``). The fleet's slots are shared out
     over verl's agent-loop worker processes (``rollout.agent.num_workers``), each a semaphore of its own."""
     total = os.environ.get(EPISODE_SLOTS_ENV, "").strip()
     if not spec.holds_simulator or not total:

@@ -98,7 +98,7 @@ def add_commands(subparsers: Any) -> None:
     chat.add_argument("--top-p", type=float, default=1.0)
     chat.add_argument("--max-tokens", type=int, default=None,
                       help="new tokens per reply (default: each environment's per-turn budget in training: its test "
-                      f"config's turn_tokens, WebShop's {TURN_TOKENS}; WEBSHOP_TURN_TOKENS sets all, as in training)")  # fmt: skip
+                      f"config's turn_tokens, WebShop's {TURN_TOKENS}; AGENTRL_TURN_TOKENS sets all, as in training)")  # fmt: skip
     chat.add_argument("--max-response-tokens", type=int, default=None,
                       help="the replies and pages after the first turn together, in tokens: the episode ends where a "
                       "reply would pass it (default: each environment's data.max_response_length in training; 0: no cap)")  # fmt: skip
@@ -120,7 +120,7 @@ def add_commands(subparsers: Any) -> None:
     )
     chat.add_argument("--server", choices=("sglang", "cpu"), default="cpu" if on_cpu() else "sglang",
                       help="checkpoint: serve with sglang (GPU), or with a CPU chat server (a tiny model: the "
-                           "rehearsal, and the CPU build of the trainer images, WEBSHOP_DEVICE=cpu); default: "
+                           "rehearsal, and the CPU build of the trainer images, AGENTRL_DEVICE=cpu); default: "
                            "%(default)s")  # fmt: skip
     chat.add_argument("--server-port", type=int, default=0, help="checkpoint: sglang port (0: a free one)")
     chat.add_argument("--server-python", default=None, help="checkpoint: interpreter that has sglang")
@@ -186,11 +186,11 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.max_response_tokens is not None and args.max_response_tokens < 0:
         print("agent-train eval: --max-response-tokens must be 0 (no cap) or more", file=sys.stderr)
         return EXIT_ERROR
-    if on_cpu() and not os.environ.get("WEBSHOP_TURN_TOKENS"):  # the CPU build: the CPU run's per-turn budget
+    if on_cpu() and not os.environ.get("AGENTRL_TURN_TOKENS"):  # the CPU build: the CPU run's per-turn budget
         from .rehearsal.device import CPU_TURN_TOKENS
 
-        os.environ["WEBSHOP_TURN_TOKENS"] = str(CPU_TURN_TOKENS)
-        print(f"agent-train eval: CPU build: WEBSHOP_TURN_TOKENS={CPU_TURN_TOKENS} (the CPU training run's per-turn "
+        os.environ["AGENTRL_TURN_TOKENS"] = str(CPU_TURN_TOKENS)
+        print(f"agent-train eval: CPU build: AGENTRL_TURN_TOKENS={CPU_TURN_TOKENS} (the CPU training run's per-turn "
               "budget) and the CPU chat server instead of sglang", file=sys.stderr)  # fmt: skip
     if specs[0].max_rounds is None or args.max_steps is not None or args.max_turns is not None:
         max_turns = max_env_steps(args.max_steps, args.max_turns)

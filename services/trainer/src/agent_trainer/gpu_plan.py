@@ -9,11 +9,11 @@ knob from the file Hydra lets win (:func:`config_files`; a test keeps this equal
 the settings from ``.env`` and the process environment (the process wins, as in compose), and checks:
 
 - ``GPU_IDS`` is a list of distinct device numbers, each one listed by ``nvidia-smi -L`` when given;
-- ``WEBSHOP_N_GPUS``, if set, equals the number of ids (compose hands exactly those devices to the container);
+- ``AGENTRL_N_GPUS``, if set, equals the number of ids (compose hands exactly those devices to the container);
 - verl's rules that depend on the GPU count: the rollout's tensor parallel size divides it, and
   ``train_batch_size * rollout.n`` is divisible by it.
 
-Prints the GPU count on success (``make`` passes it on as ``WEBSHOP_N_GPUS``) and, with ``--compose-override``,
+Prints the GPU count on success (``make`` passes it on as ``AGENTRL_N_GPUS``) and, with ``--compose-override``,
 writes the compose file that hands exactly those devices to the GPU services; exits 2 with the reasons and the
 fix otherwise. ``--config eval`` checks only the ids. ``agent-train preflight`` checks the same rules on the composed config; tests keep both equal.
 """
@@ -45,10 +45,10 @@ def config_file(config: str, config_dir: Path) -> Path:
 
 # config key (last part) -> the environment variable the configs read it from
 KNOBS = {
-    "n_gpus_per_node": "WEBSHOP_N_GPUS",
-    "tensor_model_parallel_size": "WEBSHOP_ROLLOUT_TP",
-    "train_batch_size": "WEBSHOP_TRAIN_BATCH_SIZE",
-    "n": "WEBSHOP_ROLLOUT_N",
+    "n_gpus_per_node": "AGENTRL_N_GPUS",
+    "tensor_model_parallel_size": "AGENTRL_ROLLOUT_TP",
+    "train_batch_size": "AGENTRL_TRAIN_BATCH_SIZE",
+    "n": "AGENTRL_ROLLOUT_N",
 }
 _ENV_LOOKUP = re.compile(r"\$\{oc\.env:(\w+),([^}]*)\}")
 
@@ -65,6 +65,18 @@ def read_env_file(path: Path) -> dict[str, str]:
         key, _, value = line.partition("=")
         values[key.strip()] = value.strip().strip("'\"")
     return values
+
+
+def settings_from(env_file: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """The settings as compose resolves them: the environment over ``env_file``; a setting's new name
+    (``AGENTRL_X``) over its old one (``WEBSHOP_X``, an ``.env`` or shell from before the rename), as in
+    ``compose.yaml``'s ``${AGENTRL_X:-${WEBSHOP_X:-default}}`` (``agent_envs.setting_aliases`` has the rule; these
+    standard-library checks read only settings that are not WebShop's own)."""
+    merged = {**read_env_file(env_file), **{k: v for k, v in environ.items() if v}}
+    for old, value in list(merged.items()):
+        if old.startswith("WEBSHOP_") and value:
+            merged.setdefault("AGENTRL_" + old[len("WEBSHOP_") :], value)
+    return merged
 
 
 _DEFAULTS_LIST = re.compile(r"^defaults:[ \t]*\n((?:[ \t]+-[^\n]*\n?)+)", re.MULTILINE)
@@ -146,25 +158,25 @@ def plan_errors(
                 values[name] = int(settings[name])
             except ValueError:
                 errors.append(f"{name}={settings[name]!r} is not a whole number")
-    if settings.get("WEBSHOP_N_GPUS") and values["WEBSHOP_N_GPUS"] != count:
+    if settings.get("AGENTRL_N_GPUS") and values["AGENTRL_N_GPUS"] != count:
         errors.append(
-            f"WEBSHOP_N_GPUS={values['WEBSHOP_N_GPUS']} but GPU_IDS={settings.get('GPU_IDS') or '0'} hands "
-            f"{count} GPU(s) to the container: leave WEBSHOP_N_GPUS empty (it is the number of GPU_IDS)"
+            f"AGENTRL_N_GPUS={values['AGENTRL_N_GPUS']} but GPU_IDS={settings.get('GPU_IDS') or '0'} hands "
+            f"{count} GPU(s) to the container: leave AGENTRL_N_GPUS empty (it is the number of GPU_IDS)"
         )
-    tp = values["WEBSHOP_ROLLOUT_TP"]
+    tp = values["AGENTRL_ROLLOUT_TP"]
     if count % tp:
         errors.append(
-            f"the {config} config's rollout tensor parallel size {tp} (WEBSHOP_ROLLOUT_TP) does not divide the "
+            f"the {config} config's rollout tensor parallel size {tp} (AGENTRL_ROLLOUT_TP) does not divide the "
             f"{count} GPU(s) of GPU_IDS"
         )
-    rollouts = values["WEBSHOP_TRAIN_BATCH_SIZE"] * values["WEBSHOP_ROLLOUT_N"]
+    rollouts = values["AGENTRL_TRAIN_BATCH_SIZE"] * values["AGENTRL_ROLLOUT_N"]
     if rollouts % count:
         errors.append(
-            f"train batch x rollout n = {rollouts} (WEBSHOP_TRAIN_BATCH_SIZE x WEBSHOP_ROLLOUT_N) is not divisible "
+            f"train batch x rollout n = {rollouts} (AGENTRL_TRAIN_BATCH_SIZE x AGENTRL_ROLLOUT_N) is not divisible "
             f"by the {count} GPU(s) of GPU_IDS"
         )
     if errors:
-        want = config_defaults(path)["WEBSHOP_N_GPUS"]
+        want = config_defaults(path)["AGENTRL_N_GPUS"]
         errors.append(
             f"the {config} config is sized for {want} GPU(s): set GPU_IDS in .env to {want} device(s), e.g. "
             f"GPU_IDS={','.join(str(i) for i in range(want))}, or change the knobs above"
@@ -215,8 +227,8 @@ def cpu_compose_override(base_image: str) -> str:
                   f"        {base_arg}: {base_image}", "        TRAINER_DEVICE: cpu", "    deploy: !reset {}",
                   # no unlimited locked memory (pinned buffers for NCCL and RDMA: a GPU's need), which an engine
                   # without the right to raise that limit refuses to start a container with
-                  "    ulimits: !override", "      nofile:", "        soft: ${WEBSHOP_NOFILE:-65535}",
-                  "        hard: ${WEBSHOP_NOFILE:-65535}", "      stack: 67108864"]  # fmt: skip
+                  "    ulimits: !override", "      nofile:", "        soft: ${AGENTRL_NOFILE:-65535}",
+                  "        hard: ${AGENTRL_NOFILE:-65535}", "      stack: 67108864"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -236,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-base-image", action="store_true",
                         help="print the CPU build's base image (TRAINER_CPU_BASE_IMAGE in .env, else the default) and exit")  # fmt: skip
     args = parser.parse_args(argv)
-    settings = {**read_env_file(args.env_file), **{k: v for k, v in os.environ.items() if v}}
+    settings = settings_from(args.env_file, os.environ)
     base_image = settings.get("TRAINER_CPU_BASE_IMAGE") or CPU_BASE_IMAGE
     if args.cpu_base_image:
         print(base_image)

@@ -186,7 +186,7 @@ async def ensure_ready(settings: InteractionSettings, client: ServiceClient) -> 
             hint = (
                 "is the env deployed on this Ray cluster? `agent-envs serve-ray`"
                 if settings.env == "ray"
-                else "set env_url in the interaction config or WEBSHOP_URL; `make up-local` starts one locally"
+                else "set env_url in the interaction config or AGENTRL_URL; `make up-local` starts one locally"
             )
             logger.warning(
                 "waiting up to %.0f s for the WebShop service at %s (%s)",

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 #: The runtime environment's variable naming the secrets file (a path: not a secret).
-SECRETS_FILE_ENV = "WEBSHOP_WORKER_SECRETS_FILE"
+SECRETS_FILE_ENV = "AGENTRL_WORKER_SECRETS_FILE"
 #: A ``worker_process_setup_hook`` the run was given (the rehearsal's CPU seams): :func:`setup` runs it after.
-CHAINED_HOOK_ENV = "WEBSHOP_WORKER_SETUP_HOOK"
+CHAINED_HOOK_ENV = "AGENTRL_WORKER_SETUP_HOOK"
 HOOK = f"{__name__}.setup"
 _HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
 _ENV_VARS_KEY = "ray_kwargs.ray_init.runtime_env.env_vars."

@@ -1,8 +1,8 @@
 """The FastAPI application: ``create_app(settings=None)``.
 
 uvicorn imports it as a factory (``agent_envs.api.app:create_app`` with ``factory=True``), so each worker
-process builds its own app from the ``WEBSHOP_*`` environment. The app serves the environments of
-``WEBSHOP_ENVS``, each through its HTTP side (``routes_envs.HttpSide``: the contract's routes, or a protocol of
+process builds its own app from the ``AGENTRL_*`` environment. The app serves the environments of
+``AGENTRL_ENVS``, each through its HTTP side (``routes_envs.HttpSide``: the contract's routes, or a protocol of
 the environment's own, as its registration says), mounted at its prefixes; it builds their runtimes once, at
 startup (lifespan): cores, data (WebShop's prepared catalog, memory-mapped, so the workers and replicas on one host
 share its pages) and session stores. An environment that cannot be opened stops the worker with the reason in the

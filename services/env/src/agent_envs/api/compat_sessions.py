@@ -4,13 +4,13 @@ AgentGym's protocol is stateful (``/create`` hands out an id, later calls name i
 protocol's, these sessions must be stored somewhere every worker of every replica can reach. Two stores share
 one async interface (``SessionStore``):
 
-- ``RedisSessionStore`` (the default topology: ``make up-local`` and compose set ``WEBSHOP_REDIS_URL``): one
+- ``RedisSessionStore`` (the default topology: ``make up-local`` and compose set ``AGENTRL_REDIS_URL``): one
   Redis server shared by all replicas and workers, so any of them serves any session and a replica's death
   loses none. Each session is a Redis hash holding its signed state token (the same token as the native
   protocol's: a tampered store cannot forge an episode), its client's address, and the request key and answer
   of the request that made its current state.
 - ``MemorySessionStore`` (over ``CompatSessions``): the sessions of ONE process. For a single replica with a
-  single worker only (``agent-envs serve --workers 1`` without ``WEBSHOP_REDIS_URL``: a demo or a test);
+  single worker only (``agent-envs serve --workers 1`` without ``AGENTRL_REDIS_URL``: a demo or a test);
   with more processes a session is unknown to all but the one that created it.
 
 Exactly once. A request that changes a session (``/create``, ``/reset``, ``/step``, ``/close``) may be sent
@@ -41,7 +41,7 @@ left alone.
 Policy (both stores):
 
 - ids are random positive 31-bit integers (the original's are random too), never reused while live;
-- no idle expiry by default (``WEBSHOP_COMPAT_IDLE_TTL_S`` 0): AgentGym's own servers keep a session until it is
+- no idle expiry by default (``AGENTRL_COMPAT_IDLE_TTL_S`` 0): AgentGym's own servers keep a session until it is
   closed, and its clients create theirs once and reuse them for every later episode, so a session idle for a
   checkpoint save or an evaluation round must still be there. A positive TTL expires idle sessions;
 - memory is bounded by a cap instead: at ``max_sessions`` live sessions, ``/create`` evicts the session idle
@@ -107,8 +107,8 @@ class UnknownSession(KeyError):
     def __str__(self) -> str:
         return (
             f"env_idx {self.env_idx} is not a live session: it was closed, or evicted when the store was full "
-            "(WEBSHOP_COMPAT_MAX_SESSIONS; or, with the single-process memory store, it was created by another "
-            "process: set WEBSHOP_REDIS_URL to share sessions); call /create"
+            "(AGENTRL_COMPAT_MAX_SESSIONS; or, with the single-process memory store, it was created by another "
+            "process: set AGENTRL_REDIS_URL to share sessions); call /create"
         )
 
 
@@ -811,7 +811,7 @@ def session_store(
     name: str,
     prefix: str,
 ) -> SessionStore:
-    """Redis when ``WEBSHOP_REDIS_URL`` is set (any worker of any replica serves any session), else the
+    """Redis when ``AGENTRL_REDIS_URL`` is set (any worker of any replica serves any session), else the
     single-process memory store (one replica with one worker). ``settings``: the service's ``Settings``; ``name``:
     the environment's id (in the log); ``prefix``: its keys in the store."""
     if settings.redis_url:

@@ -16,7 +16,7 @@ not_found             404     no such path
 method_not_allowed    405
 episode_finished      409     a step after the purchase, or after the step limit truncated the episode
 session_conflict      409     an AgentGym session changed during this request (a concurrent or retried one)
-body_too_large        413     the body exceeds ``WEBSHOP_MAX_BODY_BYTES``
+body_too_large        413     the body exceeds ``AGENTRL_MAX_BODY_BYTES``
 validation_error      422     a field is missing or has the wrong type
 batch_too_large       422     more steps in one batch than ``WEBSHOP_MAX_BATCH``
 not_ready             503     the catalog is not open (yet, or any more)
@@ -237,7 +237,7 @@ class BodyLimitMiddleware:
 
     def _too_large(self, length: int | None) -> str:
         size = f"{length} bytes" if length is not None else "the request body"
-        return f"{size} exceeds the limit of {self.max_bytes} bytes (WEBSHOP_MAX_BODY_BYTES)"
+        return f"{size} exceeds the limit of {self.max_bytes} bytes (AGENTRL_MAX_BODY_BYTES)"
 
     async def _reject(
         self, scope: Scope, receive: Receive, send: Send, status: int, kind: str, detail: str

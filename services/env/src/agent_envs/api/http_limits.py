@@ -4,10 +4,10 @@
 protocol:
 
 - a **header timeout**: a connection must deliver a request's complete head (request line and headers)
-  within ``WEBSHOP_HEADER_TIMEOUT_S`` (10 s) of connecting, or of its first byte after a previous response;
+  within ``AGENTRL_HEADER_TIMEOUT_S`` (10 s) of connecting, or of its first byte after a previous response;
   else it gets 408 and is closed. Without it a replica holds slow or silent connections forever
   (uvicorn's ``timeout_keep_alive`` only covers the idle time after a response);
-- a **header size limit**: a head larger than ``WEBSHOP_MAX_HEADER_BYTES`` (32 KiB) gets 431 and the
+- a **header size limit**: a head larger than ``AGENTRL_MAX_HEADER_BYTES`` (32 KiB) gets 431 and the
   connection is closed, before more of it is buffered;
 - its own errors as the service's JSON ``{"error", "detail"}``: 400 for an unparsable request, and 503 when
   ``limit_concurrency`` is reached (uvicorn answers those in plain text).
@@ -82,8 +82,8 @@ class _HeadTooLarge(Exception):
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a header timeout, a header size limit and JSON errors."""
 
-    header_timeout_s = _env_number("WEBSHOP_HEADER_TIMEOUT_S", DEFAULT_HEADER_TIMEOUT_S)
-    max_header_bytes = int(_env_number("WEBSHOP_MAX_HEADER_BYTES", DEFAULT_MAX_HEADER_BYTES))
+    header_timeout_s = _env_number("AGENTRL_HEADER_TIMEOUT_S", DEFAULT_HEADER_TIMEOUT_S)
+    max_header_bytes = int(_env_number("AGENTRL_MAX_HEADER_BYTES", DEFAULT_MAX_HEADER_BYTES))
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -149,7 +149,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def _reject_large_head(self) -> None:
         self._reject(
             431, "Request Header Fields Too Large", "header_too_large",
-            f"the request line and headers exceed {self.max_header_bytes} bytes (WEBSHOP_MAX_HEADER_BYTES)",
+            f"the request line and headers exceed {self.max_header_bytes} bytes (AGENTRL_MAX_HEADER_BYTES)",
         )  # fmt: skip
 
     def _start_head_timer(self) -> None:
@@ -167,7 +167,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._in_head and not self.transport.is_closing():
             self._reject(
                 408, "Request Timeout", "request_timeout",
-                f"no complete request head within {self.header_timeout_s:g} s (WEBSHOP_HEADER_TIMEOUT_S)",
+                f"no complete request head within {self.header_timeout_s:g} s (AGENTRL_HEADER_TIMEOUT_S)",
             )  # fmt: skip
 
     def _reject(self, status: int, reason: str, kind: str, detail: str) -> None:

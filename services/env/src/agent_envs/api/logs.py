@@ -1,7 +1,7 @@
 """Structured logs: one JSON object per line on stderr (or plain text), including uvicorn's own messages.
 
 Access lines (logger ``agent_envs.access``) carry ``method``, ``path``, ``status`` and ``duration_ms``; never
-bodies, query strings or tokens. Successful requests are sampled (one in ``WEBSHOP_ACCESS_LOG_EVERY``, default
+bodies, query strings or tokens. Successful requests are sampled (one in ``AGENTRL_ACCESS_LOG_EVERY``, default
 100, marked ``sampled``); errors and slow requests always get a line (see ``api.metrics``).
 """
 

@@ -89,7 +89,7 @@ class RequestRecorder:
     """Counts and times a finished request by route template and status, and writes its access-log line.
 
     Access log sampling: every error (status >= 400) and every request slower than ``log_slow_s`` gets a
-    line; of the other requests one in ``log_every`` does (``WEBSHOP_ACCESS_LOG_EVERY``, 1: all), with
+    line; of the other requests one in ``log_every`` does (``AGENTRL_ACCESS_LOG_EVERY``, 1: all), with
     ``sampled: N`` on the line so counts can be scaled back. Why: a log line per step cost about a quarter of
     a step's server CPU; the metrics still count every request exactly. Shared by the middleware below and
     the step's fast path (``routes_native.StepFastPath``), which answers in front of it.

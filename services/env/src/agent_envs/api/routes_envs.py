@@ -1,6 +1,6 @@
 """Every served environment's HTTP side, mounted by one piece of code; and the contract's own routes.
 
-Each environment of ``WEBSHOP_ENVS`` is served by an HTTP side (``HttpSide``: its runtime in a worker, its routes
+Each environment of ``AGENTRL_ENVS`` is served by an HTTP side (``HttpSide``: its runtime in a worker, its routes
 at each of its prefixes, its fast paths): the one its registration names (``Registration.http``: WebShop's own
 protocol), else ``GENERIC``, which serves two protocols over the environment's pure core
 (``envs.contract.TextEnv``):
@@ -385,7 +385,7 @@ class CompatFastPath:
     every included router, dependency solving, the error, body-limit and metrics middlewares, each wrapping
     ``send``) cost a third of a replica's CPU per step: the deployed path must not be slower than AgentGym's own
     one-process server. ``WebShopApp`` calls this before its middleware stack. It takes a request only when it is
-    one the route would take: a ``Content-Length`` body within ``WEBSHOP_MAX_BODY_BYTES``, JSON (content type and
+    one the route would take: a ``Content-Length`` body within ``AGENTRL_MAX_BODY_BYTES``, JSON (content type and
     body) that the route's own pydantic model accepts (routes without fields, BabyAI's and SciWorld's ``/create``:
     any body); everything else goes to the full stack with the body replayed, before anything was done, so the
     route answers it (every 4xx of validation, the body limit's 413, the schema). What it takes it answers as the

@@ -622,7 +622,7 @@ async def _answer(connection: _Connection, message: dict[str, Any], max_bytes: i
         return _error_frame("INVALID_JSON", "Invalid JSON: send text frames of JSON")
     if len(text) > max_bytes:
         return _error_frame("VALIDATION_ERROR", f"message of {len(text)} characters exceeds the limit of {max_bytes} "
-                                                "(WEBSHOP_MAX_BODY_BYTES)")  # fmt: skip
+                                                "(AGENTRL_MAX_BODY_BYTES)")  # fmt: skip
     try:
         parsed = json.loads(text)
     except ValueError as error:

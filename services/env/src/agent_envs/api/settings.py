@@ -1,11 +1,12 @@
-"""The HTTP service's settings, read from ``WEBSHOP_*`` environment variables (or passed in by tests).
+"""The HTTP service's settings, read from ``AGENTRL_*`` environment variables (WebShop's own: ``WEBSHOP_*``), or
+passed in by tests.
 
 Every uvicorn worker process builds its own ``Settings`` from the environment, so ``agent-envs serve``
 exports what it was given on the command line before it starts the workers.
 
-State secret policy: all replicas of one deployment must share ``WEBSHOP_STATE_SECRET`` (any replica must
+State secret policy: all replicas of one deployment must share ``AGENTRL_STATE_SECRET`` (any replica must
 accept any other replica's tokens). Without it the service refuses to start, unless
-``WEBSHOP_ALLOW_EPHEMERAL_SECRET=1`` says a random per-process secret is acceptable (one replica with one
+``AGENTRL_ALLOW_EPHEMERAL_SECRET=1`` says a random per-process secret is acceptable (one replica with one
 worker, a demo, a test); then it logs a loud warning, because such tokens die with the process and are
 rejected by every other replica or worker. ``agent-envs serve`` draws one ephemeral secret for all of its
 workers, so a single multi-worker replica still works.
@@ -18,11 +19,12 @@ import logging
 import math
 import secrets
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..setting_aliases import NEW_PREFIX, WEBSHOP_OWN
 from ..settings import default_catalog_dir
 
 log = logging.getLogger("agent_envs.api")
@@ -47,7 +49,7 @@ def estimated_entropy_bits(value: str) -> float:
 
 
 def secret_problem(value: str) -> str | None:
-    """Why ``value`` is not acceptable as WEBSHOP_STATE_SECRET, or None."""
+    """Why ``value`` is not acceptable as AGENTRL_STATE_SECRET, or None."""
     if len(value) < MIN_SECRET_CHARS:
         return f"it is too short ({len(value)} characters; at least {MIN_SECRET_CHARS})"
     bits = estimated_entropy_bits(value)
@@ -59,14 +61,24 @@ def secret_problem(value: str) -> str | None:
     return None
 
 
+def _webshop(field: str) -> str:
+    """The variable of one of WebShop's own settings (its name stays ``WEBSHOP_*``)."""
+    name = f"WEBSHOP_{field.upper()}"
+    assert name in WEBSHOP_OWN, name
+    return name
+
+
 class SettingsError(ValueError):
     """The settings cannot make a working service; the message says which variable to set."""
 
 
 class Settings(BaseSettings):
-    """Service configuration. Environment variables: the field name upper-cased with a ``WEBSHOP_`` prefix."""
+    """Service configuration. Environment variables: the field name upper-cased with an ``AGENTRL_`` prefix;
+    WebShop's own settings with ``WEBSHOP_`` (:data:`agent_envs.setting_aliases.WEBSHOP_OWN`)."""
 
-    model_config = SettingsConfigDict(env_prefix="WEBSHOP_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix=NEW_PREFIX, extra="ignore", frozen=True, populate_by_name=True
+    )
 
     envs: str = Field(
         default="webshop",
@@ -74,11 +86,23 @@ class Settings(BaseSettings):
         "babyai, sciworld, and installed plugins); each is served under /<env> (WebShop's also at the root)",
     )
     # WebShop's settings (its package reads them: envs.webshop.make)
-    catalog: Path = Field(default_factory=default_catalog_dir, description="prepared catalog directory")
+    catalog: Path = Field(
+        validation_alias=_webshop("catalog"),
+        default_factory=default_catalog_dir,
+        description="prepared catalog directory",
+    )
     state_secret: SecretStr | None = Field(default=None, description="HMAC key for state tokens (shared)")
     allow_ephemeral_secret: bool = Field(default=False, description="accept a random per-process secret")
-    default_goal_set: str = Field(default="synthetic", description="goal set when a request names none")
-    compat_goal_set: str = Field(default="synthetic", description="goal set of the AgentGym endpoints")
+    default_goal_set: str = Field(
+        validation_alias=_webshop("default_goal_set"),
+        default="synthetic",
+        description="goal set when a request names none",
+    )
+    compat_goal_set: str = Field(
+        validation_alias=_webshop("compat_goal_set"),
+        default="synthetic",
+        description="goal set of the AgentGym endpoints",
+    )
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, description="request bodies above this get 413")
     compat_max_sessions: int = Field(
         default=20_000, ge=1,
@@ -97,9 +121,23 @@ class Settings(BaseSettings):
         description="idle AgentGym sessions expire after this many seconds; 0 (the default): never, as on "
         "AgentGym's own servers (the session cap bounds memory instead)",
     )  # fmt: skip
-    max_steps: int = Field(default=100, ge=0, description="steps per episode before truncation (0: none)")
-    max_batch: int = Field(default=256, ge=1, description="most steps in one /v1/step_batch request")
-    show_attrs: bool = Field(default=False, description="offer the item page's Attributes button")
+    max_steps: int = Field(
+        validation_alias=_webshop("max_steps"),
+        default=100,
+        ge=0,
+        description="steps per episode before truncation (0: none)",
+    )
+    max_batch: int = Field(
+        validation_alias=_webshop("max_batch"),
+        default=256,
+        ge=1,
+        description="most steps in one /v1/step_batch request",
+    )
+    show_attrs: bool = Field(
+        validation_alias=_webshop("show_attrs"),
+        default=False,
+        description="offer the item page's Attributes button",
+    )
     log_level: str = Field(default="INFO", description="Python log level name")
     log_format: Literal["json", "text"] = Field(
         default="json", description="one JSON object per line, or text"
@@ -113,6 +151,12 @@ class Settings(BaseSettings):
     access_log_slow_ms: float = Field(
         default=500.0, ge=0, description="requests at least this slow are always logged"
     )
+
+    def __init__(self, **values: Any) -> None:
+        # a WebShop setting passed by its field name (Settings(catalog=...)) under its variable's name, or the
+        # variable, if set, would win over it (pydantic-settings merges the sources by key)
+        names = {name: field.validation_alias for name, field in type(self).model_fields.items()}
+        super().__init__(**{(names.get(key) or key): value for key, value in values.items()})
 
     @field_validator("envs")
     @classmethod
@@ -145,20 +189,20 @@ class Settings(BaseSettings):
             problem = secret_problem(value)
             if problem is not None:
                 raise SettingsError(
-                    f"WEBSHOP_STATE_SECRET is not a usable secret: {problem}. Anyone who guesses it can forge "
+                    f"AGENTRL_STATE_SECRET is not a usable secret: {problem}. Anyone who guesses it can forge "
                     f"state tokens; generate one with {GENERATE_SECRET} (`make up` writes one into .env)"
                 )
             return value.encode()
         if not self.allow_ephemeral_secret:
             raise SettingsError(
-                "WEBSHOP_STATE_SECRET is not set: every replica of a deployment must share one secret to "
+                "AGENTRL_STATE_SECRET is not set: every replica of a deployment must share one secret to "
                 "accept each other's state tokens. Set it (e.g. `python -c 'import secrets; "
-                "print(secrets.token_urlsafe(32))'`), or set WEBSHOP_ALLOW_EPHEMERAL_SECRET=1 to use a random "
+                "print(secrets.token_urlsafe(32))'`), or set AGENTRL_ALLOW_EPHEMERAL_SECRET=1 to use a random "
                 "secret that only this process knows (one replica, one worker)."
             )
         log.warning(
-            "WEBSHOP_STATE_SECRET is not set: using a random EPHEMERAL secret. State tokens from this process "
+            "AGENTRL_STATE_SECRET is not set: using a random EPHEMERAL secret. State tokens from this process "
             "will be rejected by every other replica or worker and become invalid on restart. Set "
-            "WEBSHOP_STATE_SECRET for any deployment with more than one process."
+            "AGENTRL_STATE_SECRET for any deployment with more than one process."
         )
         return secrets.token_bytes(32)

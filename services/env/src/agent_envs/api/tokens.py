@@ -173,5 +173,5 @@ class TokenCodec:
             )
         return (
             "state token signature does not match: it was modified, or signed by a deployment with another "
-            "WEBSHOP_STATE_SECRET; pass `state` unchanged, and give all replicas the same secret"
+            "AGENTRL_STATE_SECRET; pass `state` unchanged, and give all replicas the same secret"
         )

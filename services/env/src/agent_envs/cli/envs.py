@@ -35,7 +35,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def placed(envs: str | None, placement: str) -> list[str]:
-    """The environments of ``envs`` (``WEBSHOP_ENVS``'s form) with ``placement``, in order; none: the default
+    """The environments of ``envs`` (``AGENTRL_ENVS``'s form) with ``placement``, in order; none: the default
     environment (a replica must serve one)."""
     default = deploy.parse_envs(None)
     return deploy.served_envs(deploy.parse_envs(envs), placement) or default  # type: ignore[arg-type]
@@ -61,13 +61,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="the registered environments and the deployment files derived from them",
         description="Lists every registered environment (this project's and installed plugins', entry point group "
         f"{registry.ENTRY_POINT_GROUP}): placement, extra, system packages. --placement prints those of a "
-        "WEBSHOP_ENVS list with that placement (what a replica group serves); --write-deploy writes the files "
+        "AGENTRL_ENVS list with that placement (what a replica group serves); --write-deploy writes the files "
         "derived from the registrations (the balancer's routes, the docs' list), --check-deploy says which differ.",
     )
     p.add_argument("--json", action="store_true", help="every registration as JSON")
     p.add_argument("--placement", choices=["any", "sticky"], default=None,
                    help="print the environments of --of with this placement (comma-separated)")  # fmt: skip
-    p.add_argument("--of", default=None, help="with --placement: a WEBSHOP_ENVS list (default: webshop)")
+    p.add_argument("--of", default=None, help="with --placement: a AGENTRL_ENVS list (default: webshop)")
     p.add_argument("--write-deploy", action="store_true", help="write the derived files into --repo")
     p.add_argument("--check-deploy", action="store_true", help="exit 1 when a derived file in --repo differs")
     p.add_argument("--repo", default=".", help="the repository root (default: the working directory)")

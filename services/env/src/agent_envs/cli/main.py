@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--envs", default=None,
-        help="comma-separated (default: those of $WEBSHOP_ENVS that have a core: textcraft, babyai, sciworld; "
+        help="comma-separated (default: those of $AGENTRL_ENVS that have a core: textcraft, babyai, sciworld; "
         "else textcraft,babyai)",
     )  # fmt: skip
     p.add_argument("--episodes", type=int, default=32, help="expert episodes per environment (default 32)")

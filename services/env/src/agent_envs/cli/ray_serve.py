@@ -21,7 +21,7 @@ Examples:
   agent-envs serve-ray --down
 
 Every node of the cluster then serves the env on its own Serve proxy: a process on a node reaches it at
-http://127.0.0.1:PORT (the trainer does, with WEBSHOP_ENV=ray). The state secret is WEBSHOP_STATE_SECRET, or
+http://127.0.0.1:PORT (the trainer does, with AGENTRL_ENV=ray). The state secret is AGENTRL_STATE_SECRET, or
 --state-secret-file, or the one this cluster already has, or a new random one; it is kept in the cluster's
 key-value store, never in the Serve config. AgentGym sessions need a Redis every node reaches (--redis-url).
 """
@@ -46,9 +46,9 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
         if not sep:
             raise SystemExit(f"agent-envs serve-ray: error: --setting expects NAME=VALUE, got {item!r}")
         settings[key.strip().lower()] = value
-    secret = os.environ.get("WEBSHOP_STATE_SECRET") or None
+    secret = os.environ.get("AGENTRL_STATE_SECRET") or None
     if secret is not None and (problem := secret_problem(secret)) is not None:
-        raise SettingsError(f"WEBSHOP_STATE_SECRET is not a usable secret: {problem}")
+        raise SettingsError(f"AGENTRL_STATE_SECRET is not a usable secret: {problem}")
     if args.state_secret_file is not None:
         secret = None  # the replicas read the file themselves
     try:
@@ -145,16 +145,16 @@ def add_commands(subparsers: Any) -> None:
         help="with --stage-catalog: the copy goes to STAGE_ROOT/<fingerprint> on every node (default: %(default)s)",
     )  # fmt: skip
     p.add_argument(
-        "--replicas-per-node", type=int, default=int(os.environ.get("WEBSHOP_RAY_REPLICAS_PER_NODE", 1)),
-        help="replicas on each node (default: $WEBSHOP_RAY_REPLICAS_PER_NODE or 1)",
+        "--replicas-per-node", type=int, default=int(os.environ.get("AGENTRL_RAY_REPLICAS_PER_NODE", 1)),
+        help="replicas on each node (default: $AGENTRL_RAY_REPLICAS_PER_NODE or 1)",
     )  # fmt: skip
     p.add_argument(
-        "--replica-cpus", type=float, default=float(os.environ.get("WEBSHOP_RAY_REPLICA_CPUS", 0.25)),
-        help="Ray CPUs each replica reserves (default: $WEBSHOP_RAY_REPLICA_CPUS or 0.25)",
+        "--replica-cpus", type=float, default=float(os.environ.get("AGENTRL_RAY_REPLICA_CPUS", 0.25)),
+        help="Ray CPUs each replica reserves (default: $AGENTRL_RAY_REPLICA_CPUS or 0.25)",
     )  # fmt: skip
     p.add_argument(
         "--port", type=int, default=serve_port(),
-        help=f"Serve's HTTP proxy port on every node (default: $WEBSHOP_RAY_PORT or {DEFAULT_PORT})",
+        help=f"Serve's HTTP proxy port on every node (default: $AGENTRL_RAY_PORT or {DEFAULT_PORT})",
     )  # fmt: skip
     p.add_argument("--host", default="0.0.0.0", help="the proxies' bind address (default: %(default)s)")
     p.add_argument(
@@ -166,8 +166,8 @@ def add_commands(subparsers: Any) -> None:
         "cluster's key-value store",
     )  # fmt: skip
     p.add_argument(
-        "--redis-url", default=os.environ.get("WEBSHOP_REDIS_URL") or None,
-        help="Redis for the AgentGym endpoints' sessions, reachable from every node (default: $WEBSHOP_REDIS_URL)",
+        "--redis-url", default=os.environ.get("AGENTRL_REDIS_URL") or None,
+        help="Redis for the AgentGym endpoints' sessions, reachable from every node (default: $AGENTRL_REDIS_URL)",
     )  # fmt: skip
     p.add_argument(
         "--if-missing", action="store_true",
@@ -176,8 +176,8 @@ def add_commands(subparsers: Any) -> None:
         "is deployed again (the same arguments: kept, no restart)",
     )  # fmt: skip
     p.add_argument(
-        "--envs", default=os.environ.get("WEBSHOP_ENVS") or None,
-        help="environments every replica serves (webshop, textcraft, babyai, sciworld; default: $WEBSHOP_ENVS or "
+        "--envs", default=os.environ.get("AGENTRL_ENVS") or None,
+        help="environments every replica serves (webshop, textcraft, babyai, sciworld; default: $AGENTRL_ENVS or "
         "webshop); the others under /<env> on every node's proxy",
     )  # fmt: skip
     p.add_argument(

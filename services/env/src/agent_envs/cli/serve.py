@@ -3,7 +3,7 @@
 Wired into ``agent-envs`` by ``add_commands(subparsers)`` (``cli/main.py`` imports this module, never the
 other way round); without the console script, run ``python -m agent_envs.cli serve ...``.
 
-``serve`` exports its options as ``WEBSHOP_*`` variables and starts uvicorn with the app *factory* import
+``serve`` exports its options as ``AGENTRL_*`` variables and starts uvicorn with the app *factory* import
 string, so ``--workers N`` runs N processes that each build the app (and open the catalog) themselves. It
 checks the configuration and the catalog in the parent first, so a mistake stops it with one clear line
 instead of N crashing workers. With several workers it also sets up Prometheus' multiprocess directory.
@@ -45,11 +45,11 @@ def add_commands(subparsers: Any) -> None:
         "--catalog", type=Path, default=None,
         help="prepared catalog directory (default: $WEBSHOP_CATALOG, $CATALOG_DIR or data/catalog)",
     )  # fmt: skip
-    p.add_argument("--host", default=os.environ.get("WEBSHOP_HOST", "127.0.0.1"), help="bind address")
+    p.add_argument("--host", default=os.environ.get("AGENTRL_HOST", "127.0.0.1"), help="bind address")
     p.add_argument(
         "--envs", default=None,
         help="environments to serve, comma-separated: any registered one (webshop, textcraft, babyai, sciworld, "
-        "plugins; `agent-envs envs` lists them; default: $WEBSHOP_ENVS or webshop), each under /<env> (WebShop's "
+        "plugins; `agent-envs envs` lists them; default: $AGENTRL_ENVS or webshop), each under /<env> (WebShop's "
         "also at the root)",
     )  # fmt: skip
     p.add_argument(
@@ -58,37 +58,37 @@ def add_commands(subparsers: Any) -> None:
         "environment when none has it: a replica group of its own (compose's replicas serve --placement any)",
     )  # fmt: skip
     p.add_argument(
-        "--port", type=int, default=int(os.environ.get("WEBSHOP_PORT", DEFAULT_PORT)),
-        help=f"port (default: $WEBSHOP_PORT or {DEFAULT_PORT})",
+        "--port", type=int, default=int(os.environ.get("AGENTRL_PORT", DEFAULT_PORT)),
+        help=f"port (default: $AGENTRL_PORT or {DEFAULT_PORT})",
     )  # fmt: skip
     p.add_argument(
-        "--workers", type=int, default=int(os.environ.get("WEBSHOP_WORKERS", 1)),
-        help="worker processes (default: $WEBSHOP_WORKERS or 1); AgentGym sessions need WEBSHOP_REDIS_URL "
+        "--workers", type=int, default=int(os.environ.get("AGENTRL_WORKERS", 1)),
+        help="worker processes (default: $AGENTRL_WORKERS or 1); AgentGym sessions need AGENTRL_REDIS_URL "
         "with more than 1",
     )  # fmt: skip
     p.add_argument(
-        "--limit-concurrency", type=int, default=int(os.environ.get("WEBSHOP_LIMIT_CONCURRENCY", 2048)),
-        help="connections + requests per worker before it answers 503 (default: $WEBSHOP_LIMIT_CONCURRENCY or 2048)",
+        "--limit-concurrency", type=int, default=int(os.environ.get("AGENTRL_LIMIT_CONCURRENCY", 2048)),
+        help="connections + requests per worker before it answers 503 (default: $AGENTRL_LIMIT_CONCURRENCY or 2048)",
     )  # fmt: skip
     p.add_argument(
         "--header-timeout", type=float, default=None,
-        help="seconds a connection gets to send a complete request head (default: $WEBSHOP_HEADER_TIMEOUT_S or 10)",
+        help="seconds a connection gets to send a complete request head (default: $AGENTRL_HEADER_TIMEOUT_S or 10)",
     )  # fmt: skip
     p.add_argument(
         "--max-header-bytes", type=int, default=None,
-        help="largest request head in bytes (default: $WEBSHOP_MAX_HEADER_BYTES or 32768)",
+        help="largest request head in bytes (default: $AGENTRL_MAX_HEADER_BYTES or 32768)",
     )  # fmt: skip
     p.add_argument(
-        "--watchdog-interval", type=float, default=float(os.environ.get("WEBSHOP_WATCHDOG_INTERVAL_S", 10)),
-        help="seconds between self-probes of /healthz; after $WEBSHOP_WATCHDOG_FAILURES (3) unanswered probes "
-        "in a row the replica exits so its supervisor restarts it (0: off; default $WEBSHOP_WATCHDOG_INTERVAL_S or 10)",
+        "--watchdog-interval", type=float, default=float(os.environ.get("AGENTRL_WATCHDOG_INTERVAL_S", 10)),
+        help="seconds between self-probes of /healthz; after $AGENTRL_WATCHDOG_FAILURES (3) unanswered probes "
+        "in a row the replica exits so its supervisor restarts it (0: off; default $AGENTRL_WATCHDOG_INTERVAL_S or 10)",
     )  # fmt: skip
     p.add_argument(
-        "--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR (default: $WEBSHOP_LOG_LEVEL)"
+        "--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR (default: $AGENTRL_LOG_LEVEL)"
     )
     p.add_argument(
         "--allow-ephemeral-secret", action="store_true",
-        help="without WEBSHOP_STATE_SECRET, use a random secret shared by this replica's workers only",
+        help="without AGENTRL_STATE_SECRET, use a random secret shared by this replica's workers only",
     )  # fmt: skip
     # bench-http --calibrate serves its trivial app with exactly these server settings
     p.add_argument("--app-factory", default=APP_FACTORY, help=argparse.SUPPRESS)
@@ -137,23 +137,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.catalog is not None:
         os.environ["WEBSHOP_CATALOG"] = str(Path(args.catalog).resolve())
     if args.envs is not None:
-        os.environ["WEBSHOP_ENVS"] = args.envs
+        os.environ["AGENTRL_ENVS"] = args.envs
     if args.placement is not None:
         from .envs import placed
 
         try:
-            os.environ["WEBSHOP_ENVS"] = ",".join(placed(os.environ.get("WEBSHOP_ENVS"), args.placement))
+            os.environ["AGENTRL_ENVS"] = ",".join(placed(os.environ.get("AGENTRL_ENVS"), args.placement))
         except KeyError as error:  # an unknown environment: Settings says which below
             print(f"agent-envs serve: error: {error}", file=sys.stderr)
             return 2
     if args.log_level:
-        os.environ["WEBSHOP_LOG_LEVEL"] = args.log_level
+        os.environ["AGENTRL_LOG_LEVEL"] = args.log_level
     if args.allow_ephemeral_secret:
-        os.environ["WEBSHOP_ALLOW_EPHEMERAL_SECRET"] = "1"
+        os.environ["AGENTRL_ALLOW_EPHEMERAL_SECRET"] = "1"
     if args.header_timeout is not None:
-        os.environ["WEBSHOP_HEADER_TIMEOUT_S"] = str(args.header_timeout)
+        os.environ["AGENTRL_HEADER_TIMEOUT_S"] = str(args.header_timeout)
     if args.max_header_bytes is not None:
-        os.environ["WEBSHOP_MAX_HEADER_BYTES"] = str(args.max_header_bytes)
+        os.environ["AGENTRL_MAX_HEADER_BYTES"] = str(args.max_header_bytes)
     if args.workers < 1 or args.limit_concurrency < 1 or args.watchdog_interval < 0:
         print(
             "agent-envs serve: error: --workers and --limit-concurrency must be at least 1, "
@@ -164,7 +164,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = Settings()
     except ValidationError as error:
-        print(f"agent-envs serve: error: invalid WEBSHOP_* setting:\n{error}", file=sys.stderr)
+        print(f"agent-envs serve: error: invalid AGENTRL_* setting:\n{error}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
     # Both checks before either is reported: a newcomer with no secret and no catalog fixes both in one go.
@@ -180,14 +180,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     if settings.state_secret is None and settings.allow_ephemeral_secret:
         settings.secret_bytes()  # logs the warning once, in the parent
-        os.environ["WEBSHOP_STATE_SECRET"] = secrets.token_urlsafe(32)  # one secret for all workers
+        os.environ["AGENTRL_STATE_SECRET"] = secrets.token_urlsafe(32)  # one secret for all workers
     if args.workers > 1:
         _multiprocess_metrics_dir()
         if not settings.redis_url:
             logging.getLogger("agent_envs.api").warning(
-                "%d workers and no WEBSHOP_REDIS_URL: the native /v1 protocol is served by any worker, but "
+                "%d workers and no AGENTRL_REDIS_URL: the native /v1 protocol is served by any worker, but "
                 "AgentGym-compatible sessions (/create, /reset, /step, ...) then live in one worker process "
-                "each and fail on the others; set WEBSHOP_REDIS_URL (make up-local and compose do)",
+                "each and fail on the others; set AGENTRL_REDIS_URL (make up-local and compose do)",
                 args.workers,
             )
     from ..api.http_limits import LimitedHttpToolsProtocol
@@ -213,12 +213,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 #: How long uvicorn's supervisor waits for a worker's answer to its liveness ping (uvicorn 0.34: 5 s) before it
-#: kills and restarts the worker (WEBSHOP_WORKER_PING_TIMEOUT_S).
+#: kills and restarts the worker (AGENTRL_WORKER_PING_TIMEOUT_S).
 WORKER_PING_TIMEOUT_S = 30.0
 
 
 def patient_worker_supervision() -> None:
-    """Give uvicorn's worker supervisor WEBSHOP_WORKER_PING_TIMEOUT_S (default 30 s) instead of its 5 s.
+    """Give uvicorn's worker supervisor AGENTRL_WORKER_PING_TIMEOUT_S (default 30 s) instead of its 5 s.
 
     Why: the supervisor pings every worker every half second, and a worker answers only once its interpreter has
     started and imported uvicorn; on a loaded machine (load average 30 on 2 cores) a worker takes longer than 5 s
@@ -230,7 +230,7 @@ def patient_worker_supervision() -> None:
     from ._worker_supervision import PatientProcess
 
     PatientProcess.ping_timeout_s = float(
-        os.environ.get("WEBSHOP_WORKER_PING_TIMEOUT_S", WORKER_PING_TIMEOUT_S)
+        os.environ.get("AGENTRL_WORKER_PING_TIMEOUT_S", WORKER_PING_TIMEOUT_S)
     )
     multiprocess.Process = (
         PatientProcess  # Multiprocess looks the name up when it starts or restarts a worker
@@ -238,14 +238,14 @@ def patient_worker_supervision() -> None:
 
 
 def start_watchdog(host: str, port: int, interval: float) -> threading.Thread:
-    """Probe this replica's own ``/healthz``; exit after ``WEBSHOP_WATCHDOG_FAILURES`` misses in a row.
+    """Probe this replica's own ``/healthz``; exit after ``AGENTRL_WATCHDOG_FAILURES`` misses in a row.
 
     Why: a replica that hangs (a stuck worker, a deadlock) still holds its port, so nothing restarts it;
     compose restarts a container only when its process exits. The probe runs in a thread of the uvicorn
     parent, starts once the replica first answered, and on failure kills the worker processes and exits
     with status 70, so the supervisor (compose's ``restart: unless-stopped``) starts a fresh replica.
     """
-    failures_allowed = max(1, int(os.environ.get("WEBSHOP_WATCHDOG_FAILURES", 3)))
+    failures_allowed = max(1, int(os.environ.get("AGENTRL_WATCHDOG_FAILURES", 3)))
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
     url = f"http://{probe_host}:{port}/healthz"
     log = logging.getLogger("agent_envs.api")

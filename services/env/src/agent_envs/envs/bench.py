@@ -37,9 +37,9 @@ def _percentiles(samples: Sequence[float]) -> dict[str, float]:
 
 
 def default_envs() -> str:
-    """The environments this deployment serves (``WEBSHOP_ENVS``) that the contract's routes serve (WebShop, with
+    """The environments this deployment serves (``AGENTRL_ENVS``) that the contract's routes serve (WebShop, with
     a protocol of its own, is benchmarked by ``agent-envs bench`` and ``bench-http``), else TextCraft and BabyAI."""
-    enabled = [e.strip() for e in os.environ.get("WEBSHOP_ENVS", "").split(",") if e.strip()]
+    enabled = [e.strip() for e in os.environ.get("AGENTRL_ENVS", "").split(",") if e.strip()]
     chosen = [e for e in enabled if e in registry.contract_ids()]
     return ",".join(chosen) or "textcraft,babyai"
 
@@ -220,8 +220,8 @@ def run(env_ids: Sequence[str], episodes: int, concurrency: int, url: str | None
 
         cluster_dir = Path(tempfile.mkdtemp(prefix="bench-envs-"))
         record = cluster.up(replicas=replicas, catalog=Path("data/catalog"), base_port=0, port=0, workers=1,
-                            run_dir=cluster_dir, env={"WEBSHOP_ENVS": ",".join(env_ids),
-                                                      "WEBSHOP_ALLOW_EPHEMERAL_SECRET": "1"},
+                            run_dir=cluster_dir, env={"AGENTRL_ENVS": ",".join(env_ids),
+                                                      "AGENTRL_ALLOW_EPHEMERAL_SECRET": "1"},
                             timeout=180, quiet=True)  # fmt: skip
         url = record["url"]
     try:

@@ -261,8 +261,8 @@ def start_one_process(env_id: str, run_dir: Path) -> tuple[subprocess.Popen, str
     from .. import cluster
 
     (port,) = cluster.free_ports(1)
-    env = {**os.environ, "WEBSHOP_ENVS": env_id, "WEBSHOP_ALLOW_EPHEMERAL_SECRET": "1"}
-    env.pop("WEBSHOP_REDIS_URL", None)
+    env = {**os.environ, "AGENTRL_ENVS": env_id, "AGENTRL_ALLOW_EPHEMERAL_SECRET": "1"}
+    env.pop("AGENTRL_REDIS_URL", None)
     log = (run_dir / f"one-process-{env_id}.log").open("wb")
     command = [sys.executable, "-m", "agent_envs.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
                "--workers", "1"]  # fmt: skip
@@ -354,8 +354,8 @@ def compare(
     started_cluster = url is None
     if url is None:
         record = cluster.up(replicas=replicas, catalog=Path("data/catalog"), base_port=0, port=0, workers=workers,
-                            run_dir=run_dir / "cluster", env={"WEBSHOP_ENVS": ",".join(env_ids),
-                                                              "WEBSHOP_ALLOW_EPHEMERAL_SECRET": "1"},
+                            run_dir=run_dir / "cluster", env={"AGENTRL_ENVS": ",".join(env_ids),
+                                                              "AGENTRL_ALLOW_EPHEMERAL_SECRET": "1"},
                             timeout=300, quiet=True)  # fmt: skip
         url = record["url"]
     try:

@@ -71,7 +71,7 @@ class Registration:
 
     Attributes:
         id: the environment's id (``"textcraft"``): its URL prefix (``/textcraft/...``) and its name in
-            ``WEBSHOP_ENVS``, ``--env`` options and the trainer's rows.
+            ``AGENTRL_ENVS``, ``--env`` options and the trainer's rows.
         module: the package with ``make()`` (or ``make(settings)``: the service's ``Settings``) returning its core
             (``envs.contract.TextEnv``) and ``AGENTGYM_ROUTES``; imported on first use only.
         title: one line for the docs and ``agent-envs envs``.

@@ -9,7 +9,7 @@ at ``http://127.0.0.1:<port>`` and stay on their own node's replicas (Serve's pr
 - ``deploy``: what ``agent-envs serve-ray`` does from a driver: the state secret into the cluster's
   key-value store, the catalog onto every node (shared path, or a per-node copy made by Ray tasks), deploy,
   wait until every node serves, print the per-node URLs.
-- ``nodes``: the per-node proxy URLs a client uses (its own node's first), for ``WEBSHOP_ENV=ray``.
+- ``nodes``: the per-node proxy URLs a client uses (its own node's first), for ``AGENTRL_ENV=ray``.
 - ``limits``: the balancer's request limits (header and body size and time, JSON errors) on Serve's proxies.
 - ``attach``: attaching to the cluster within a bounded time, with a clear error when its head is gone.
 
@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-#: Serve's HTTP proxy port on every node (``WEBSHOP_RAY_PORT``); Serve's own default is 8000.
+#: Serve's HTTP proxy port on every node (``AGENTRL_RAY_PORT``); Serve's own default is 8000.
 DEFAULT_PORT = 36080
 #: The Serve application's name and route prefix.
 DEFAULT_APP_NAME = "webshop"

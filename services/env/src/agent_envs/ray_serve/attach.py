@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-#: Seconds a command waits for the head before it gives up (``WEBSHOP_RAY_ATTACH_TIMEOUT_S``).
+#: Seconds a command waits for the head before it gives up (``AGENTRL_RAY_ATTACH_TIMEOUT_S``).
 DEFAULT_ATTACH_TIMEOUT_S = 60.0
 #: The longest single TCP connect to the head (a live head accepts in milliseconds).
 PROBE_TIMEOUT_S = 10.0
@@ -32,16 +32,16 @@ class AttachError(ConnectionError):
 
 
 def attach_timeout(environ: Mapping[str, str] = os.environ) -> float:
-    """``WEBSHOP_RAY_ATTACH_TIMEOUT_S`` (seconds, > 0), else :data:`DEFAULT_ATTACH_TIMEOUT_S`."""
-    raw = environ.get("WEBSHOP_RAY_ATTACH_TIMEOUT_S", "").strip()
+    """``AGENTRL_RAY_ATTACH_TIMEOUT_S`` (seconds, > 0), else :data:`DEFAULT_ATTACH_TIMEOUT_S`."""
+    raw = environ.get("AGENTRL_RAY_ATTACH_TIMEOUT_S", "").strip()
     if not raw:
         return DEFAULT_ATTACH_TIMEOUT_S
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"WEBSHOP_RAY_ATTACH_TIMEOUT_S={raw!r} is not a number of seconds") from None
+        raise ValueError(f"AGENTRL_RAY_ATTACH_TIMEOUT_S={raw!r} is not a number of seconds") from None
     if not 0 < value < float("inf"):
-        raise ValueError(f"WEBSHOP_RAY_ATTACH_TIMEOUT_S must be positive, not {raw!r}")
+        raise ValueError(f"AGENTRL_RAY_ATTACH_TIMEOUT_S must be positive, not {raw!r}")
     return value
 
 
@@ -128,6 +128,6 @@ def _lost(target: str, problem: str) -> str:
     return (
         f"the Ray head at {target} {problem}. Check the address (--address, RAY_ADDRESS). If the head was lost, so "
         "were the cluster and the training job on it (the head is a single point of failure): start the cluster "
-        "again, or requeue the Slurm job, which resumes from its last checkpoint. WEBSHOP_RAY_ATTACH_TIMEOUT_S "
+        "again, or requeue the Slurm job, which resumes from its last checkpoint. AGENTRL_RAY_ATTACH_TIMEOUT_S "
         "sets how long to wait"
     )

@@ -259,7 +259,7 @@ def deploy(
     if running.port != port:  # Serve was already running: it keeps its own options
         raise DeployError(
             f"Ray Serve already runs on this cluster with its proxies on port {running.port}, not {port}: "
-            f"deploy with --port {running.port} (and WEBSHOP_RAY_PORT={running.port} for the trainer), or "
+            f"deploy with --port {running.port} (and AGENTRL_RAY_PORT={running.port} for the trainer), or "
             "`serve shutdown` first"
         )
     application = _serve_details().get("applications", {}).get(app_name, {})

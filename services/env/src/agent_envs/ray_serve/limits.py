@@ -36,7 +36,7 @@ from typing import Any
 
 from ..api.errors import ASGIApp, Message, Receive, Scope, Send, json_bytes
 
-#: nginx's ``client_max_body_size`` (the app's own limit, ``WEBSHOP_MAX_BODY_BYTES``, is lower: 64 KiB).
+#: nginx's ``client_max_body_size`` (the app's own limit, ``AGENTRL_MAX_BODY_BYTES``, is lower: 64 KiB).
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 #: nginx's ``client_body_timeout``: the longest wait for the next piece of a body.
 DEFAULT_BODY_TIMEOUT_S = 10.0
@@ -67,14 +67,14 @@ class ProxyLimits:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> ProxyLimits:
-        """From ``WEBSHOP_HEADER_TIMEOUT_S``, ``WEBSHOP_MAX_HEADER_BYTES`` (the replicas' names),
-        ``WEBSHOP_BODY_TIMEOUT_S`` and ``WEBSHOP_PROXY_MAX_BODY_BYTES``; the defaults where unset."""
+        """From ``AGENTRL_HEADER_TIMEOUT_S``, ``AGENTRL_MAX_HEADER_BYTES`` (the replicas' names),
+        ``AGENTRL_BODY_TIMEOUT_S`` and ``AGENTRL_PROXY_MAX_BODY_BYTES``; the defaults where unset."""
         values: dict[str, Any] = {}
         for field, name, kind in (
-            ("header_timeout_s", "WEBSHOP_HEADER_TIMEOUT_S", float),
-            ("max_header_bytes", "WEBSHOP_MAX_HEADER_BYTES", int),
-            ("body_timeout_s", "WEBSHOP_BODY_TIMEOUT_S", float),
-            ("max_body_bytes", "WEBSHOP_PROXY_MAX_BODY_BYTES", int),
+            ("header_timeout_s", "AGENTRL_HEADER_TIMEOUT_S", float),
+            ("max_header_bytes", "AGENTRL_MAX_HEADER_BYTES", int),
+            ("body_timeout_s", "AGENTRL_BODY_TIMEOUT_S", float),
+            ("max_body_bytes", "AGENTRL_PROXY_MAX_BODY_BYTES", int),
         ):
             raw = environ.get(name, "").strip()
             if raw:
@@ -88,10 +88,10 @@ class ProxyLimits:
         """The environment that gives Serve's proxies these limits (the callback and the values it reads)."""
         return {
             PROXY_CALLBACK_VARIABLE: PROXY_CALLBACK,
-            "WEBSHOP_HEADER_TIMEOUT_S": f"{self.header_timeout_s:g}",
-            "WEBSHOP_MAX_HEADER_BYTES": str(self.max_header_bytes),
-            "WEBSHOP_BODY_TIMEOUT_S": f"{self.body_timeout_s:g}",
-            "WEBSHOP_PROXY_MAX_BODY_BYTES": str(self.max_body_bytes),
+            "AGENTRL_HEADER_TIMEOUT_S": f"{self.header_timeout_s:g}",
+            "AGENTRL_MAX_HEADER_BYTES": str(self.max_header_bytes),
+            "AGENTRL_BODY_TIMEOUT_S": f"{self.body_timeout_s:g}",
+            "AGENTRL_PROXY_MAX_BODY_BYTES": str(self.max_body_bytes),
         }
 
 

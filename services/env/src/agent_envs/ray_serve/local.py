@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, default=default_run_dir(), help="default: run/ray")
     parser.add_argument("--catalog", type=Path, default=Path(os.environ.get("CATALOG_DIR", "data/catalog")))
     parser.add_argument("--port", type=int, default=nodes.serve_port(),
-                        help=f"Serve's proxy port (default: $WEBSHOP_RAY_PORT or {DEFAULT_PORT})")  # fmt: skip
+                        help=f"Serve's proxy port (default: $AGENTRL_RAY_PORT or {DEFAULT_PORT})")  # fmt: skip
     parser.add_argument("--replicas-per-node", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=None, help="Ray CPUs of the node (default: all cores)")
     parser.add_argument("--gpus", default="auto",
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f"env on Ray Serve: {record['env']['local_url']}   Ray: {record['address']} ({gpus} GPU(s); log "
               f"{record['log']})\n"
-              f"train against it: WEBSHOP_ENV=ray RAY_ADDRESS={record['address']} WEBSHOP_RAY_PORT={args.port} "
+              f"train against it: AGENTRL_ENV=ray RAY_ADDRESS={record['address']} AGENTRL_RAY_PORT={args.port} "
               "agent-train train --config test   stop: make down-ray")  # fmt: skip
         return 0
     if args.command == "down":

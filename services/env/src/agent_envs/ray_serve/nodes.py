@@ -1,6 +1,6 @@
 """Where a client on a Ray node finds the env: its own node's Serve proxy first, then the other nodes'.
 
-Used by the trainer with ``WEBSHOP_ENV=ray``: its agent-loop workers are Ray actors, so they ask the cluster
+Used by the trainer with ``AGENTRL_ENV=ray``: its agent-loop workers are Ray actors, so they ask the cluster
 they run in; a process that is not connected to Ray gets only its own node's proxy.
 """
 
@@ -12,8 +12,8 @@ from . import DEFAULT_PORT
 
 
 def serve_port() -> int:
-    """The Serve proxy port: ``WEBSHOP_RAY_PORT``, else :data:`DEFAULT_PORT`."""
-    value = os.environ.get("WEBSHOP_RAY_PORT", "").strip()
+    """The Serve proxy port: ``AGENTRL_RAY_PORT``, else :data:`DEFAULT_PORT`."""
+    value = os.environ.get("AGENTRL_RAY_PORT", "").strip()
     return int(value) if value else DEFAULT_PORT
 
 

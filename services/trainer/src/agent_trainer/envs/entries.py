@@ -113,7 +113,7 @@ def agent_loop_block(entries: Sequence[EnvEntry]) -> str:
         ]  # fmt: skip
         if entry.holds_simulator:
             lines += _comment(
-                "A simulator per episode: at most WEBSHOP_EPISODE_SLOTS episodes live at once over all workers (the "
+                "A simulator per episode: at most AGENTRL_EPISODE_SLOTS episodes live at once over all workers (the "
                 "compose trainer job sets it from the fleet's capacity); the others wait.",
                 "  ",
             )

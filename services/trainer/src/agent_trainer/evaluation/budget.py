@@ -4,7 +4,7 @@ A model is judged on what it was trained to do: the rounds (env steps) per episo
 the budget of all later turns together (verl's ``data.max_response_length``: the model's replies and the env's
 pages after the first turn; verl stops the episode when it is spent). They come from the environment's own test
 config of the installed verl line (``<env>_grpo_test``; WebShop's ``webshop_grpo_test``), composed and resolved as
-the trainer resolves it (``WEBSHOP_TURN_TOKENS`` and the other knobs from the environment), and the rounds through
+the trainer resolves it (``AGENTRL_TURN_TOKENS`` and the other knobs from the environment), and the rounds through
 ``turns.episode_rounds`` (the spec's, or the config's ``environments.<env>.max_rounds``) as both verl paths read
 them, so eval and training read one value. ``agent-train eval --max-steps / --max-tokens / --max-response-tokens`` override them.
 """

@@ -74,7 +74,7 @@ from .policies import (
     catalog_plans,
 )
 
-DEFAULT_URL = default_env_url()  # $WEBSHOP_URL, else the local balancer: the same default as training
+DEFAULT_URL = default_env_url()  # $AGENTRL_URL, else the local balancer: the same default as training
 TRAJECTORIES = "trajectories.jsonl"
 METRICS = "metrics.json"
 REPORT = "report.html"
@@ -575,7 +575,7 @@ class SpecPlay(EnvPlay):
         except WebShopRequestError as error:
             raise EvalError(
                 f"the service at {config.url} does not serve {env_id} ({error}); start it with ENVS=...,{env_id} "
-                "(make up-local / docker compose: WEBSHOP_ENVS)"
+                "(make up-local / docker compose: AGENTRL_ENVS)"
             ) from error
         except WebShopError as error:
             raise EvalError(str(error)) from error

@@ -49,13 +49,13 @@ class Cluster:
 def start_cluster(catalog_dir: Path, run_dir: Path, replicas: int = 2, served: Sequence[str] | None = None
                   ) -> Cluster:  # fmt: skip
     """Replicas + nginx of our own on free ports, recorded in ``run_dir`` (a previous run's, killed before it
-    stopped them, are stopped first); ``served``: the environments the replicas serve (``WEBSHOP_ENVS``; None:
+    stopped them, are stopped first); ``served``: the environments the replicas serve (``AGENTRL_ENVS``; None:
     the service's default, WebShop)."""
     from agent_envs import cluster
 
     run_dir.mkdir(parents=True, exist_ok=True)
     cluster.down(run_dir, quiet=True)  # a previous run that was killed
-    env = None if served is None else {"WEBSHOP_ENVS": ",".join(served)}
+    env = None if served is None else {"AGENTRL_ENVS": ",".join(served)}
     timeout = START_TIMEOUT_S if served is None else START_TIMEOUT_ENVS_S
     try:
         record = cluster.up(replicas=replicas, catalog=catalog_dir, base_port=0, port=0, workers=1, run_dir=run_dir,

@@ -22,7 +22,7 @@ def run_agent_loop_stage(options: PreflightOptions, directory: Path, config_name
                          catalog_dir: Path, model_dir: Path, plans: Mapping[int, Sequence[str]]) -> dict[str, Any]:  # fmt: skip
     """The WebShop agent loop through verl's real AgentLoopWorker: tiny model, then the scripted oracle.
 
-    Needs the env cluster's URL in ``WEBSHOP_URL``. Returns results, ``checks`` and ``errors`` (never raises
+    Needs the env cluster's URL in ``AGENTRL_URL``. Returns results, ``checks`` and ``errors`` (never raises
     for a failed check; raises for a broken setup).
     """
     from ..data import build_dataset

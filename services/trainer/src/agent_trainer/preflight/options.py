@@ -18,7 +18,7 @@ class PreflightOptions:
     config: str | None = None  # "test" | "full" | None (check both; roll out with "test")
     catalog: Path | None = None
     out_dir: Path = Path("outputs/preflight")
-    env_url: str | None = None  # reuse this service (default: $WEBSHOP_URL or the local balancer's address)
+    env_url: str | None = None  # reuse this service (default: $AGENTRL_URL or the local balancer's address)
     fresh_cluster: bool = False  # never reuse: always start (and stop) a cluster of our own
     goal_set: str = "synthetic"
     goals: int = 4
@@ -59,5 +59,5 @@ class PreflightOptions:
 
     def reuse_url(self) -> str | None:
         """The env service to reuse if it serves the run's catalog: none with ``fresh_cluster``, else ``env_url``,
-        ``$WEBSHOP_URL`` or the local balancer's address."""
+        ``$AGENTRL_URL`` or the local balancer's address."""
         return None if self.fresh_cluster else (self.env_url or default_env_url())

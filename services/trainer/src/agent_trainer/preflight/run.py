@@ -73,8 +73,8 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
 
     try:
         # the configs name the interaction and agent-loop files relative to the repository: found from anywhere
-        os.environ.setdefault("WEBSHOP_INTERACTION_CONFIG", str(interaction_file(directory)))
-        os.environ.setdefault("WEBSHOP_AGENT_LOOP_CONFIG", str(agent_loop_file()))
+        os.environ.setdefault("AGENTRL_INTERACTION_CONFIG", str(interaction_file(directory)))
+        os.environ.setdefault("AGENTRL_AGENT_LOOP_CONFIG", str(agent_loop_file()))
         configs = preflight_configs(env_ids, options.config, by_run=catalog_run)
         check_training_configs(configs, options.overrides, directory, summary, errors)
         config_name = next(iter(configs.values()))
@@ -93,7 +93,7 @@ def run_preflight(options: PreflightOptions) -> dict[str, Any]:
         else:
             cluster = start_or_reuse_env_cluster(catalog_dir, catalog.fingerprint, env_ids, out_dir / "cluster",
                                                  options.reuse_url(), options.replicas)  # fmt: skip
-        os.environ["WEBSHOP_URL"] = cluster.url  # the configs read ${oc.env:WEBSHOP_URL}
+        os.environ["AGENTRL_URL"] = cluster.url  # the configs read ${oc.env:AGENTRL_URL}
         summary["cluster"] = {"url": cluster.url, "reused": cluster.reused}
         lap("cluster")
 

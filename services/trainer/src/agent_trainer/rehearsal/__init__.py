@@ -48,7 +48,7 @@ _SET_UP = False
 def setup_process(line: str, *seams: object) -> None:
     """What every process of a rehearsal run needs, once (Ray's ``worker_process_setup_hook`` and the driver):
     one intra-op thread, the torch seams, the line's own ``seams`` (callables), the rollout engine ``cpu``, the
-    trainer-side checks when asked for, and the bugs a test injects (``$WEBSHOP_REHEARSAL_INJECT``)."""
+    trainer-side checks when asked for, and the bugs a test injects (``$AGENTRL_REHEARSAL_INJECT``)."""
     import os
 
     global _SET_UP

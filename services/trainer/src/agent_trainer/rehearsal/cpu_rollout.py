@@ -36,7 +36,7 @@ from .generation import generate_tokens, score_tokens
 
 NAME = "cpu"
 #: The rollouts' sampling seed (each replica adds its rank), set by ``make learn SEED=...``.
-SEED_ENV = "WEBSHOP_ROLLOUT_SEED"
+SEED_ENV = "AGENTRL_ROLLOUT_SEED"
 SERVER_NAME = "webshop_cpu_rollout_{replica}"
 
 

@@ -1,5 +1,5 @@
 """The device substitution every CPU run shares: ``make rehearse``, ``make learn``, and the CPU build of the trainer
-images (``make train-test|eval DEVICE=cpu``: the image sets ``WEBSHOP_DEVICE=cpu``, and ``agent-train train`` and
+images (``make train-test|eval DEVICE=cpu``: the image sets ``AGENTRL_DEVICE=cpu``, and ``agent-train train`` and
 ``agent-train eval`` then substitute the device, and only the device).
 
 What is substituted, and why, in one place:
@@ -8,7 +8,7 @@ What is substituted, and why, in one place:
   :mod:`.cpu_verl07`; 0.9.1: the ``cpu`` platform, :mod:`.cpu_platform`), the rollout engine ``cpu``
   (:mod:`.cpu_rollout`), gloo for NCCL, one intra-op thread per process;
 - the test config scaled to two cores (:data:`CPU_SCALE`: each Hydra override with its reason);
-- the policy: a tiny local model (:mod:`agent_trainer.tiny_model`) where the run names none (``WEBSHOP_MODEL_PATH``);
+- the policy: a tiny local model (:mod:`agent_trainer.tiny_model`) where the run names none (``AGENTRL_MODEL_PATH``);
 - the eval's model server: :mod:`.chat_server` instead of sglang (``agent-train eval --server cpu``).
 
 :func:`cpu_train` applies them to a launch, and the launcher writes :func:`substitution_lines` into the run's log,
@@ -25,12 +25,12 @@ from pathlib import Path
 from . import SUBSTITUTED
 
 #: Where a process learns its device (the trainer images set it from their build argument TRAINER_DEVICE).
-DEVICE_ENV = "WEBSHOP_DEVICE"
+DEVICE_ENV = "AGENTRL_DEVICE"
 #: GPUs a CPU run pretends to have: Ray schedules the FSDP workers on this many fake GPU resources, so data
 #: parallelism and the collectives (gloo) run as on two GPUs. (gpu_plan.CPU_FAKE_GPUS, which make passes on as
-#: WEBSHOP_N_GPUS, is the same number: gpu_plan.py is standard library only and cannot import this.)
+#: AGENTRL_N_GPUS, is the same number: gpu_plan.py is standard library only and cannot import this.)
 FAKE_GPUS = 2
-#: New tokens per model turn on CPU, for every environment, unless WEBSHOP_TURN_TOKENS says otherwise (the configs:
+#: New tokens per model turn on CPU, for every environment, unless AGENTRL_TURN_TOKENS says otherwise (the configs:
 #: 200-512): a tiny model's turn of noise needs no more, and training and eval use the same budget.
 CPU_TURN_TOKENS = 64
 #: Training steps of a CPU run unless an override says otherwise (the test configs: 2 steps of 32 or 64 prompts).
@@ -85,7 +85,7 @@ PLATFORM_ENV_09 = {
 
 
 def on_cpu(env: Mapping[str, str] | None = None) -> bool:
-    """Whether this process runs on the CPU build (``WEBSHOP_DEVICE=cpu``)."""
+    """Whether this process runs on the CPU build (``AGENTRL_DEVICE=cpu``)."""
     return (env if env is not None else os.environ).get(DEVICE_ENV, "").strip().lower() == "cpu"
 
 
@@ -112,7 +112,7 @@ def cpu_train(line: str, overrides: Sequence[str], env: Mapping[str, str], run_d
     """A launch of ``agent-train train`` on the CPU build: ``(env, overrides, substitutions)``.
 
     The run's own overrides (``TRAIN_EXTRA_ARGS``) win over :data:`CPU_SCALE` key by key. The policy is the run's
-    ``WEBSHOP_MODEL_PATH`` where it names one, else a tiny local model built into ``run_dir/tiny_model`` from the
+    ``AGENTRL_MODEL_PATH`` where it names one, else a tiny local model built into ``run_dir/tiny_model`` from the
     catalog at ``WEBSHOP_CATALOG`` (its tokenizer is trained on the catalog's text and the prompts)."""
     given = {override_key(o) for o in overrides}
     listed = [f"device: the CPU build of the trainer image ({DEVICE_ENV}=cpu); only the GPU is substituted"]
@@ -131,17 +131,17 @@ def cpu_train(line: str, overrides: Sequence[str], env: Mapping[str, str], run_d
         listed.append(
             f"trainer.total_training_steps={CPU_STEPS}: the test configs' two steps, of 4 prompts on CPU"
         )
-    if not out_env.get("WEBSHOP_TURN_TOKENS"):
-        out_env["WEBSHOP_TURN_TOKENS"] = str(CPU_TURN_TOKENS)
+    if not out_env.get("AGENTRL_TURN_TOKENS"):
+        out_env["AGENTRL_TURN_TOKENS"] = str(CPU_TURN_TOKENS)
         listed.append(
-            f"WEBSHOP_TURN_TOKENS={CPU_TURN_TOKENS}: new tokens per model turn (the configs: 200-512)"
+            f"AGENTRL_TURN_TOKENS={CPU_TURN_TOKENS}: new tokens per model turn (the configs: 200-512)"
         )
-    if not out_env.get("WEBSHOP_MODEL_PATH") and "actor_rollout_ref.model.path" not in given:
-        out_env["WEBSHOP_MODEL_PATH"] = str(tiny_policy(run_dir / "tiny_model", out_env))
-        listed.append(f"policy: a tiny local Qwen2-architecture model with random weights ({out_env['WEBSHOP_MODEL_PATH']}; "
+    if not out_env.get("AGENTRL_MODEL_PATH") and "actor_rollout_ref.model.path" not in given:
+        out_env["AGENTRL_MODEL_PATH"] = str(tiny_policy(run_dir / "tiny_model", out_env))
+        listed.append(f"policy: a tiny local Qwen2-architecture model with random weights ({out_env['AGENTRL_MODEL_PATH']}; "
                       "2 layers, hidden 64, a byte-level BPE tokenizer trained on the catalog) instead of the "
-                      "config's Qwen/Qwen2.5-1.5B-Instruct: set WEBSHOP_MODEL_PATH for another")  # fmt: skip
-    worker, ray = seams(line, {k: out_env[k] for k in ("WEBSHOP_TURN_TOKENS",)})
+                      "config's Qwen/Qwen2.5-1.5B-Instruct: set AGENTRL_MODEL_PATH for another")  # fmt: skip
+    worker, ray = seams(line, {k: out_env[k] for k in ("AGENTRL_TURN_TOKENS",)})
     out_env.update(worker)
     return out_env, [*added, *ray, *overrides], listed
 
@@ -153,9 +153,9 @@ def tiny_policy(model_dir: Path, env: Mapping[str, str]) -> Path:
     catalog = env.get("WEBSHOP_CATALOG") or "data/catalog"
     if not (Path(catalog) / "manifest.json").is_file():
         raise RuntimeError(
-            f"a CPU run without WEBSHOP_MODEL_PATH builds a tiny model whose tokenizer is trained on the catalog's "
+            f"a CPU run without AGENTRL_MODEL_PATH builds a tiny model whose tokenizer is trained on the catalog's "
             f"text, and there is no prepared catalog at {catalog} (WEBSHOP_CATALOG): prepare one (make data) or "
-            "set WEBSHOP_MODEL_PATH to a model directory"
+            "set AGENTRL_MODEL_PATH to a model directory"
         )
     return build_tiny_model(model_dir, Path(catalog))
 

@@ -1,5 +1,5 @@
 """The rehearsal's checks inside verl's trainer (installed in the trainer's process by the rehearsal's setup hook
-when ``$WEBSHOP_REHEARSAL_CHECKS`` names a directory; :mod:`.checks` holds the judgements).
+when ``$AGENTRL_REHEARSAL_CHECKS`` names a directory; :mod:`.checks` holds the judgements).
 
 - Around the trainer's own actor update (verl 0.7.1's ``RayPPOTrainer._update_actor``, verl 0.9.1's v1
   ``PPOTrainer._update_actor``, the step's data in TransferQueue) every training step: the step's trajectories
@@ -13,9 +13,9 @@ when ``$WEBSHOP_REHEARSAL_CHECKS`` names a directory; :mod:`.checks` holds the j
   written by the rehearsal) against the actor's, computed by the actor worker group. One JSON line per sync in
   ``sync.jsonl``.
 
-Settings (the rehearsal sets them for every process): ``WEBSHOP_REHEARSAL_CATALOG`` (the env's catalog, for the
-replay), ``WEBSHOP_INVALID_ACTION_PENALTY`` (the declared penalty), ``WEBSHOP_REHEARSAL_TRAIN_AGENT`` (the training
-rows' agent loop, when the batch does not say), ``WEBSHOP_REHEARSAL_FAIL_FAST=1`` (a failed check ends the run
+Settings (the rehearsal sets them for every process): ``AGENTRL_REHEARSAL_CATALOG`` (the env's catalog, for the
+replay), ``AGENTRL_INVALID_ACTION_PENALTY`` (the declared penalty), ``AGENTRL_REHEARSAL_TRAIN_AGENT`` (the training
+rows' agent loop, when the batch does not say), ``AGENTRL_REHEARSAL_FAIL_FAST=1`` (a failed check ends the run
 at once, :class:`CheckFailed`, after its record is written; the rehearsal's summary then says which).
 """
 
@@ -33,17 +33,17 @@ import torch
 
 from . import checks
 
-ENV = "WEBSHOP_REHEARSAL_CHECKS"
-CATALOG_ENV = "WEBSHOP_REHEARSAL_CATALOG"
-TRAIN_AGENT_ENV = "WEBSHOP_REHEARSAL_TRAIN_AGENT"
-FAIL_FAST_ENV = "WEBSHOP_REHEARSAL_FAIL_FAST"
+ENV = "AGENTRL_REHEARSAL_CHECKS"
+CATALOG_ENV = "AGENTRL_REHEARSAL_CATALOG"
+TRAIN_AGENT_ENV = "AGENTRL_REHEARSAL_TRAIN_AGENT"
+FAIL_FAST_ENV = "AGENTRL_REHEARSAL_FAIL_FAST"
 STEPS_FILE = "steps.jsonl"
 SYNC_FILE = "sync.jsonl"
 SEQUENCE_FILE = "fixed_sequence.json"
 
 
 class CheckFailed(RuntimeError):
-    """A rehearsal check failed with ``$WEBSHOP_REHEARSAL_FAIL_FAST`` set."""
+    """A rehearsal check failed with ``$AGENTRL_REHEARSAL_FAIL_FAST`` set."""
 
 
 def _fail_fast(what: str, failed: list[str]) -> None:
@@ -100,7 +100,7 @@ class StepChecker:
             return trainer.tokenizer.decode(ids, skip_special_tokens=True)
 
         record = checks.step_record(step, trajectories, self.index(trainer), self.env, decode,
-                                    penalty=float(os.environ.get("WEBSHOP_INVALID_ACTION_PENALTY") or 0.0),
+                                    penalty=float(os.environ.get("AGENTRL_INVALID_ACTION_PENALTY") or 0.0),
                                     default_agent=os.environ.get(TRAIN_AGENT_ENV))  # fmt: skip
         _write(STEPS_FILE, record)
         failed = [name for name in ("mask", "reward") if not record[name]["ok"]]

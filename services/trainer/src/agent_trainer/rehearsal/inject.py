@@ -1,6 +1,6 @@
 """Bugs put into a rehearsal on purpose, to prove that its checks see them (a test seam, nothing else uses it).
 
-``WEBSHOP_REHEARSAL_INJECT=<bug>[,<bug>...]`` (``make rehearse`` passes it on to every process of the run, whose
+``AGENTRL_REHEARSAL_INJECT=<bug>[,<bug>...]`` (``make rehearse`` passes it on to every process of the run, whose
 setup hook calls :func:`apply`); the rehearsal must then fail. The bugs, and the check that must catch each:
 
 - ``reward_sign``: the reward's sign flipped where the agent loops hand it to verl (``WebShopAgentLoop``'s
@@ -27,12 +27,12 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-ENV = "WEBSHOP_REHEARSAL_INJECT"
+ENV = "AGENTRL_REHEARSAL_INJECT"
 BUGS = ("reward_sign", "mask_env_pages", "sync_skip", "sync_partial", "sync_stale", "reward_zero")
 
 
 def injected() -> list[str]:
-    """The bugs named in ``$WEBSHOP_REHEARSAL_INJECT`` (an unknown name is an error)."""
+    """The bugs named in ``$AGENTRL_REHEARSAL_INJECT`` (an unknown name is an error)."""
     names = [n.strip() for n in os.environ.get(ENV, "").split(",") if n.strip()]
     unknown = sorted(set(names) - set(BUGS))
     if unknown:

@@ -22,7 +22,7 @@ on held-out tasks before and after with the project's eval on the merged checkpo
    the difference lies above 0 (the rule in docs/learning.md, fixed before the confirming seeds). ``OUT/<env>/seed<S>/summary.json`` and ``report.html`` (the curve as SVG), and
    ``OUT/summary.json`` (the last run).
 
-``WEBSHOP_REHEARSAL_INJECT=reward_zero`` zeroes the reward before the advantage: the run must say
+``AGENTRL_REHEARSAL_INJECT=reward_zero`` zeroes the reward before the advantage: the run must say
 ``learned: false``.
 """
 
@@ -485,14 +485,14 @@ def grpo(options: LearnOptions, recipe: Mapping[str, Any], base: Path, plans: Ma
     prompt = prompt_length(base, options.env, tasks)
     env, ray = _line_env(line, work, url, int(recipe["turn_tokens"]), catalog, False)
     env.pop(
-        "WEBSHOP_REHEARSAL_CHECKS", None
+        "AGENTRL_REHEARSAL_CHECKS", None
     )  # the rehearsal's checks are its own business, not the learning's
-    ray = [o for o in ray if "WEBSHOP_REHEARSAL_CHECKS" not in o]
-    env["WEBSHOP_INVALID_ACTION_PENALTY"] = "0.0"  # the project's reward, as the configs have it
-    ray = [o for o in ray if "WEBSHOP_INVALID_ACTION_PENALTY" not in o]
-    ray.append("+ray_kwargs.ray_init.runtime_env.env_vars.WEBSHOP_INVALID_ACTION_PENALTY='0.0'")
-    env["WEBSHOP_ROLLOUT_SEED"] = str(options.seed)
-    ray.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.WEBSHOP_ROLLOUT_SEED='{options.seed}'")
+    ray = [o for o in ray if "AGENTRL_REHEARSAL_CHECKS" not in o]
+    env["AGENTRL_INVALID_ACTION_PENALTY"] = "0.0"  # the project's reward, as the configs have it
+    ray = [o for o in ray if "AGENTRL_INVALID_ACTION_PENALTY" not in o]
+    ray.append("+ray_kwargs.ray_init.runtime_env.env_vars.AGENTRL_INVALID_ACTION_PENALTY='0.0'")
+    env["AGENTRL_ROLLOUT_SEED"] = str(options.seed)
+    ray.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.AGENTRL_ROLLOUT_SEED='{options.seed}'")
     env.update(loop_configs(work, int(recipe["max_observation_chars"])))
     pages = page_length(base, episodes(options.env, plans, int(recipe["max_observation_chars"])))
     overrides = scale(options, recipe, line, len(tasks), prompt, pages)
@@ -667,7 +667,7 @@ def run_learn(options: LearnOptions) -> dict[str, Any]:
             f"byte-level BPE trained on the training episodes) supervised for {recipe['sft_steps']} episode steps on "
             f"the expert's episodes of {len(plans)} training tasks, instead of Qwen/Qwen2.5-1.5B-Instruct",
             f"max_observation_chars={recipe['max_observation_chars']} (configs: 0): pages cut so episodes fit",
-            f"WEBSHOP_TURN_TOKENS={recipe['turn_tokens']} (configs: 200-512): the expert's replies are short",
+            f"AGENTRL_TURN_TOKENS={recipe['turn_tokens']} (configs: 200-512): the expert's replies are short",
             f"eval: {len(tasks)} tasks of the {options.heldout_split} split ("
             + (
                 f"those the expert solves within {recipe['heldout_max_plan']} steps, as the training tasks; "
@@ -813,7 +813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "before, GRPO on training tasks, eval after on the merged checkpoint, a supervised control with the same "
         "compute; writes OUT/<env>/seed<S>/summary.json and report.html and OUT/summary.json. Exit 0 when it "
         "learned (held-out success rose, paired 95% interval above 0), 1 when not, 2 on a usage error. "
-        "WEBSHOP_REHEARSAL_INJECT=reward_zero zeroes the reward before the advantage: it must not learn.",
+        "AGENTRL_REHEARSAL_INJECT=reward_zero zeroes the reward before the advantage: it must not learn.",
     )
     parser.add_argument(
         "--env",

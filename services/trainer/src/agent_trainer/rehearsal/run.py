@@ -147,11 +147,11 @@ def catalog_run(env_ids: Sequence[str]) -> bool:
 def _line_env(line: str, work: Path, url: str, turn_tokens: int, catalog: Path, fail_fast: bool = False
               ) -> tuple[dict[str, str], list[str]]:  # fmt: skip
     """Environment and Ray overrides that put the CPU seams (:func:`.device.seams`) and the trainer-side checks into
-    every process of the run (and a bug a test injects, ``$WEBSHOP_REHEARSAL_INJECT``)."""
-    shared = {"WEBSHOP_URL": url, "WEBSHOP_TURN_TOKENS": str(turn_tokens),
+    every process of the run (and a bug a test injects, ``$AGENTRL_REHEARSAL_INJECT``)."""
+    shared = {"AGENTRL_URL": url, "AGENTRL_TURN_TOKENS": str(turn_tokens),
               "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), CHECKS_ENV: str(work), CATALOG_ENV: str(catalog),
               TRAIN_AGENT_ENV: AGENT_NAME if line == "0.7" else AGENT_LOOP_NAME,
-              "WEBSHOP_INVALID_ACTION_PENALTY": str(INVALID_ACTION_PENALTY), FAIL_FAST_ENV: "1" if fail_fast else "0",
+              "AGENTRL_INVALID_ACTION_PENALTY": str(INVALID_ACTION_PENALTY), FAIL_FAST_ENV: "1" if fail_fast else "0",
               **({INJECT_ENV: os.environ[INJECT_ENV]} if os.environ.get(INJECT_ENV) else {})}  # fmt: skip
     return seams(line, shared)
 
@@ -169,11 +169,11 @@ def loop_configs(work: Path, max_observation_chars: int) -> dict[str, str]:
     for entry in interaction["interaction"]:
         entry["config"]["max_observation_chars"] = max_observation_chars
     paths = {
-        "WEBSHOP_AGENT_LOOP_CONFIG": work / AGENT_LOOP_CONFIG,
-        "WEBSHOP_INTERACTION_CONFIG": work / INTERACTION_CONFIG,
+        "AGENTRL_AGENT_LOOP_CONFIG": work / AGENT_LOOP_CONFIG,
+        "AGENTRL_INTERACTION_CONFIG": work / INTERACTION_CONFIG,
     }
-    paths["WEBSHOP_AGENT_LOOP_CONFIG"].write_text(yaml.safe_dump(loops, sort_keys=False))
-    paths["WEBSHOP_INTERACTION_CONFIG"].write_text(yaml.safe_dump(interaction, sort_keys=False))
+    paths["AGENTRL_AGENT_LOOP_CONFIG"].write_text(yaml.safe_dump(loops, sort_keys=False))
+    paths["AGENTRL_INTERACTION_CONFIG"].write_text(yaml.safe_dump(interaction, sort_keys=False))
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -213,8 +213,8 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
         key, value = override.lstrip("+").split("=", 1)
         listed.append(f"{key}={value} (make train-test: {_config_value(config, key)}): {why}")
     listed += [
-        f"WEBSHOP_TURN_TOKENS={turn_tokens} (configs: 512): new tokens per model turn; the warm model answers in ~15",
-        f"WEBSHOP_INVALID_ACTION_PENALTY={INVALID_ACTION_PENALTY} (configs: 0.0): a reply without an action costs "
+        f"AGENTRL_TURN_TOKENS={turn_tokens} (configs: 512): new tokens per model turn; the warm model answers in ~15",
+        f"AGENTRL_INVALID_ACTION_PENALTY={INVALID_ACTION_PENALTY} (configs: 0.0): a reply without an action costs "
         "this much, so a group's rewards differ even without a purchase",
         f"max_observation_chars={MAX_OBSERVATION_CHARS} (configs/webshop_agent_loop.yaml, webshop_interaction.yaml: 0): "
         "pages cut so that an episode fits the response budget (the rehearsal's copies of both files)",
@@ -241,7 +241,7 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
         f"data: 12 training tasks (3 steps of 4) and 2 validation tasks of {mix}, interleaved, from each "
         f"environment's training split, all solved by the environment's expert in at most {steps} steps, instead "
         f"of agent-train data --env {mix}'s whole splits",
-        f"env: a local cluster (replicas + nginx, make up-local's topology) serving {mix} (WEBSHOP_ENVS) instead of "
+        f"env: a local cluster (replicas + nginx, make up-local's topology) serving {mix} (AGENTRL_ENVS) instead of "
         "the compose stack",
         f"eval: 4 test tasks per environment, at most {steps} steps each (agent-train eval --env {mix} --max-samples "
         f"4 --max-steps {steps}), instead of make eval's whole test split",
@@ -575,7 +575,7 @@ class ServeEnv:
     """``--env ray``: ``make up-ray``'s one-node Ray cluster (``agent_envs.ray_serve.local``, in ``run_dir``),
     with 16 CPUs and 2 declared GPUs (what the rehearsal's local cluster has) and the env deployed on it by
     ``agent-envs serve-ray``; verl's trainer joins that cluster (``RAY_ADDRESS``) and reaches the env through
-    ``WEBSHOP_ENV=ray``."""
+    ``AGENTRL_ENV=ray``."""
 
     def __init__(self, catalog: Path, run_dir: Path) -> None:
         from agent_envs import cluster
@@ -598,9 +598,9 @@ class ServeEnv:
     def env(self) -> dict[str, str]:
         """What the launcher needs: the one setting, the cluster, and serve-ray's own arguments (it checks the
         app; the same catalog and replicas leave it as it is)."""
-        return {"WEBSHOP_ENV": "ray", "WEBSHOP_RAY_PORT": str(self.port), "RAY_ADDRESS": self.record["address"],
-                "WEBSHOP_CATALOG": str(self.catalog), "WEBSHOP_RAY_REPLICAS_PER_NODE": "2",
-                "WEBSHOP_URL": DEAD_URL}  # fmt: skip
+        return {"AGENTRL_ENV": "ray", "AGENTRL_RAY_PORT": str(self.port), "RAY_ADDRESS": self.record["address"],
+                "WEBSHOP_CATALOG": str(self.catalog), "AGENTRL_RAY_REPLICAS_PER_NODE": "2",
+                "AGENTRL_URL": DEAD_URL}  # fmt: skip
 
     def stop(self) -> None:
         from agent_envs.ray_serve import local
@@ -608,7 +608,7 @@ class ServeEnv:
         local.down(self.run_dir)
 
 
-#: ``--env ray``'s WEBSHOP_URL: nothing may reach the env another way (a request there is refused at once).
+#: ``--env ray``'s AGENTRL_URL: nothing may reach the env another way (a request there is refused at once).
 DEAD_URL = "http://127.0.0.1:9"
 #: With ``--env ray`` verl joins a running cluster: ``ray.init`` then refuses resource and dashboard arguments.
 JOINED_CLUSTER = {

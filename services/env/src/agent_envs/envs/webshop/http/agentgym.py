@@ -20,7 +20,7 @@ the change they make, under the request's key (``compat_sessions.request_key``: 
 the balancer's ``X-Request-Id``, which stays the same when nginx re-sends the request to another replica after
 the first one died); a re-sent request gets the recorded answer and changes nothing.
 
-Sessions live in the shared store (``compat_sessions``: Redis, set by ``WEBSHOP_REDIS_URL``), so any worker of
+Sessions live in the shared store (``compat_sessions``: Redis, set by ``AGENTRL_REDIS_URL``), so any worker of
 any replica serves them, through the balancer like the native protocol, and a replica's death loses none.
 Without Redis they live in this one process (a single replica with a single worker only).
 

@@ -187,7 +187,7 @@ class StepFastPath:
     handling: dependency solving, pydantic validation of the body, the response class; then Starlette's
     error middleware and this app's body-limit and metrics middlewares, each wrapping ``send``) cost as much
     again on every step. ``WebShopApp`` calls this before its middleware stack. It answers a request only when
-    it is a well-formed step that succeeds: a ``Content-Length`` body within ``WEBSHOP_MAX_BODY_BYTES``, a JSON
+    it is a well-formed step that succeeds: a ``Content-Length`` body within ``AGENTRL_MAX_BODY_BYTES``, a JSON
     object whose ``state`` and ``action`` are strings the route's own model accepts. Everything else, and any
     error the step raises, goes to the full stack with the body replayed, so every error answer (the 413 of
     the body limit included) and the OpenAPI schema stay the route's. What it answers is recorded as the

@@ -1,4 +1,4 @@
-"""One node's check before ``ray start`` (run by webshop-grpo.sbatch with ``srun`` on every node): the Python
+"""One node's check before ``ray start`` (run by agent-grpo.sbatch with ``srun`` on every node): the Python
 environment has the rollout engine and a CUDA torch, and this node's GPUs are visible. Fails in seconds, with
 what to do, instead of after Ray, the env, the model download and FSDP init (``No module named 'sglang'``).
 

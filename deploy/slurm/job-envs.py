@@ -1,4 +1,4 @@
-"""What a webshop-grpo.sbatch job trains on, serves and checks, decided before anything starts.
+"""What a agent-grpo.sbatch job trains on, serves and checks, decided before anything starts.
 
 The job's settings (environment variables; docs/multi-node.md) name the environments to train on and the run's
 size, as ``make train-test`` / ``make train-full`` do with ``ENV=``:
@@ -331,7 +331,7 @@ def _node_name() -> str:
 
 def cmd_plan(plan: Plan, args: argparse.Namespace) -> int:
     for line in describe(plan):
-        print(f"webshop-grpo: {line}", file=sys.stderr)
+        print(f"agent-grpo: {line}", file=sys.stderr)
     print(shell(plan))
     return 0
 
@@ -350,11 +350,11 @@ def cmd_node(args: argparse.Namespace) -> int:
 def cmd_data(plan: Plan, args: argparse.Namespace) -> int:
     catalog = os.environ.get("WEBSHOP_CATALOG") or str(default_catalog(os.environ))
     for command in data_commands(plan, catalog, os.environ):
-        print("webshop-grpo: rows: + " + shlex.join(command), file=sys.stderr, flush=True)
+        print("agent-grpo: rows: + " + shlex.join(command), file=sys.stderr, flush=True)
         code = subprocess.run(command).returncode
         if code != 0:
             print(
-                f"webshop-grpo: building the rows failed (exit {code}): nothing was started", file=sys.stderr
+                f"agent-grpo: building the rows failed (exit {code}): nothing was started", file=sys.stderr
             )
             return code
     return 0
@@ -363,7 +363,7 @@ def cmd_data(plan: Plan, args: argparse.Namespace) -> int:
 def cmd_check(plan: Plan, args: argparse.Namespace) -> int:
     """``plan`` and ``node`` on this machine: what the job would refuse, before ``sbatch``."""
     for line in describe(plan):
-        print(f"webshop-grpo: {line}")
+        print(f"agent-grpo: {line}")
     return cmd_node(argparse.Namespace(envs=",".join(plan.serve_envs)))
 
 
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = make_plan(os.environ, nodes=args.nodes)
     except Refused as error:
-        print(f"webshop-grpo: refused: {error}", file=sys.stderr)
+        print(f"agent-grpo: refused: {error}", file=sys.stderr)
         return 2
     return args.func(plan, args)
 

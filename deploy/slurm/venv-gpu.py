@@ -176,7 +176,7 @@ def build(venv: Path, line: str, python: str) -> None:
     print(
         f"{venv}: the verl {line} GPU environment, with the environments' packages (SciWorld also needs Java 17 on "
         f"every node). Slurm: AGENTRL_VENV={venv.resolve()} sbatch --nodes=N --gpus-per-node=G ... "
-        "deploy/slurm/webshop-grpo.sbatch (each node checks torch.cuda, sglang and the run's environments before "
+        "deploy/slurm/agent-grpo.sbatch (each node checks torch.cuda, sglang and the run's environments before "
         "Ray starts)"
     )
 

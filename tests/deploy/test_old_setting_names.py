@@ -19,7 +19,7 @@ from agent_envs.setting_aliases import WEBSHOP_OWN, adopt_old_names, new_name
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_EXAMPLE = REPO / ".env.example"
-SBATCH = REPO / "deploy" / "slurm" / "webshop-grpo.sbatch"
+SBATCH = REPO / "deploy" / "slurm" / "agent-grpo.sbatch"
 
 
 def _clean_env(**settings: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The Slurm job's plan for every environment (``deploy/slurm/job-envs.py``, run by ``webshop-grpo.sbatch`` before
+"""The Slurm job's plan for every environment (``deploy/slurm/job-envs.py``, run by ``agent-grpo.sbatch`` before
 anything starts), its refusals, its per-node check, and every ``sbatch`` example the docs give (issue 35, W4).
 
 - The config is the one ``make train-test|train-full ENV=...`` picks; the served environments are WebShop and the
@@ -6,7 +6,7 @@ anything starts), its refusals, its per-node check, and every ``sbatch`` example
 - What cannot run is refused before Ray starts, saying what to change: an unknown environment or config, SciWorld
   with several Serve replicas per node (no episode affinity among them), a node whose Python lacks an
   environment's package, SciWorld without Java 17.
-- Every ``sbatch ... deploy/slurm/webshop-grpo.sbatch`` line of README.md, docs/multi-node.md and the script's
+- Every ``sbatch ... deploy/slurm/agent-grpo.sbatch`` line of README.md, docs/multi-node.md and the script's
   header names a GPU environment (``make venv-gpu``'s) and an allocation its config's batch sizes divide over (the
   launcher's own ``batch_problems``, which would stop the job after Ray, the env and the check started).
 
@@ -28,7 +28,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy" / "slurm" / "job-envs.py"
-SBATCH = REPO / "deploy" / "slurm" / "webshop-grpo.sbatch"
+SBATCH = REPO / "deploy" / "slurm" / "agent-grpo.sbatch"
 DOCS = (REPO / "README.md", REPO / "docs" / "multi-node.md", SBATCH)
 
 
@@ -130,7 +130,7 @@ def test_what_cannot_run_is_refused_before_anything_starts(settings: dict[str, s
     result = subprocess.run([sys.executable, str(SCRIPT), "plan", "--nodes", "2"], capture_output=True, text=True,
                             env={**env, "AGENTRL_HOME": str(REPO), **settings}, timeout=120)  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "webshop-grpo: refused:" in result.stderr and says in result.stderr, result.stderr
+    assert "agent-grpo: refused:" in result.stderr and says in result.stderr, result.stderr
     assert result.stdout == ""  # nothing for the script to evaluate
 
 
@@ -216,12 +216,12 @@ def test_check_says_before_sbatch_what_the_job_would_do_or_refuse(generated_cata
 
 # ---- the docs' sbatch lines --------------------------------------------------------------------------------------
 SBATCH_LINE = re.compile(
-    r"((?:\b[A-Z_][A-Z0-9_]*=\S+\s+)*)sbatch\s+([^`\n]*?)deploy/slurm/webshop-grpo\.sbatch"
+    r"((?:\b[A-Z_][A-Z0-9_]*=\S+\s+)*)sbatch\s+([^`\n]*?)deploy/slurm/agent-grpo\.sbatch"
 )
 
 
 def documented_jobs() -> list[tuple[str, dict[str, str], dict[str, str]]]:
-    """Every ``sbatch ... webshop-grpo.sbatch`` of the docs: ``(where, its settings, its sbatch options)``."""
+    """Every ``sbatch ... agent-grpo.sbatch`` of the docs: ``(where, its settings, its sbatch options)``."""
     jobs = []
     for path in DOCS:
         for number, text in enumerate(path.read_text().splitlines(), 1):
@@ -299,3 +299,24 @@ def test_make_venv_gpu_installs_the_environments_extras_at_the_checkouts_pins(
         assert pin in constraints, pin
     pyproject = (REPO / "services" / "env" / "pyproject.toml").read_text()
     assert all(re.search(rf"^{extra} = \[", pyproject, re.MULTILINE) for extra in venv_gpu.ENV_EXTRAS)
+
+
+def test_the_old_job_script_runs_the_new_one_with_the_same_slurm_lines(tmp_path: Path) -> None:
+    """deploy/slurm/webshop-grpo.sbatch, the old name (one release): the same #SBATCH lines (sbatch reads them from
+    the file it is given), a deprecation line, then the checkout's agent-grpo.sbatch with the job's arguments."""
+    old = REPO / "deploy" / "slurm" / "webshop-grpo.sbatch"
+
+    def slurm_lines(path: Path) -> list[str]:
+        return [line for line in path.read_text().splitlines() if line.startswith("#SBATCH")]
+
+    assert slurm_lines(old) == slurm_lines(SBATCH) and slurm_lines(SBATCH)
+    stub = tmp_path / "deploy" / "slurm" / "agent-grpo.sbatch"
+    stub.parent.mkdir(parents=True)
+    stub.write_text('echo "new script: $*"\n')
+    for setting in ("AGENTRL_HOME", "SLURM_SUBMIT_DIR"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "WEBSHOP_", "SLURM_"))}
+        result = subprocess.run(["bash", str(old), "a b", "c"], capture_output=True, text=True, timeout=60,
+                                env={**env, setting: str(tmp_path)}, cwd="/")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "new script: a b c\n"
+        assert "deprecated name" in result.stderr and "agent-grpo.sbatch" in result.stderr

@@ -478,7 +478,7 @@ def slurm_fixture(name: str = "slurm_cluster", scope: str = "function", nodes: i
 
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "deploy" / "slurm" / "webshop-grpo.sbatch"
+SCRIPT = REPO / "deploy" / "slurm" / "agent-grpo.sbatch"
 #: The env's Serve port on every node of a test job.
 SERVE_PORT = 8000
 

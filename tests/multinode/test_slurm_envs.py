@@ -1,4 +1,4 @@
-"""``deploy/slurm/webshop-grpo.sbatch`` for environments other than WebShop, on a real two-node Slurm (``_slurm``:
+"""``deploy/slurm/agent-grpo.sbatch`` for environments other than WebShop, on a real two-node Slurm (``_slurm``:
 network namespaces), as docs/multi-node.md shows it (``AGENTRL_TRAIN_ENVS``, ``AGENTRL_TRAIN_CONFIG``; issue 35).
 
 - What cannot run is refused before Ray starts: SciWorld with two Serve replicas per node (the plan, exit 2), and
@@ -44,7 +44,7 @@ TWO_NODE = pytest.mark.skipif(
     reason="minutes of JVMs, or verl's trainer, on two Slurm nodes of a 2-core machine: make test-two-node "
     "(AGENTRL_TEST_TWO_NODE_TRAIN=1)",
 )
-TRAIN_STARTS = "webshop-grpo: training: + "
+TRAIN_STARTS = "agent-grpo: training: + "
 
 # 8 CPUs a node: Ray's logical CPUs for the training run's actors (as test_slurm_verl.py)
 slurm_cluster = slurm_fixture(nodes=2, cpus=8)
@@ -81,7 +81,7 @@ def test_sciworld_jobs_that_cannot_run_are_refused_before_ray(
     info = slurm_cluster.wait(job, timeout=300, poll=1.0)
     output = slurm_cluster.output(job)
     assert info["JobState"] == "FAILED" and info["ExitCode"].startswith("2:"), f"{info}\n{output[-4000:]}"
-    assert "webshop-grpo: refused: SciWorld on the Ray Serve app needs one replica per node, not 2" in output
+    assert "agent-grpo: refused: SciWorld on the Ray Serve app needs one replica per node, not 2" in output
     assert "envs-check" not in output and "Ray runtime started" not in output
     figure(f"Slurm job {job} (SciWorld, 2 replicas per node): {info['JobState']} {info['ExitCode']} in "
            f"{info['RunTime']}")  # fmt: skip
@@ -133,10 +133,10 @@ def test_sbatch_builds_serves_and_checks_textcraft_babyai_and_sciworld(
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{output[-8000:]}"
 
     # the plan, every node's check, the rows: all before Ray
-    assert "webshop-grpo: train on textcraft,babyai,sciworld with the mixed_grpo_test config" in output
+    assert "agent-grpo: train on textcraft,babyai,sciworld with the mixed_grpo_test config" in output
     for node in slurm_cluster.names:
         assert re.search(rf"envs-check {node} ok webshop textcraft babyai sciworld\(java 17 at \S+\)", output)
-    assert "webshop-grpo: rows: + agent-train data --env textcraft,babyai,sciworld" in output
+    assert "agent-grpo: rows: + agent-train data --env textcraft,babyai,sciworld" in output
     assert output.index("rows: +") < output.index("Ray runtime started")
     rows = ast.literal_eval(re.search(r"^rows (\{.*\})$", output, re.MULTILINE).group(1))  # the stand-in's
     assert {s: sorted(Counter(r).items()) for s, r in rows.items()} == {
@@ -215,9 +215,9 @@ def test_sbatch_trains_textcraft_with_verl_on_two_nodes(
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{output[-8000:]}"
 
     rows_dir = tmp_path / "data" / f"slurm-{line}-textcraft-test"
-    assert "webshop-grpo: rows: + agent-train data --env textcraft" in output
+    assert "agent-grpo: rows: + agent-train data --env textcraft" in output
     assert (rows_dir / "train.parquet").is_file()
-    dry_run = output.index("webshop-grpo: batch sizes on 2 node(s) x 1 GPU(s): + agent-train train")
+    dry_run = output.index("agent-grpo: batch sizes on 2 node(s) x 1 GPU(s): + agent-train train")
     assert dry_run < output.index("Ray runtime started")  # checked before the cluster started
     check = _env_check_report(output)
     assert sorted(n["node_ip"] for n in check["nodes"]) == sorted(slurm_cluster.hosts.ips)

@@ -1,4 +1,4 @@
-"""``deploy/slurm/webshop-grpo.sbatch`` on a real two-node Slurm cluster (network namespaces, ``_slurm``): what a GPU
+"""``deploy/slurm/agent-grpo.sbatch`` on a real two-node Slurm cluster (network namespaces, ``_slurm``): what a GPU
 job checks before anything starts, and what a preempted or requeued job does.
 
 - Without a GPU environment (this CPU venv: no sglang, a CPU torch) the job fails within seconds of starting,
@@ -81,7 +81,7 @@ def test_a_requeued_job_resumes_from_its_latest_complete_checkpoint(
 
     first, _, second = output.partition("run 1 of job")
     assert second, output[-4000:]
-    assert "webshop-grpo: SIGTERM: stopping the training (run 0" in first, first[-3000:]
+    assert "agent-grpo: SIGTERM: stopping the training (run 0" in first, first[-3000:]
     last_saved = max(int(s) for s in re.findall(r"standin: step (\d+) saved", first))
     resumed = int(re.search(r"standin: resumed from step (\d+)", second).group(1))
     assert resumed == last_saved  # the latest complete checkpoint, not a half-written one after it

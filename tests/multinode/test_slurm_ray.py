@@ -1,4 +1,4 @@
-"""``deploy/slurm/webshop-grpo.sbatch`` on a real Slurm cluster (slurmctld, and two slurmd nodes, each in a
+"""``deploy/slurm/agent-grpo.sbatch`` on a real Slurm cluster (slurmctld, and two slurmd nodes, each in a
 network namespace of its own): Ray head and worker started by the script with ``srun``, the env deployed
 as a Ray Serve app serving WebShop and TextCraft (``AGENTRL_ENVS``), ``agent-train env-check`` from both nodes
 playing both, and the training command replaced by a CPU stand-in: the preflight (configs, data, verl's
@@ -24,7 +24,7 @@ from _slurm import SlurmCluster, slurm_fixture
 pytestmark = pytest.mark.timeout(900)
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "deploy" / "slurm" / "webshop-grpo.sbatch"
+SCRIPT = REPO / "deploy" / "slurm" / "agent-grpo.sbatch"
 EPISODES = 4  # per node
 SERVE_PORT = 8000
 
@@ -83,7 +83,7 @@ def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
 
     summary = json.loads((preflight_out / "verl0.7" / "summary.json").read_text())
     assert summary["errors"] == [], summary["errors"]
-    assert "webshop-grpo: training command exited with 0" in output
+    assert "agent-grpo: training command exited with 0" in output
     figure(
         f"Slurm job {job}: {info['JobState']} on {info['NodeList']} in {info['RunTime']}; env-check: "
         + ", ".join(

@@ -1,4 +1,4 @@
-"""``deploy/slurm/webshop-grpo.sbatch`` running verl's real trainer on both nodes of a real two-node Slurm
+"""``deploy/slurm/agent-grpo.sbatch`` running verl's real trainer on both nodes of a real two-node Slurm
 (``_slurm``: network namespaces), requeued after a checkpoint and resumed from it (issue 29).
 
 The script does everything itself: the Ray head and worker by ``srun``, ``serve-ray``, ``env-check``, then its
@@ -58,7 +58,7 @@ pytestmark = [
 STEPS = 3  # 12 goals, 4 prompts a step: one epoch
 #: The warm-started tiny model, kept between runs (outside the test's temporary directory).
 MODEL_CACHE = Path("/tmp/webshop-test-cache/tiny_model")
-TRAIN_STARTS = "webshop-grpo: training: + "
+TRAIN_STARTS = "agent-grpo: training: + "
 #: Jobs submitted until one starts its training: a raylet gets 30 s to register (Ray's own bound), which a
 #: saturated machine can miss (then the job fails before training, and a new one starts clean)
 START_TRIES = 4
@@ -186,7 +186,7 @@ def test_sbatch_trains_verl_on_two_nodes_and_a_requeued_job_resumes(
 
     first = output.partition("run 1 of job")[0]
     second = output.rpartition(f"run {requeues} of job")[2]  # the run that resumed
-    assert "webshop-grpo: SIGTERM: stopping the training (run 0" in first, first[-3000:]
+    assert "agent-grpo: SIGTERM: stopping the training (run 0" in first, first[-3000:]
     assert 1 <= last_saved < STEPS, last_saved
     resumed = re.search(r"Load from checkpoint folder: \S*global_step_(\d+)", second)
     assert resumed and int(resumed.group(1)) == last_saved, second[-6000:]  # verl's own resume, from there

@@ -59,6 +59,6 @@ def test_workers_get_the_runs_settings_and_log_paths_but_never_the_state_secret(
 
 
 def test_the_slurm_script_is_valid_bash() -> None:
-    script = REPO / "deploy" / "slurm" / "webshop-grpo.sbatch"
+    script = REPO / "deploy" / "slurm" / "agent-grpo.sbatch"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     assert "#SBATCH --nodes=" in script.read_text()

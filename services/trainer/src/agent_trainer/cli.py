@@ -621,7 +621,7 @@ def _train(args: argparse.Namespace) -> int:
         if worker_secrets(env):  # in a file only the workers read (worker_secrets), never in the runtime_env
             secrets_file = secrets_path(run_dir)
             overrides = hook_overrides(overrides, secrets_file)
-    nnodes = env.get("AGENTRL_NNODES", "").strip()  # a Slurm job's node count (webshop-grpo.sbatch)
+    nnodes = env.get("AGENTRL_NNODES", "").strip()  # a Slurm job's node count (agent-grpo.sbatch)
     if nnodes and not any(o.split("=", 1)[0].lstrip("+") == "trainer.nnodes" for o in overrides):
         if not nnodes.isdigit() or int(nnodes) < 1:
             print(

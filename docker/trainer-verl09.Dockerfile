@@ -95,7 +95,7 @@ print('torch', torch.__version__, '| sglang', ([d.version for d in m.distributio
 numpy.__version__, '| TransferQueue', m.version('TransferQueue'))"
 
 # The Hydra configs: configs/verl09/ (training: each environment's file over verl09/base/) and
-# configs/webshop_agent_loop.yaml (the agent loop), copied whole;
+# configs/agent_loop.yaml (the agent loop), copied whole;
 # agent-train finds them through AGENTRL_CONFIG_DIR and picks verl09/ because verl 0.9 is installed.
 # The code of the two packages, installed over step 2's metadata-only installs (their dependencies are in).
 COPY services/env/ services/env/
@@ -135,7 +135,7 @@ ENV HOME=/home/verl \
     HF_HOME=/cache/huggingface \
     TRITON_CACHE_DIR=/cache/triton \
     AGENTRL_CONFIG_DIR=/opt/webshop/configs \
-    AGENTRL_AGENT_LOOP_CONFIG=/opt/webshop/configs/webshop_agent_loop.yaml \
+    AGENTRL_AGENT_LOOP_CONFIG=/opt/webshop/configs/agent_loop.yaml \
     VERL_LINE=0.9 \
     AGENTRL_DEVICE=${TRAINER_DEVICE}
 

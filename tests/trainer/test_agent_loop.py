@@ -1,7 +1,7 @@
 """WebShopAgentLoop on the installed verl (0.7.1 in .venv, 0.9.1 in .venv-verl09: `make test` runs this file in both).
 
 The loop is built the way verl's AgentLoopWorker builds it (hydra.utils.instantiate of the entry in
-configs/webshop_agent_loop.yaml with verl's keyword arguments), from the real composed training config, and
+configs/agent_loop.yaml with verl's keyword arguments), from the real composed training config, and
 plays against the env service in-process (ASGI) with a scripted policy on the tiny local tokenizer.
 """
 
@@ -310,7 +310,7 @@ def test_generation_fields_merge_like_tool_agent_loop() -> None:
 
 
 def test_importing_the_loop_never_replaces_its_declared_settings() -> None:
-    """verl's worker puts configs/webshop_agent_loop.yaml's entries (with their settings) into its registry; the
+    """verl's worker puts configs/agent_loop.yaml's entries (with their settings) into its registry; the
     first instantiation then imports this module. A verl @register decorator there would replace the entry with
     a bare one, and every later trajectory of the worker would run with default settings."""
     import importlib

@@ -20,7 +20,7 @@ CONFIGS = REPO / "configs"
 
 @pytest.fixture(autouse=True)
 def interaction_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTRL_INTERACTION_CONFIG", str(CONFIGS / "webshop_interaction.yaml"))
+    monkeypatch.setenv("AGENTRL_INTERACTION_CONFIG", str(CONFIGS / "interaction.yaml"))
 
 
 @pytest.mark.parametrize("name", ["webshop_grpo_test", "webshop_grpo_train"])
@@ -256,8 +256,8 @@ def test_each_environment_config_is_valid_for_verl_and_both_routes(name: str, no
     config = _resolved(name)
     rollout = config.actor_rollout_ref.rollout
     assert rollout.agent.default_agent_loop == "tool_agent"
-    assert rollout.multi_turn.interaction_config_path.endswith("webshop_interaction.yaml")
-    assert rollout.agent.agent_loop_config_path.endswith("webshop_agent_loop.yaml")
+    assert rollout.multi_turn.interaction_config_path.endswith("interaction.yaml")
+    assert rollout.agent.agent_loop_config_path.endswith("agent_loop.yaml")
     assert config.reward.custom_reward_function.path == "pkg://agent_trainer.reward"
     longest = max(block.max_rounds for block in config.environments.values())
     assert rollout.multi_turn.max_assistant_turns == rollout.multi_turn.max_user_turns == longest + 1
@@ -333,3 +333,21 @@ def test_every_config_states_each_environments_rounds_so_the_run_prints_them(dir
         assert config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == max(rounds.values()) + 1, (
             path.name
         )
+
+
+@pytest.mark.parametrize("old, new", [("webshop_interaction.yaml", "interaction.yaml"),
+                                      ("webshop_agent_loop.yaml", "agent_loop.yaml")])  # fmt: skip
+def test_the_old_config_file_names_still_name_the_files_and_say_so(
+    old: str, new: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """configs/webshop_interaction.yaml and webshop_agent_loop.yaml, the old names (one release): links to the new
+    files, and a training config that names one (a setting from before the rename) gets a deprecation line."""
+    from agent_trainer.config import old_config_file_notes
+
+    assert (CONFIGS / old).is_symlink() and (CONFIGS / old).resolve() == (CONFIGS / new).resolve()
+    assert old_config_file_notes(compose_training_config("webshop_grpo_test", directory=CONFIGS)[1]) == []
+    setting = "AGENTRL_INTERACTION_CONFIG" if "interaction" in old else "AGENTRL_AGENT_LOOP_CONFIG"
+    monkeypatch.setenv(setting, str(CONFIGS / old))
+    (note,) = old_config_file_notes(compose_training_config("webshop_grpo_test", directory=CONFIGS)[1])
+    assert f"{CONFIGS / old}: a deprecated file name" in note and f"use {new}" in note
+    assert check_training_config("webshop_grpo_test", directory=CONFIGS)["errors"] == []

@@ -2,7 +2,7 @@
 (0.7.1 in .venv, 0.9.1 in .venv-verl09).
 
 Each loop is built as verl's AgentLoopWorker builds it (hydra.utils.instantiate of its entry in
-configs/webshop_agent_loop.yaml with verl's keyword arguments, from the composed training config) and plays
+configs/agent_loop.yaml with verl's keyword arguments, from the composed training config) and plays
 against the env service in-process (ASGI: the real app, routes, tokens and client) with a scripted policy.
 """
 

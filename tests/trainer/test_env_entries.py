@@ -1,4 +1,4 @@
-"""Every environment's entries in configs/webshop_agent_loop.yaml and configs/webshop_interaction.yaml are derived
+"""Every environment's entries in configs/agent_loop.yaml and configs/interaction.yaml are derived
 from what it registers (agent_trainer.envs.entries): the committed files are what the registry renders now
 (`agent-train configs --write` rewrites them, `--check` says which is stale), and each entry says what its trainer
 spec and its registration say (its agent loop's name, its id, a client timeout above the balancer's window)."""

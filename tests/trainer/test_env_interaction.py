@@ -1,5 +1,5 @@
 """``EnvInteraction`` (verl 0.7.1's ``BaseInteraction`` for any environment) against the env service in-process (the
-real app, routes, signed tokens and client), built from configs/webshop_interaction.yaml by verl's own registry,
+real app, routes, signed tokens and client), built from configs/interaction.yaml by verl's own registry,
 fed the rows ``agent-train data --env ... --interaction`` writes."""
 
 from __future__ import annotations

@@ -55,10 +55,7 @@ def test_slots_per_worker_never_round_to_nothing() -> None:
 def test_sciworlds_client_waits_longer_than_the_balancer() -> None:
     """A cold reset or a replay on a fresh JVM takes seconds: the client's attempt (both routes) outlasts nginx's 60 s
     SciWorld read timeout, so the balancer's answer comes first."""
-    loops = {
-        entry["name"]: entry
-        for entry in yaml.safe_load((config_dir() / "webshop_agent_loop.yaml").read_text())
-    }
-    interactions = yaml.safe_load((config_dir() / "webshop_interaction.yaml").read_text())["interaction"]
+    loops = {entry["name"]: entry for entry in yaml.safe_load((config_dir() / "agent_loop.yaml").read_text())}
+    interactions = yaml.safe_load((config_dir() / "interaction.yaml").read_text())["interaction"]
     (sciworld,) = [entry["config"] for entry in interactions if entry["name"] == "sciworld"]
     assert loops["sciworld_agent"]["timeout"] > 60 and sciworld["timeout"] > 60

@@ -213,7 +213,7 @@ def test_repository_config_gives_the_client_a_retry_budget_not_an_attempt_cap(in
 
     from agent_trainer.interaction import shared_client
 
-    loaded = OmegaConf.load(REPO / "configs" / "webshop_interaction.yaml")
+    loaded = OmegaConf.load(REPO / "configs" / "interaction.yaml")
     config = OmegaConf.to_container(loaded, resolve=True)["interaction"][0]["config"]
     config["env_url"] = "http://127.0.0.1:9"
     settings = InteractionSettings.from_config(config)
@@ -246,11 +246,11 @@ def test_parse_goal_accepts_aliases() -> None:
 
 
 def test_verl_builds_it_from_the_repository_interaction_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    """verl 0.7.1's own registry reads configs/webshop_interaction.yaml (interaction: name/class_name/config)."""
+    """verl 0.7.1's own registry reads configs/interaction.yaml (interaction: name/class_name/config)."""
     from verl.interactions.utils.interaction_registry import initialize_interactions_from_config
 
     monkeypatch.setenv("AGENTRL_URL", "http://10.0.0.1:1234")
-    interactions = initialize_interactions_from_config(str(REPO / "configs" / "webshop_interaction.yaml"))
+    interactions = initialize_interactions_from_config(str(REPO / "configs" / "interaction.yaml"))
     from agent_envs.envs import registry
 
     assert list(interactions) == [r.id for r in registry.BUILTIN]  # one entry per environment, generated

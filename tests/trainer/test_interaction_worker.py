@@ -1,6 +1,6 @@
 """verl 0.7.1's own ``AgentLoopWorker`` on one batch that mixes environments and both routes, as the 0.7.1 configs
 run them: rows with ``agent_name: tool_agent`` go through verl's ``ToolAgentLoop`` (our ``EnvToolAgentLoop``),
-which picks each row's interaction by ``interaction_kwargs["name"]`` from configs/webshop_interaction.yaml
+which picks each row's interaction by ``interaction_kwargs["name"]`` from configs/interaction.yaml
 (``WebshopInteraction``, ``EnvInteraction`` for TextCraft and BabyAI); rows with ``agent_name: <env>_agent`` go
 through ``EnvAgentLoop`` under the same worker. The rows are ``agent-train data --env``'s, the training config
 is configs/mixed_grpo_test.yaml, the environments are served in-process (the real app, routes and clients), the

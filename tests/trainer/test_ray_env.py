@@ -35,8 +35,8 @@ def test_ray_mode_goes_to_this_nodes_proxy_first(monkeypatch) -> None:
 
 def test_both_yaml_configs_read_webshop_env(monkeypatch) -> None:
     monkeypatch.setenv("AGENTRL_ENV", "ray")
-    loop = OmegaConf.load(REPO / "configs" / "webshop_agent_loop.yaml")
-    interaction = OmegaConf.load(REPO / "configs" / "webshop_interaction.yaml")
+    loop = OmegaConf.load(REPO / "configs" / "agent_loop.yaml")
+    interaction = OmegaConf.load(REPO / "configs" / "interaction.yaml")
     assert loop[0].env == "ray"
     assert interaction.interaction[0].config.env == "ray"
 

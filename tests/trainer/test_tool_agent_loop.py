@@ -1,4 +1,4 @@
-"""The 0.7 line's `tool_agent` is ``EnvToolAgentLoop`` (configs/webshop_agent_loop.yaml overrides verl's
+"""The 0.7 line's `tool_agent` is ``EnvToolAgentLoop`` (configs/agent_loop.yaml overrides verl's
 built-in entry): verl's own ``AgentLoopWorker`` runs ``ToolAgentLoop`` + ``WebshopInteraction`` with the
 per-turn budget training and eval share, and the chat template's separator before every env page."""
 

@@ -60,9 +60,7 @@ def test_the_0_9_config_has_the_0_7_configs_hyper_parameters(name: str) -> None:
     agent = envs.get("webshop" if env == "mixed" else env).agent_name
     assert v07["actor_rollout_ref.rollout.agent.default_agent_loop"] == "tool_agent"
     assert v09["actor_rollout_ref.rollout.agent.default_agent_loop"] == agent
-    assert v07["actor_rollout_ref.rollout.multi_turn.interaction_config_path"].endswith(
-        "webshop_interaction.yaml}"
-    )
+    assert v07["actor_rollout_ref.rollout.multi_turn.interaction_config_path"].endswith("interaction.yaml}")
     assert v07["reward.custom_reward_function.path"] == "pkg://agent_trainer.reward"
     assert not {k for k in v09 if k.startswith(("reward.custom_reward_function", "actor_rollout_ref.rollout.multi_turn.inter"))}  # fmt: skip
 
@@ -70,6 +68,6 @@ def test_the_0_9_config_has_the_0_7_configs_hyper_parameters(name: str) -> None:
 def test_the_agent_loop_yaml_declares_the_loop_by_its_registered_name() -> None:
     from agent_trainer.config import AGENT_LOOP_NAME
 
-    entries = OmegaConf.load(CONFIGS / "webshop_agent_loop.yaml")
+    entries = OmegaConf.load(CONFIGS / "agent_loop.yaml")
     (entry,) = [e for e in entries if e.name == AGENT_LOOP_NAME]
     assert entry._target_ == "agent_trainer.agent_loop.WebShopAgentLoop"

@@ -120,7 +120,7 @@ def test_the_launcher_runs_verls_main_ppo_through_verl_main_with_the_0_9_configs
     assert command[command.index("--config-path") + 1] == str(directory.resolve())
     assert directory.name == "verl09" and (directory / "webshop_grpo_test.yaml").is_file()
     agent_file = Path(train_environment(tmp_path, "run", directory)["AGENTRL_AGENT_LOOP_CONFIG"])
-    assert agent_file.name == "webshop_agent_loop.yaml" and agent_file.is_file()
+    assert agent_file.name == "agent_loop.yaml" and agent_file.is_file()
 
 
 def test_the_cpu_builds_module_list_imports_here() -> None:

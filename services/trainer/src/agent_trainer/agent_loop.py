@@ -2,7 +2,7 @@
 0.9.1); ``WebShopAgentLoop`` is the WebShop one.
 
 Each environment is a spec (``agent_trainer.envs``: prompt, action parser, turn budget, reward and success) and
-one entry in ``configs/webshop_agent_loop.yaml`` (``webshop_agent``, ``textcraft_agent``, ``babyai_agent``...,
+one entry in ``configs/agent_loop.yaml`` (``webshop_agent``, ``textcraft_agent``, ``babyai_agent``...,
 ``env_id`` naming the spec); a dataset row's ``agent_name`` picks the entry, so a dataset that mixes environments
 trains in one run, and its ``data_source`` (the environment's id) makes verl report validation metrics per
 environment. What follows says WebShop; every environment is played the same way through its spec.
@@ -33,7 +33,7 @@ process-wide ``EPISODES`` registry (shared with the interaction, used to detect 
 ``finally``. All HTTP is async and goes through one pooled client per process and event loop
 (``interaction.shared_client``): a blocking call would stall every trajectory of the worker.
 
-Declared in ``configs/webshop_agent_loop.yaml`` (``rollout.agent.agent_loop_config_path``) and chosen per row
+Declared in ``configs/agent_loop.yaml`` (``rollout.agent.agent_loop_config_path``) and chosen per row
 by ``agent_name: webshop_agent`` (``agent-train data --agent-loop``) or ``rollout.agent.default_agent_loop``.
 """
 
@@ -87,7 +87,7 @@ def _settings(items: tuple[tuple[str, Any], ...]) -> InteractionSettings:
     return InteractionSettings.from_config(dict(items))
 
 
-# Declared in configs/webshop_agent_loop.yaml only, never with verl's @register: verl's worker loads the file's
+# Declared in configs/agent_loop.yaml only, never with verl's @register: verl's worker loads the file's
 # entries (with their settings) into its registry, and a @register decorator runs again when this module is first
 # imported, by the first instantiation, replacing the entry with a bare one: every later trajectory of the worker
 # would then run with the defaults (turn budget, retry budget, URL...) instead of the file's settings.

@@ -34,6 +34,7 @@ from .config import (
     VERL_LINES,
     config_dir,
     installed_verl_line,
+    old_config_file_notes,
     training_config_dir,
     training_config_name,
     training_config_names,
@@ -634,6 +635,8 @@ def _train(args: argparse.Namespace) -> int:
     try:  # relative dataset paths mean the caller's directory, not the run directory verl runs in
         config = composed_config(args.config, overrides, directory, env)
         overrides = caller_data_overrides(config, overrides, Path.cwd())
+        for note in old_config_file_notes(config):
+            print(f"agent-train train: {note}", file=sys.stderr)
     except Exception as error:  # verl reports a bad override with its own words below
         print(f"agent-train train: could not compose the config to resolve dataset paths ({type(error).__name__}: "
               f"{str(error).splitlines()[0] if str(error) else ''}); they are passed on as given", file=sys.stderr)  # fmt: skip
@@ -838,8 +841,8 @@ def build_parser() -> argparse.ArgumentParser:
         "configs",
         help="the files derived from the registered environments (--write, --check), or a training config as it "
         "composes (--show NAME)",
-        description="Each environment but WebShop has an entry <id>_agent in configs/webshop_agent_loop.yaml (its "
-        "agent loop) and <id> in configs/webshop_interaction.yaml (its verl 0.7.1 interaction), generated between "
+        description="Each environment but WebShop has an entry <id>_agent in configs/agent_loop.yaml (its "
+        "agent loop) and <id> in configs/interaction.yaml (its verl 0.7.1 interaction), generated between "
         "two marker lines from what it registers: its trainer spec (agent_trainer.envs; a plugin's through its "
         "registration's trainer=) and the balancer's timeouts of its registration (the client waits at least the "
         "balancer's retry window). --write rewrites them after an environment is registered; --check (the "

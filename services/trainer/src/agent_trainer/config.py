@@ -1,6 +1,6 @@
 """Settings of the interaction, and where the repository's config files are.
 
-The interaction's settings come from the ``config:`` mapping of ``configs/webshop_interaction.yaml`` (verl 0.7.1
+The interaction's settings come from the ``config:`` mapping of ``configs/interaction.yaml`` (verl 0.7.1
 passes that mapping, plus ``name``, to the constructor). Unknown keys are an error: a misspelled timeout must
 not silently fall back to its default.
 """
@@ -20,7 +20,7 @@ AGENT_NAME = "tool_agent"
 # The WebShop agent loop (agent_loop.py), the only path on verl >= 0.8 (verl 0.8.0 removed interactions).
 AGENT_LOOP_NAME = "webshop_agent"
 #: New tokens per model turn, the same in training (both agent loops: ``turn_tokens`` in
-#: configs/webshop_agent_loop.yaml) and in eval (``agent-train eval --max-tokens``); AGENTRL_TURN_TOKENS overrides.
+#: configs/agent_loop.yaml) and in eval (``agent-train eval --max-tokens``); AGENTRL_TURN_TOKENS overrides.
 TURN_TOKENS = 512
 
 
@@ -184,8 +184,38 @@ def training_config_name(config: str) -> str:
     return TRAINING_CONFIGS.get(config, config)
 
 
-INTERACTION_CONFIG = "webshop_interaction.yaml"
-AGENT_LOOP_CONFIG = "webshop_agent_loop.yaml"
+INTERACTION_CONFIG = "interaction.yaml"
+AGENT_LOOP_CONFIG = "agent_loop.yaml"
+#: Their old names (links to them in configs/, for one release), and where a training config names them.
+OLD_CONFIG_FILES = {
+    "webshop_interaction.yaml": INTERACTION_CONFIG,
+    "webshop_agent_loop.yaml": AGENT_LOOP_CONFIG,
+}
+CONFIG_FILE_KEYS = (
+    "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path",
+)
+
+
+def old_config_file_notes(config: Any) -> list[str]:
+    """A deprecation line for each config file a composed training config names by its old name (an override or
+    an ``AGENTRL_*_CONFIG`` setting from before the rename; the old names are links to the new files)."""
+    from omegaconf import OmegaConf
+
+    notes = []
+    for key in CONFIG_FILE_KEYS:
+        try:
+            path = OmegaConf.select(config, key)
+        except Exception:  # an interpolation that does not resolve here: the preflight names it
+            continue
+        new = OLD_CONFIG_FILES.get(Path(str(path)).name) if path else None
+        if new:
+            notes.append(
+                f"{key}={path}: a deprecated file name (it goes in the next release): use {new} beside it"
+            )
+    return notes
+
+
 # The verl 0.9.1 line's training configs (configs/verl09/; same hyper-parameters as TRAINING_CONFIGS).
 VERL09_CONFIG_SUBDIR = "verl09"
 VERL_LINES = ("0.7", "0.9")

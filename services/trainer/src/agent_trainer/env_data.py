@@ -6,10 +6,10 @@ task; the split sizes are printed. A row carries its environment in ``data_sourc
 by it), so one file trains several environments in one run, by either route:
 
 - the agent loop (verl 0.7.1 and 0.9.1): ``agent_name`` = ``<env>_agent``, the environment's entry of
-  configs/webshop_agent_loop.yaml;
+  configs/agent_loop.yaml;
 - verl 0.7.1's interaction (``interaction=True``, ``agent-train data --env ... --interaction``, the default on
   the 0.7 line): ``agent_name`` = ``tool_agent``, and ``extra_info.interaction_kwargs`` = ``{name: <env>, task,
-  goal, goal_set, split}`` picks the environment's entry of configs/webshop_interaction.yaml (``ToolAgentLoop``
+  goal, goal_set, split}`` picks the environment's entry of configs/interaction.yaml (``ToolAgentLoop``
   selects the interaction by ``name``). The prompt's first user turn is then what the model sees first: the
   environment's own reset text for the task (the interaction checks it against the service's at the first turn).
 

@@ -19,7 +19,7 @@ So, in this module:
 
 One class for every environment the trainer has a spec for (``agent_trainer.envs``: WebShop, TextCraft, BabyAI,
 SciWorld, installed packages'; ``WebshopInteraction`` is it on WebShop's spec), one entry per environment in
-``configs/webshop_interaction.yaml``; ``ToolAgentLoop`` picks the
+``configs/interaction.yaml``; ``ToolAgentLoop`` picks the
 entry by the row's ``interaction_kwargs["name"]``, so one 0.7.1 run can mix environments. What a reply does to an
 episode is ``agent_trainer.episode``'s, shared with the agent loop (``agent_loop.EnvAgentLoop``).
 
@@ -329,7 +329,7 @@ class EnvInteraction(BaseInteraction):
 
 
 class WebshopInteraction(EnvInteraction):
-    """WebShop's entry (``configs/webshop_interaction.yaml``, the name verl's guides use): ``EnvInteraction`` on
+    """WebShop's entry (``configs/interaction.yaml``, the name verl's guides use): ``EnvInteraction`` on
     the WebShop spec (its prompts, parser, goal sets and splits), as ``WebShopAgentLoop`` is ``EnvAgentLoop``."""
 
     default_env_id = envs.WEBSHOP

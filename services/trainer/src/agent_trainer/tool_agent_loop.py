@@ -18,7 +18,7 @@ episode there), so one run can mix environments with different budgets (verl's `
 number for the whole run, only their bound).
 
 This subclass changes exactly those things and calls verl's own code for everything else. It is declared
-under verl's own name ``tool_agent`` in ``configs/webshop_agent_loop.yaml``, which the 0.7 configs load
+under verl's own name ``tool_agent`` in ``configs/agent_loop.yaml``, which the 0.7 configs load
 (``rollout.agent.agent_loop_config_path``): verl's worker registers the file's entries over its built-in
 ones, so rows and configs keep ``agent_name: tool_agent``. Its old name ``WebShopToolAgentLoop`` (it plays every
 environment) works for one release, with a DeprecationWarning.

@@ -5,8 +5,8 @@ environment (``webshop``, ``textcraft``, ``babyai``, ``sciworld``), and those of
 
 Adding one: a module with its ``SPEC`` (prompt, parser, outcome, rounds), a line in :data:`SPECS`, and the
 environment served under ``/<id>/v1`` by the env service (docs/training-environments.md); or a package of its own
-(docs/environments/adding.md). Its entries in configs/webshop_agent_loop.yaml (``<id>_agent``) and
-configs/webshop_interaction.yaml are derived from its spec and registration (:mod:`.entries`: ``agent-train configs
+(docs/environments/adding.md). Its entries in configs/agent_loop.yaml (``<id>_agent``) and
+configs/interaction.yaml are derived from its spec and registration (:mod:`.entries`: ``agent-train configs
 --write``).
 """
 

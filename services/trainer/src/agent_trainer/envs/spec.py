@@ -164,7 +164,7 @@ class EnvSpec:
 
     @property
     def agent_name(self) -> str:
-        """The agent-loop entry for this environment (configs/webshop_agent_loop.yaml), a row's ``agent_name``."""
+        """The agent-loop entry for this environment (configs/agent_loop.yaml), a row's ``agent_name``."""
         return f"{self.env_id}_agent"
 
     @property

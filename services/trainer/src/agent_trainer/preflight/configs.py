@@ -374,13 +374,13 @@ def tiny_run_overrides(model_dir: Path, train_file: Path, rollouts: int, max_tur
 
 
 def agent_loop_file() -> Path:
-    """The checkout's agent-loop config (configs/webshop_agent_loop.yaml: every environment's entry)."""
+    """The checkout's agent-loop config (configs/agent_loop.yaml: every environment's entry)."""
     return (config_dir() / AGENT_LOOP_CONFIG).resolve()
 
 
 def interaction_file(directory: Path) -> Path:
     """The interaction config a preflight's training configs in ``directory`` use (verl 0.7.1's route): the one
-    beside them, else the checkout's (configs/webshop_interaction.yaml)."""
+    beside them, else the checkout's (configs/interaction.yaml)."""
     beside = directory / INTERACTION_CONFIG
     return beside if beside.is_file() else config_dir() / INTERACTION_CONFIG
 

@@ -102,7 +102,7 @@ def _env_interaction_stage(options: PreflightOptions, directory: Path, name: str
                            rows: Sequence[Mapping[str, Any]], openings: Mapping[str, Sequence[str]],
                            errors: list[str], checks: dict[str, bool]) -> dict[str, Any]:  # fmt: skip
     """verl 0.7.1's interaction route for the same tasks: ``ToolAgentLoop`` -> the environment's interaction
-    (configs/webshop_interaction.yaml, chosen by ``interaction_kwargs.name``) -> the reward function; the scripted
+    (configs/interaction.yaml, chosen by ``interaction_kwargs.name``) -> the reward function; the scripted
     oracle must earn every trajectory's success."""
     from ..harness.model_servers import PlanByOpeningServer
     from ..interaction import EPISODES

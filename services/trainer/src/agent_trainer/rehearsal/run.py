@@ -16,7 +16,7 @@ or a mix the same way (in ``OUT/verl<line>-<env>[+<env>...]/``): the tasks are e
 whose expert solves them in at most 4 steps, the tiny model is warm-started on those experts' episodes rendered
 through the trainer's spec of each environment (:func:`.warm_start.warm_start_tasks`), the rows are
 ``agent_trainer.env_data``'s (on 0.7.1 the training rows take the interaction route where
-configs/webshop_interaction.yaml has an entry for the environment), the env cluster serves exactly those
+configs/interaction.yaml has an entry for the environment), the env cluster serves exactly those
 environments, the run is ``make train-test ENV=...``'s config of the line (``<env>_grpo_test``,
 ``mixed_grpo_test``; the WebShop test config where the line has none), each check replays each trajectory in its
 own environment, and the summary has every environment's figures (``per_env``), from the replay and from verl's
@@ -216,7 +216,7 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
         f"AGENTRL_TURN_TOKENS={turn_tokens} (configs: 512): new tokens per model turn; the warm model answers in ~15",
         f"AGENTRL_INVALID_ACTION_PENALTY={INVALID_ACTION_PENALTY} (configs: 0.0): a reply without an action costs "
         "this much, so a group's rewards differ even without a purchase",
-        f"max_observation_chars={MAX_OBSERVATION_CHARS} (configs/webshop_agent_loop.yaml, webshop_interaction.yaml: 0): "
+        f"max_observation_chars={MAX_OBSERVATION_CHARS} (configs/agent_loop.yaml, interaction.yaml: 0): "
         "pages cut so that an episode fits the response budget (the rehearsal's copies of both files)",
         "trainer.total_training_steps=2, then 3 on resume (make train-test: 1 epoch of 64 prompts): the run's steps",
     ]
@@ -256,7 +256,7 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
 
 
 def interaction_serves(env_id: str) -> bool:
-    """Whether configs/webshop_interaction.yaml has an entry for ``env_id`` (verl 0.7.1's interaction route)."""
+    """Whether configs/interaction.yaml has an entry for ``env_id`` (verl 0.7.1's interaction route)."""
     import yaml
 
     entries = yaml.safe_load((config_dir() / INTERACTION_CONFIG).read_text()).get("interaction") or []

@@ -145,7 +145,10 @@ def test_compose_reads_an_old_env_file_as_the_new_one(compose: Any, tmp_path: Pa
 
 
 def test_every_setting_compose_reads_falls_back_to_its_old_name() -> None:
-    text = (REPO / "compose.yaml").read_text()
+    """compose.yaml, and the compose file `make ... DEVICE=cpu` writes over it."""
+    from agent_trainer.gpu_plan import cpu_compose_override
+
+    text = (REPO / "compose.yaml").read_text() + cpu_compose_override("base:tag")
     reads = re.findall(r"(?<!\$)\$\{(AGENTRL_[A-Z0-9_]+)(.{0,40})", text)
     assert reads
     for name, after in reads:

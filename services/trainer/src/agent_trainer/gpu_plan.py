@@ -227,8 +227,8 @@ def cpu_compose_override(base_image: str) -> str:
                   f"        {base_arg}: {base_image}", "        TRAINER_DEVICE: cpu", "    deploy: !reset {}",
                   # no unlimited locked memory (pinned buffers for NCCL and RDMA: a GPU's need), which an engine
                   # without the right to raise that limit refuses to start a container with
-                  "    ulimits: !override", "      nofile:", "        soft: ${AGENTRL_NOFILE:-65535}",
-                  "        hard: ${AGENTRL_NOFILE:-65535}", "      stack: 67108864"]  # fmt: skip
+                  "    ulimits: !override", "      nofile:", "        soft: ${AGENTRL_NOFILE:-${WEBSHOP_NOFILE:-65535}}",
+                  "        hard: ${AGENTRL_NOFILE:-${WEBSHOP_NOFILE:-65535}}", "      stack: 67108864"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

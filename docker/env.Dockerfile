@@ -1,8 +1,8 @@
 # WebShop environment service image: `agent-envs serve` (FastAPI/uvicorn, several workers) on port 8000.
 #
-#   docker build -f docker/env.Dockerfile -t webshop-env:local .      (context: the repository root)
-#   docker build -f docker/env.Dockerfile --target sciworld -t webshop-sciworld:local .   (the SciWorld image)
-#   docker run --rm -v "$PWD/data/catalog:/data/catalog:ro" -e AGENTRL_STATE_SECRET=... -p 36001:8000 webshop-env:local
+#   docker build -f docker/env.Dockerfile -t agent-envs:local .      (context: the repository root)
+#   docker build -f docker/env.Dockerfile --target sciworld -t agent-envs-sciworld:local .   (the SciWorld image)
+#   docker run --rm -v "$PWD/data/catalog:/data/catalog:ro" -e AGENTRL_STATE_SECRET=... -p 36001:8000 agent-envs:local
 #
 # The prepared catalog is mounted read-only at /data/catalog (compose mounts the whole data volume at /data).
 # The same image also runs the one-shot `catalog-init` job (`agent-envs catalog generate|download|prepare`),
@@ -21,7 +21,7 @@
 #
 # Two images from this one file (the default target, `env`, is the last stage):
 #   env       webshop-env: every environment that needs no system package (WebShop, TextCraft, BabyAI; no Java)
-#   sciworld  webshop-sciworld: the same plus Debian's headless Java 17 runtime and scienceworld's simulator jar
+#   sciworld  agent-envs-sciworld: the same plus Debian's headless Java 17 runtime and scienceworld's simulator jar
 #             (the PyPI wheel carries it), for the compose service `sciworld` (profile sciworld). Built FROM the
 #             env image's runtime stage, so the two share every layer but the last two; nothing is downloaded at
 #             run time. A separate image keeps the default stack small: the JRE and the jar add about 360 MB (940 MB against 583 MB)
@@ -107,7 +107,7 @@ RUN --mount=type=secret,id=build_ca \
 # ---- stage 2: runtime ------------------------------------------------------------------------------------------
 FROM ${PYTHON_BASE_IMAGE} AS runtime
 
-LABEL org.opencontainers.image.title="webshop-env" \
+LABEL org.opencontainers.image.title="agent-envs" \
       org.opencontainers.image.description="Stateless WebShop environment service (native + AgentGym-compatible HTTP API)" \
       org.opencontainers.image.licenses="MIT"
 
@@ -166,7 +166,7 @@ CMD ["serve", "--workers", "4"]
 # one JVM and loads a task, so an image that cannot run the simulator never gets tagged.
 FROM runtime AS sciworld
 
-LABEL org.opencontainers.image.title="webshop-sciworld" \
+LABEL org.opencontainers.image.title="agent-envs-sciworld" \
       org.opencontainers.image.description="The environment service with ScienceWorld (Java 17 runtime and simulator jar)"
 
 # DL3008 (pin apt versions): Debian's archive keeps only the current point release of a package, so a pinned
@@ -189,5 +189,5 @@ USER 10001:10001
 ENV JAVA_TOOL_OPTIONS=-Xmx384m
 CMD ["serve", "--workers", "1", "--envs", "sciworld"]
 
-# ---- the default target: the runtime stage as it is (webshop-env) ------------------------------------------------
+# ---- the default target: the runtime stage as it is (agent-envs) ------------------------------------------------
 FROM runtime AS env

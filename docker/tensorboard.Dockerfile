@@ -1,7 +1,7 @@
 # TensorBoard for the training runs' event files (compose service `tensorboard`, `make monitor`): a small image
 # on the env image's Python base, so that watching the curves never needs the multi-GB CUDA trainer image.
 #
-#   docker build -f docker/tensorboard.Dockerfile -t webshop-tensorboard:local .   (context: the repository root)
+#   docker build -f docker/tensorboard.Dockerfile -t agent-tensorboard:local .   (context: the repository root)
 #
 # PYTHON_BASE_IMAGE: the same build argument (and default) as docker/env.Dockerfile.
 ARG PYTHON_BASE_IMAGE=python:3.11.13-slim-bookworm

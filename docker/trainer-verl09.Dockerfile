@@ -2,7 +2,7 @@
 # (agent_trainer.agent_loop.WebShopAgentLoop, configs/verl09/). verl 0.8.0 removed interactions, so this image
 # has no interaction path; the 0.7.1 image (docker/trainer.Dockerfile) keeps it.
 #
-#   docker build -f docker/trainer-verl09.Dockerfile -t webshop-trainer-verl09:local .   (context: the repo root)
+#   docker build -f docker/trainer-verl09.Dockerfile -t agent-trainer-verl09:local .   (context: the repo root)
 #
 # Base: verl's own image for sglang 0.5.12, under the name verl's docker/README.md gives for it
 # (verlai/verl:sgl0512.latest: FROM lmsysorg/sglang:v0.5.12, torch 2.11 + CUDA 13, sglang 0.5.12, the engine

@@ -1,7 +1,7 @@
 # Trainer / eval image: verl 0.7.1 GRPO (ToolAgentLoop + WebshopInteraction) and the eval runner, on the CUDA
 # image that verl 0.7.1's own stable image is built on.
 #
-#   docker build -f docker/trainer.Dockerfile -t webshop-trainer:local .     (context: the repository root)
+#   docker build -f docker/trainer.Dockerfile -t agent-trainer:local .     (context: the repository root)
 #
 # Base: lmsysorg/sglang:v0.5.9 (torch 2.9.1+cu129, Python 3.12, sglang 0.5.9); verl's own 0.7.1 image
 # (verlai/verl:sgl059.latest) starts from it too. TRAINER_BASE_IMAGE (a build argument, compose passes it from

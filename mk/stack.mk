@@ -128,7 +128,7 @@ monitor: .env stack-dirs ## start TensorBoard on the logs directory (profile mon
 	@echo "TensorBoard: http://$$($(COMPOSE) --profile monitor port tensorboard 6006)"
 
 # DEVICE=gpu (default): the trainer and eval jobs on NVIDIA GPUs. DEVICE=cpu: the very same compose services and
-# job scripts on the CPU build of the trainer images (TRAINER_DEVICE=cpu, tagged webshop-trainer[-verl09]-cpu:local,
+# job scripts on the CPU build of the trainer images (TRAINER_DEVICE=cpu, tagged agent-trainer[-verl09]-cpu:local,
 # FROM the CPU base that docker/standins builds here): verl's trainer with a tiny model, its CPU rollout stand-in
 # and a scale-down, each listed in the run's log; only the GPU is substituted (docs/training.md).
 DEVICE ?= gpu

@@ -62,7 +62,7 @@ def main() -> None:
     )
     parser.add_argument("--redis-image", default="redis:7.4.2-alpine")
     parser.add_argument(
-        "--client-image", default="webshop-env:local", help="an image with python3 and redis-py"
+        "--client-image", default="agent-envs:local", help="an image with python3 and redis-py"
     )
     args = parser.parse_args()
     net, store, client, squat = "probe-store-net", "probe-store", "probe-store-client", "probe-store-squat"

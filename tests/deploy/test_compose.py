@@ -127,7 +127,7 @@ def test_sciworld_replicas(rendered: dict, compose: Compose) -> None:
     services = rendered["services"]
     sciworld = services["sciworld"]
     assert sciworld["build"]["target"] == "sciworld" and services["webshop"]["build"]["target"] == "env"
-    assert sciworld["image"] == "webshop-sciworld:local"
+    assert sciworld["image"] == "agent-envs-sciworld:local"
     assert sciworld["command"] == ["serve", "--workers", "1", "--envs", "sciworld"]
     assert sciworld["deploy"]["replicas"] == 2 and set(sciworld["networks"]) == {"envnet"}
     assert not _published(sciworld) and sciworld["read_only"] is True

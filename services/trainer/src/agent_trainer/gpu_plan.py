@@ -208,10 +208,10 @@ CPU_BASE_IMAGE = "webshop-trainer-cpu-base:torch2.13.0-py3.11"
 CPU_FAKE_GPUS = 2
 #: Each GPU service's image and its base-image build argument (compose.yaml's x-trainer-image, x-trainer09-image).
 SERVICE_IMAGES = {
-    "trainer": ("webshop-trainer", "TRAINER_BASE_IMAGE"),
-    "eval": ("webshop-trainer", "TRAINER_BASE_IMAGE"),
-    "trainer-verl09": ("webshop-trainer-verl09", "TRAINER09_BASE_IMAGE"),
-    "eval-verl09": ("webshop-trainer-verl09", "TRAINER09_BASE_IMAGE"),
+    "trainer": ("agent-trainer", "TRAINER_BASE_IMAGE"),
+    "eval": ("agent-trainer", "TRAINER_BASE_IMAGE"),
+    "trainer-verl09": ("agent-trainer-verl09", "TRAINER09_BASE_IMAGE"),
+    "eval-verl09": ("agent-trainer-verl09", "TRAINER09_BASE_IMAGE"),
 }
 
 

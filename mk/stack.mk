@@ -97,7 +97,7 @@ host-checks: .env ## what make up needs (engine limits, base images, CA bundle, 
 
 up: .env host-checks stack-dirs ## build and start the stack (catalog-init, env replicas, balancer) and wait until healthy
 	AGENTRL_ENVS="$(STACK_ENVS)" $(COMPOSE) $(STACK_UP_PROFILES) up --detach --build --wait balancer
-	@echo "WebShop environment: http://$$($(COMPOSE) port balancer 8080)  (try /v1/info; environments: $(STACK_ENVS))"
+	@echo "Environments: http://$$($(COMPOSE) port balancer 8080)  (try /v1/info; environments: $(STACK_ENVS))"
 
 down: .env ## stop and remove the stack's containers (the data, checkpoints and logs directories stay)
 	$(COMPOSE) $(STACK_PROFILES) down --remove-orphans
@@ -105,12 +105,15 @@ down: .env ## stop and remove the stack's containers (the data, checkpoints and 
 ps: .env ## list the stack's containers and their health
 	$(COMPOSE) $(STACK_PROFILES) ps --all
 
-logs: .env ## follow the stack's logs (SERVICE=webshop|balancer|catalog-init|trainer|eval for one)
-	$(COMPOSE) $(STACK_PROFILES) logs --follow --tail=200 $(SERVICE)
+# SERVICE=webshop: the env replicas' service by its old name (envs since this release), for one release
+STACK_SERVICE = $(if $(filter webshop,$(SERVICE)),envs$(warning SERVICE=webshop is the old name of the env replicas' \
+  service: it is envs now (the old name goes in the next release)),$(SERVICE))
+logs: .env ## follow the stack's logs (SERVICE=envs|sciworld|balancer|catalog-init|trainer|eval for one)
+	$(COMPOSE) $(STACK_PROFILES) logs --follow --tail=200 $(STACK_SERVICE)
 
 scale: .env ## run N env replicas (make scale N=4); the balancer picks them up by DNS within 10 s
 	@case "$(N)" in ''|*[!0-9]*|0) echo "make scale: give the number of replicas, e.g. make scale N=4" >&2; exit 2;; esac
-	$(COMPOSE) up --detach --wait --no-recreate --scale webshop=$(N) balancer
+	$(COMPOSE) up --detach --wait --no-recreate --scale envs=$(N) balancer
 
 # Without a registry (air-gapped, or a mirror that lacks them): stand-ins for the base images, from Debian packages,
 # tagged with the names the Dockerfiles use (docker/standins/; needs root, debootstrap and the Debian mirror).

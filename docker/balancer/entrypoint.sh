@@ -5,15 +5,15 @@
 #   webshop-balancer            render, check, exec nginx (the container's default)
 #   webshop-balancer check      render and check only (what tests/deploy runs against a real nginx >= 1.27.3)
 #
-# In compose the upstream is the Docker DNS name of the scaled `webshop` service. nginx resolves it at run time
+# In compose the upstream is the Docker DNS name of the scaled `envs` service. nginx resolves it at run time
 # (`resolve`, open source since nginx 1.27.3), through Docker's embedded DNS server, and re-resolves it every
-# 10 s, so `docker compose up --scale webshop=N` and replaced replicas are picked up without a reload.
+# 10 s, so `docker compose up --scale envs=N` and replaced replicas are picked up without a reload.
 # `resolve` needs the upstream in shared memory (`zone`) and a resolver: both go into the upstream block
 # through AGENTRL_UPSTREAMS (the template substitutes it into both of its upstream blocks, which then share
 # one zone). Because names are resolved at run time, `nginx -t` needs no DNS: it really checks the syntax.
 #
 # Settings (environment):
-#   AGENTRL_BACKEND            replicas as host:port           (default webshop:8000)
+#   AGENTRL_BACKEND            replicas as host:port           (default envs:8000)
 #   AGENTRL_RESOLVER           DNS server for AGENTRL_BACKEND  (default 127.0.0.11, Docker's embedded DNS)
 #   AGENTRL_UPSTREAMS          complete upstream lines; when set, replaces the two above
 #   AGENTRL_ENVS               the environments served (default webshop): each must be one the balancer routes
@@ -38,7 +38,7 @@
 # start with its name, instead of an nginx.conf with a hole in it.
 set -eu
 
-AGENTRL_BACKEND="${AGENTRL_BACKEND:-webshop:8000}"
+AGENTRL_BACKEND="${AGENTRL_BACKEND:-envs:8000}"
 AGENTRL_RESOLVER="${AGENTRL_RESOLVER:-127.0.0.11}"
 AGENTRL_LISTEN_PORT="${AGENTRL_LISTEN_PORT:-8080}"
 AGENTRL_NGINX_RUNTIME_DIR="${AGENTRL_NGINX_RUNTIME_DIR:-/tmp/nginx}"

@@ -60,7 +60,7 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "nginx.conf").read_text()
     assert "${AGENTRL_" not in conf
-    assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in conf
+    assert "server envs:8000 max_fails=1 fail_timeout=10s resolve;" in conf
     # three upstream blocks over the same replicas: least_conn for the native routes, by session for the AgentGym
     # routes, sticky by episode for SciWorld; each in a zone of its own (nginx refuses two upstreams in one zone)
     assert conf.count("resolver 127.0.0.11 valid=10s ipv6=off;") == 3
@@ -73,7 +73,7 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
         conf.split(f"upstream {name} {{", 1)[1].split("}", 1)[0]
         for name in ("webshop_replicas", "session_replicas")
     )
-    assert "server webshop:8000 max_fails=0 backup resolve;" in native
+    assert "server envs:8000 max_fails=0 backup resolve;" in native
     assert "backup" not in session
 
 
@@ -96,7 +96,7 @@ def test_sciworld_upstream_is_its_own_service_when_enabled(
     result = _check(rendered, nginx_new, tmp_path / "off", AGENTRL_ENVS="webshop,textcraft")
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "off" / "nginx.conf").read_text()
-    assert "server webshop:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "affinity_replicas")
+    assert "server envs:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "affinity_replicas")
 
 
 def test_nginx_t_is_a_real_check_a_broken_template_fails(

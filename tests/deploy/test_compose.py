@@ -12,7 +12,7 @@ COMPOSE_FILE = REPO / "compose.yaml"
 ENV_EXAMPLE = REPO / ".env.example"
 Compose = Any  # the `compose` fixture (tests/deploy/conftest.py)
 
-CORE = {"catalog-init", "webshop", "sessions", "balancer"}
+CORE = {"catalog-init", "envs", "sessions", "balancer"}
 PROFILED = {
     "trainer": ["train"],
     "trainer-verl09": ["train"],
@@ -48,7 +48,7 @@ def test_the_state_secret_reaches_the_replicas_by_either_name(compose: Compose) 
     to start without one (test_host_checks, test_api_inprocess)."""
     for env in ({"AGENTRL_STATE_SECRET": compose.secret}, {"WEBSHOP_STATE_SECRET": compose.secret}):
         services = compose.config("--profile", "sciworld", env=env, secret=False)["services"]
-        assert services["webshop"]["environment"]["AGENTRL_STATE_SECRET"] == compose.secret
+        assert services["envs"]["environment"]["AGENTRL_STATE_SECRET"] == compose.secret
         assert services["sciworld"]["environment"]["AGENTRL_STATE_SECRET"] == compose.secret
 
 
@@ -67,14 +67,14 @@ def test_catalog_init_runs_first(rendered: dict) -> None:
     assert init["restart"] == "no"
     assert [v["target"] for v in init["volumes"]] == ["/data"]
     assert not init["volumes"][0].get("read_only"), "catalog-init writes the data volume"
-    for name in ("webshop", "trainer", "eval"):
+    for name in ("envs", "trainer", "eval"):
         condition = services[name]["depends_on"]["catalog-init"]["condition"]
         assert condition == "service_completed_successfully", name
-    assert services["webshop"]["depends_on"]["catalog-init"].get("restart") is True
+    assert services["envs"]["depends_on"]["catalog-init"].get("restart") is True
 
 
 def test_webshop_replicas(rendered: dict, compose: Compose) -> None:
-    webshop = rendered["services"]["webshop"]
+    webshop = rendered["services"]["envs"]
     assert webshop["deploy"]["replicas"] == 2
     assert "container_name" not in webshop, "a fixed name prevents scaling"
     assert set(webshop["networks"]) == {"envnet"}
@@ -109,11 +109,11 @@ def test_balancer(rendered: dict) -> None:
     services = rendered["services"]
     balancer = services["balancer"]
     assert set(balancer["networks"]) == {"envnet", "default"}
-    assert balancer["depends_on"]["webshop"]["condition"] == "service_healthy"
+    assert balancer["depends_on"]["envs"]["condition"] == "service_healthy"
     (port,) = _published(balancer)
     listen = balancer["environment"]["AGENTRL_LISTEN_PORT"]
     assert (port["target"], port["published"], port["host_ip"]) == (int(listen), "36003", "127.0.0.1")
-    assert balancer["environment"]["AGENTRL_BACKEND"] == "webshop:8000"
+    assert balancer["environment"]["AGENTRL_BACKEND"] == "envs:8000"
     assert balancer["environment"]["AGENTRL_RESOLVER"] == "127.0.0.11"
     assert any(f"127.0.0.1:{listen}/nginx-health" in part for part in balancer["healthcheck"]["test"])
     for name in ("trainer", "eval"):
@@ -126,7 +126,7 @@ def test_sciworld_replicas(rendered: dict, compose: Compose) -> None:
     sticky upstream pointed at them; the `webshop` replicas serve every other environment."""
     services = rendered["services"]
     sciworld = services["sciworld"]
-    assert sciworld["build"]["target"] == "sciworld" and services["webshop"]["build"]["target"] == "env"
+    assert sciworld["build"]["target"] == "sciworld" and services["envs"]["build"]["target"] == "env"
     assert sciworld["image"] == "agent-envs-sciworld:local"
     assert sciworld["command"] == ["serve", "--workers", "1", "--envs", "sciworld"]
     assert sciworld["deploy"]["replicas"] == 2 and set(sciworld["networks"]) == {"envnet"}
@@ -146,7 +146,7 @@ def test_webshop_replicas_leave_sciworld_to_its_own(rendered: dict) -> None:
     when nothing else is left. The filter is the one `serve` applies (`agent-envs envs --placement`)."""
     from agent_envs.cli.envs import placed
 
-    webshop = rendered["services"]["webshop"]
+    webshop = rendered["services"]["envs"]
     assert webshop["command"] == ["serve", "--placement", "any"] and webshop.get("entrypoint") is None
     assert webshop["environment"]["AGENTRL_WORKERS"] == "4"  # serve's --workers default
     for envs, want in (
@@ -176,7 +176,7 @@ def test_image_builds_take_base_images_and_the_ca_bundle_from_settings(compose: 
     settings = {"PYTHON_BASE_IMAGE": "mirror.example/python:3.11", "NGINX_BASE_IMAGE": "mirror.example/nginx:1.28",
                 "SPACY_MODEL": "none", "BUILD_CA_BUNDLE": "/etc/hostname"}  # fmt: skip
     config = compose.config(env=settings)
-    for name in ("catalog-init", "webshop"):
+    for name in ("catalog-init", "envs"):
         build = config["services"][name]["build"]
         assert build["args"] == {"PYTHON_BASE_IMAGE": "mirror.example/python:3.11", "SPACY_MODEL": "none"}
         assert build["secrets"] == [{"source": "build_ca"}]
@@ -204,6 +204,9 @@ def test_trainer_bases_default_to_the_dockerfiles_pins(compose: Compose) -> None
 def test_networks(rendered: dict) -> None:
     assert rendered["networks"]["envnet"].get("internal") is True
     assert not rendered["networks"]["default"].get("internal")
+    # the env replicas' service was `webshop`: its DNS name stays theirs for one release (a balancer or a client
+    # configured with webshop:8000 still reaches them)
+    assert rendered["services"]["envs"]["networks"]["envnet"]["aliases"] == ["webshop"]
 
 
 def test_gpu_jobs(rendered: dict) -> None:
@@ -227,9 +230,9 @@ def test_settings_from_the_environment_are_applied(compose: Compose) -> None:
              "DATA_DIR": "/srv/webshop-data", "AGENTRL_WORKERS": "8", "RUN_UID": "1234", "RUN_GID": "999"},
     )  # fmt: skip
     services = rendered["services"]
-    assert services["webshop"]["deploy"]["replicas"] == 3
-    assert services["webshop"]["environment"]["AGENTRL_WORKERS"] == "8"
-    assert services["webshop"]["command"] == ["serve", "--placement", "any"]  # --workers: $AGENTRL_WORKERS
+    assert services["envs"]["deploy"]["replicas"] == 3
+    assert services["envs"]["environment"]["AGENTRL_WORKERS"] == "8"
+    assert services["envs"]["command"] == ["serve", "--placement", "any"]  # --workers: $AGENTRL_WORKERS
     assert services["trainer"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0,1"]
     (port,) = services["balancer"]["ports"]
     assert (port["published"], port["host_ip"]) == ("40000", "0.0.0.0")

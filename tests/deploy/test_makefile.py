@@ -5,6 +5,7 @@ nothing (.env, directories) is written into the repository."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -378,3 +379,14 @@ def test_device_cpu_runs_the_same_services_on_the_cpu_build(target: str) -> None
     assert any("docker/standins/build.py ensure --no-pull" in row for row in cpu.splitlines())
     assert not any("docker/standins/build.py" in row for row in gpu.splitlines())
     assert _make(target, *extra, "DEVICE=tpu").returncode == 2
+
+
+def test_logs_of_the_env_replicas_by_their_old_service_name(stack_copy: Path) -> None:
+    """`make logs SERVICE=webshop`: the service is `envs` now; the old name works for one release, and says so."""
+    (stack_copy / ".env").write_text((stack_copy / ".env.example").read_text())
+    old = _make("logs", "SERVICE=webshop", "-n", cwd=stack_copy)
+    assert old.returncode == 0, old.stderr
+    assert re.search(r"logs --follow --tail=200 envs$", old.stdout, re.M), old.stdout
+    assert "SERVICE=webshop is the old name" in old.stderr
+    new = _make("logs", "SERVICE=balancer", "-n", cwd=stack_copy)
+    assert re.search(r"logs --follow --tail=200 balancer$", new.stdout, re.M) and "old name" not in new.stderr

@@ -137,8 +137,8 @@ def test_compose_reads_an_old_env_file_as_the_new_one(compose: Any, tmp_path: Pa
     _old_env_file(new, old, WEBSHOP_REPLICAS="3", WEBSHOP_WORKERS="8", WEBSHOP_ENVS="babyai", WEBSHOP_PORT="40000",
                   WEBSHOP_MAX_STEPS="12")  # fmt: skip
     services = render(old)["services"]
-    assert services["webshop"]["deploy"]["replicas"] == 3
-    environment = services["webshop"]["environment"]
+    assert services["envs"]["deploy"]["replicas"] == 3
+    environment = services["envs"]["environment"]
     assert (environment["AGENTRL_WORKERS"], environment["AGENTRL_ENVS"]) == ("8", "babyai")
     assert environment["AGENTRL_STATE_SECRET"] == compose.secret and environment["WEBSHOP_MAX_STEPS"] == "12"
     assert services["balancer"]["ports"][0]["published"] == "40000"

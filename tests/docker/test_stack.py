@@ -30,7 +30,7 @@ CONCURRENT_EPISODES = 32
 # Each episode under a disruption is paced to last about this long (think time between its steps, whatever its
 # number of steps: an expert plan can be 3 steps), so every episode is in flight when a replica dies after 1 s.
 EPISODE_SECONDS = 4.0
-ENV_SIDE = ("catalog-init", "webshop", "sessions", "balancer")
+ENV_SIDE = ("catalog-init", "envs", "sessions", "balancer")
 
 
 def _expert_actions(stack: Stack, goal: int) -> list[str]:
@@ -91,8 +91,8 @@ def test_make_up_serves_info_at_the_printed_url(stack: Stack) -> None:
     info = httpx.get(f"{stack.url}/v1/info", timeout=10)
     assert info.status_code == 200, info.text
     assert stack.url == f"http://127.0.0.1:{stack.port}"
-    assert len(stack.containers("webshop")) == 2
-    for container in stack.containers("webshop") + stack.containers("balancer"):
+    assert len(stack.containers("envs")) == 2
+    for container in stack.containers("envs") + stack.containers("balancer"):
         assert stack.inspect(container)["State"]["Health"]["Status"] == "healthy"
     # the replicas serve the catalog catalog-init prepared into DATA_DIR on the host
     manifest = json.loads((_catalog(stack) / "manifest.json").read_text())
@@ -205,7 +205,7 @@ def test_data_is_read_only_for_the_replicas(stack: Stack) -> None:
     probe = (
         "import errno\ntry:\n    open('/data/catalog/probe', 'w')\nexcept OSError as e:\n    print(e.errno)\n"
     )
-    for container in stack.containers("webshop"):
+    for container in stack.containers("envs"):
         mounts = {m["Destination"]: m for m in stack.inspect(container)["Mounts"]}
         assert mounts["/data"]["RW"] is False
         answer = stack.docker("exec", container, "python", "-c", probe).stdout.strip()
@@ -237,11 +237,11 @@ def _upstreams_since(stack: Stack, since: str, uri: str | None = None) -> set[st
 
 
 def test_scale_to_three_and_the_new_replica_serves(stack: Stack, expert: dict) -> None:
-    before = set(stack.containers("webshop"))
+    before = set(stack.containers("envs"))
     started = time.monotonic()
     stack.make("scale", "N=3")
     stack.measured["make_scale_to_3_seconds"] = round(time.monotonic() - started, 1)
-    after = set(stack.containers("webshop"))
+    after = set(stack.containers("envs"))
     assert len(after) == 3 and before < after
     (new,) = after - before
     stack.wait_healthy(new)
@@ -305,7 +305,7 @@ def test_docker_kill_of_a_replica_loses_no_episode(stack: Stack, expert: dict) -
     """`docker kill` (SIGKILL) one replica mid-run: every episode completes, with the expert's rewards. The
     engine treats `docker kill` as a deliberate stop (no restart policy applies to it), so `make scale` brings
     the replica back, and it serves again."""
-    victim = sorted(stack.containers("webshop"))[0]
+    victim = sorted(stack.containers("envs"))[0]
     asyncio.run(_episodes_while(stack, expert, lambda: stack.docker("kill", victim), after_seconds=1.0))
     assert not stack.inspect(victim)["State"]["Running"]
     stack.make("scale", "N=3")
@@ -318,7 +318,7 @@ def test_docker_kill_of_a_replica_loses_no_episode(stack: Stack, expert: dict) -
 def test_a_crashed_replica_loses_no_episode_and_restarts_by_policy(stack: Stack, expert: dict) -> None:
     """A replica's processes die at once (SIGKILL to the container's init from the host, as the kernel's OOM
     killer would): every episode completes, and `restart: unless-stopped` brings the replica back."""
-    victim = sorted(stack.containers("webshop"))[-1]
+    victim = sorted(stack.containers("envs"))[-1]
     info = stack.inspect(victim)
     restarts, pid = info["RestartCount"], info["State"]["Pid"]
     assert info["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
@@ -390,7 +390,7 @@ def test_crash_of_the_session_store_and_a_replica_loses_no_agentgym_step(stack: 
     is down the API answers 503 session_store_down with Retry-After (not 404 unknown_env); once it is started
     again, every episode continues from its last acknowledged step."""
     sessions = stack.containers("sessions")[0]
-    victim = sorted(stack.containers("webshop"))[0]
+    victim = sorted(stack.containers("envs"))[0]
     idle = AgentGymClient(stack.url, timeout=30)  # honours Retry-After (30 s at most), as a client should
     idle.reset(0)
     since = stack.docker("info", "--format", "{{json .SystemTime}}").stdout.strip().strip('"')
@@ -435,7 +435,7 @@ def _store_restart_evidence(stack: Stack, sessions: str, since: str) -> dict[str
     startup = [line.strip() for line in (redis_log.stdout + redis_log.stderr).splitlines()
                if "append only file" in line or "Ready to accept" in line or "loaded" in line.lower()]  # fmt: skip
     reasons: dict[str, int] = {}
-    for replica in stack.containers("webshop"):
+    for replica in stack.containers("envs"):
         log = stack.docker("logs", "--since", since, replica, check=False)
         for line in (log.stdout + log.stderr).splitlines():
             if "session_store_down" not in line:
@@ -509,16 +509,16 @@ def test_every_environment_through_the_balancer(stack: Stack) -> None:
     stack.measured["make_up_every_env_seconds"] = round(time.monotonic() - started, 1)
     sciworld = stack.containers("sciworld")
     assert len(sciworld) == 2
-    for container in sciworld + stack.containers("webshop") + stack.containers("balancer"):
+    for container in sciworld + stack.containers("envs") + stack.containers("balancer"):
         stack.wait_healthy(container)
     image = stack.inspect(sciworld[0])["Config"]["Image"]
     sizes = {name: round(int(stack.docker("image", "inspect", "--format", "{{.Size}}", name).stdout) / 1e6)
-             for name in (image, images_of(stack)["webshop"])}  # fmt: skip
+             for name in (image, images_of(stack)["envs"])}  # fmt: skip
     stack.measured["image_size_mb"] = {**stack.measured.get("image_size_mb", {}), **sizes}
     assert "openjdk" in stack.docker("exec", sciworld[0], "java", "-version").stderr.lower()
-    # the webshop replicas leave SciWorld to its own (no Java there); they serve the others
+    # the envs replicas leave SciWorld to its own (no Java there); they serve the others
     probe = "import urllib.request as u, urllib.error as e\ntry: u.urlopen('http://127.0.0.1:8000/sciworld/v1/info')\nexcept e.HTTPError as x: print(x.code)"
-    assert stack.docker("exec", stack.containers("webshop")[0], "python", "-c", probe).stdout.strip() == "404"
+    assert stack.docker("exec", stack.containers("envs")[0], "python", "-c", probe).stdout.strip() == "404"
 
     with httpx.Client(timeout=120) as client:
         for env_id, data_idx in (("textcraft", None), ("babyai", None), ("sciworld", SCIWORLD_EPISODE)):

@@ -353,9 +353,7 @@ def cmd_data(plan: Plan, args: argparse.Namespace) -> int:
         print("agent-grpo: rows: + " + shlex.join(command), file=sys.stderr, flush=True)
         code = subprocess.run(command).returncode
         if code != 0:
-            print(
-                f"agent-grpo: building the rows failed (exit {code}): nothing was started", file=sys.stderr
-            )
+            print(f"agent-grpo: building the rows failed (exit {code}): nothing was started", file=sys.stderr)
             return code
     return 0
 

@@ -156,7 +156,7 @@ def base_images(stack_root: Path, stack_env: dict[str, str]) -> Iterator[list[di
 
 
 # ---- the stack -----------------------------------------------------------------------------------------------------
-URL_LINE = re.compile(r"WebShop environment: (http://\S+)")
+URL_LINE = re.compile(r"Environments: (http://\S+)")
 
 
 @pytest.fixture(scope="session")

@@ -127,7 +127,7 @@ def test_second_make_up_reuses_the_catalog(stack: Stack) -> None:
 
 def test_make_ps_and_make_logs(stack: Stack) -> None:
     ps = stack.make("ps").stdout
-    for name in ("catalog-init-1", "webshop-1", "webshop-2", "balancer-1"):
+    for name in ("catalog-init-1", "envs-1", "envs-2", "balancer-1"):
         assert f"{stack.env['COMPOSE_PROJECT_NAME']}-{name}" in ps, ps
     assert ps.count("(healthy)") >= 3, ps
     # `make logs` follows the log until interrupted: read what it prints in a few seconds, then stop it

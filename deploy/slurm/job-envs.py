@@ -1,4 +1,4 @@
-"""What a agent-grpo.sbatch job trains on, serves and checks, decided before anything starts.
+"""What an agent-grpo.sbatch job trains on, serves and checks, decided before anything starts.
 
 The job's settings (environment variables; docs/multi-node.md) name the environments to train on and the run's
 size, as ``make train-test`` / ``make train-full`` do with ``ENV=``:

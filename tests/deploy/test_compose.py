@@ -90,9 +90,9 @@ def test_webshop_replicas(rendered: dict, compose: Compose) -> None:
 
 
 def test_sessions_are_durable_and_locked_down(rendered: dict) -> None:
-    """The AgentGym session store writes an append-only file before it answers, fsynced every second by default
-    (SESSIONS_APPENDFSYNC), to a host directory (a restart or crash of the store loses no acknowledged step), as
-    a non-root user with a read-only root, internal only."""
+    """The AgentGym session store keeps an append-only file, fsynced every second by default
+    (SESSIONS_APPENDFSYNC), in a host directory (a restart of the store loses no acknowledged step), as a
+    non-root user with a read-only root, internal only."""
     sessions = rendered["services"]["sessions"]
     command = sessions["command"]
     flags = {command[i]: command[i + 1] for i in range(1, len(command) - 1) if command[i].startswith("--")}

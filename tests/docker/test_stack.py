@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -365,8 +366,9 @@ def _agentgym_across_a_store_outage(
 
 
 def test_docker_restart_of_the_session_store_loses_no_agentgym_step(stack: Stack, expert: dict) -> None:
-    """`docker restart` of the `sessions` container (Redis with an fsync-always append-only file on SESSIONS_DIR)
-    while 32 AgentGym clients are mid-episode: every episode continues from its last acknowledged step."""
+    """`docker restart` of the `sessions` container (Redis with its append-only file on SESSIONS_DIR, the default
+    SESSIONS_APPENDFSYNC=everysec: a SIGTERM makes it write and fsync everything first) while 32 AgentGym clients
+    are mid-episode: every episode continues from its last acknowledged step."""
     sessions = stack.containers("sessions")[0]
     before = stack.inspect(sessions)["State"]["StartedAt"]
     restarted = {}
@@ -388,8 +390,17 @@ def test_docker_restart_of_the_session_store_loses_no_agentgym_step(stack: Stack
 def test_crash_of_the_session_store_and_a_replica_loses_no_agentgym_step(stack: Stack, expert: dict) -> None:
     """`docker kill -s KILL` of the `sessions` container and of a replica at once, mid-episode: while the store
     is down the API answers 503 session_store_down with Retry-After (not 404 unknown_env); once it is started
-    again, every episode continues from its last acknowledged step."""
+    again, every episode continues from its last acknowledged step.
+
+    That is the promise of SESSIONS_APPENDFSYNC=always, so the store is recreated with it first (as `make up` with
+    that line in `.env` does; it stays so for the tests after this one). Under the default everysec Redis answers
+    writes it has postponed while its last fsync still runs, and a kill then loses them: CI once saw an episode
+    lose its `click[hot pink]` that way (docs/reliability.md, scripts/probe_store_crash_loss.py)."""
+    always = replace(stack, env={**stack.env, "SESSIONS_APPENDFSYNC": "always"})
+    always.run("docker", "compose", "up", "--detach", "--no-deps", "--wait", "sessions", timeout=300)
     sessions = stack.containers("sessions")[0]
+    command = stack.inspect(sessions)["Config"]["Cmd"]
+    assert command[command.index("--appendfsync") + 1] == "always", command
     victim = sorted(stack.containers("envs"))[0]
     idle = AgentGymClient(stack.url, timeout=30)  # honours Retry-After (30 s at most), as a client should
     idle.reset(0)

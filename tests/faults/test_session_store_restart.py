@@ -1,7 +1,10 @@
 """The AgentGym session store (Redis) restarted or crashed under 32 AgentGym clients mid-episode (issue 22).
 
-The store of ``make up-local`` keeps an append-only file fsynced before it answers, in the cluster's run
-directory. Each test stops it while every client is half-way through an expert episode, keeps it down for a
+The store of ``make up-local`` keeps an append-only file in the cluster's run directory. This module runs it
+with ``SESSIONS_APPENDFSYNC=always`` (written and fsynced before each answer): "a crash of the store loses no
+answered step" is that setting's promise. Under the default ``everysec`` Redis postpones its write while its
+last fsync is still running and answers all the same, so a SIGKILL then can lose answered steps (CI once saw
+one, docs/reliability.md). Each test stops it while every client is half-way through an expert episode, keeps it down for a
 second, then starts it again from its data directory:
 
 - while it is down, the API answers 503 ``session_store_down`` with ``Retry-After`` (not 404 ``unknown_env``);
@@ -32,8 +35,14 @@ DOWN_S = 1.0  # how long the store stays down
 
 @pytest.fixture(scope="module")
 def store_cluster(conformance_catalog_dir, tmp_path_factory):
-    record = start(conformance_catalog_dir, tmp_path_factory.mktemp("session-store"))
+    record = start(
+        conformance_catalog_dir,
+        tmp_path_factory.mktemp("session-store"),
+        env={"SESSIONS_APPENDFSYNC": "always"},
+    )
     try:
+        command = record["redis"]["command"]
+        assert command[command.index("--appendfsync") + 1] == "always", command
         yield record
     finally:
         cluster.down(record["run_dir"], quiet=True)

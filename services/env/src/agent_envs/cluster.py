@@ -5,9 +5,9 @@
     python -m agent_envs.cluster down
 
 ``up`` starts a Redis server (the AgentGym sessions shared by every replica and worker; ``redis-server`` from
-Debian, loopback only, a memory cap, every write in an append-only file before Redis answers, in ``RUN/redis/``:
-a restart or a crash of the store loses no acknowledged step; the file is fsynced every second, or on every
-write with ``SESSIONS_APPENDFSYNC=always``), N ``agent-envs serve`` processes (``python -m agent_envs.cli serve``, ports
+Debian, loopback only, a memory cap, every write in an append-only file, in ``RUN/redis/``: a restart of the store loses no acknowledged step;
+the file is fsynced every second, or before every answer with ``SESSIONS_APPENDFSYNC=always``, the one setting
+under which a crash loses none either), N ``agent-envs serve`` processes (``python -m agent_envs.cli serve``, ports
 ``base-port``, ``base-port + 1``, ...) and nginx (Debian's binary, ``nginx -p RUN/nginx -c RUN/nginx.conf``,
 rendered from ``configs/nginx/webshop.conf.template``), each in a session of its own with its output in
 ``RUN/logs/``. It records their pids in ``RUN/pids.json``, waits until every replica's ``/readyz`` and
@@ -65,11 +65,12 @@ REDIS_MISSING = "redis-server not found: run `make redis` (apt-get install redis
 REDIS_MAXMEMORY = (
     "512mb"  # as compose's: the session caps (AGENTRL_COMPAT_MAX_SESSIONS) of every environment fit
 )
-# Durability of the AgentGym sessions (docs/reliability.md): an append-only file, no RDB snapshots. Redis writes
-# each change to the file before it answers, so a client that got a 200 finds that state again after a restart
-# or a SIGKILL of the store. How often the file is flushed to the disk is SESSIONS_APPENDFSYNC: "everysec" (the
-# default: a crash of the whole machine may lose the last second; a step does not wait for the disk) or
-# "always" (nothing lost even then; every step waits for an fsync).
+# Durability of the AgentGym sessions (docs/reliability.md): an append-only file, no RDB snapshots; a restart of
+# the store (SIGTERM) writes and fsyncs everything first. SESSIONS_APPENDFSYNC: "everysec" (the default; a step
+# does not wait for the disk, but a crash can lose answered steps: the last second when the machine goes, and
+# when only the store's process is killed, the writes Redis postponed while its last fsync was still running,
+# which it answers all the same: scripts/probe_store_crash_loss.py) or "always" (written and fsynced before each
+# answer: nothing answered is lost; every step waits for an fsync).
 APPENDFSYNC_CHOICES = ("everysec", "always", "no")
 
 

@@ -65,6 +65,36 @@ def test_the_launcher_substitutes_the_device_only_on_the_cpu_build(
 
 
 @pytest.mark.parametrize(
+    ("config", "envs"),
+    [("babyai_grpo_test", ["babyai"]), ("mixed_grpo_test", ["babyai", "textcraft", "webshop"]),
+     ("webshop_grpo_test", ["webshop"])],
+)  # fmt: skip
+def test_a_cpu_run_holds_each_of_its_environments_to_the_turn_limits_rounds(
+    config: str,
+    envs: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scale-down's turn limit (5 replies) holds every environment of the run to 4 env steps: the agent loop
+    and the interaction end an episode after its rounds and never read verl's limit. It once set WebShop's rounds
+    on every CPU run, BabyAI's included, whose episodes then ran to their 20 rounds' worth of turns."""
+    monkeypatch.setenv("AGENTRL_MODEL_PATH", str(tmp_path / "model"))
+    monkeypatch.setenv("AGENTRL_DEVICE", "cpu")
+    assert main(["train", "--config", config, "--output-dir", str(tmp_path), "--dry-run"]) == 0
+    command = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("+ "))
+    held = sorted(word.split(".")[1] for word in command.split() if word.endswith(".max_rounds=4"))
+    assert held == envs, command
+    assert "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5" in command
+    # the run's own value wins
+    assert main(["train", "--config", config, "--output-dir", str(tmp_path), "--dry-run",
+                 f"++environments.{envs[0]}.max_rounds=3"]) == 0  # fmt: skip
+    command = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("+ "))
+    assert f"++environments.{envs[0]}.max_rounds=3" in command
+    assert f"++environments.{envs[0]}.max_rounds=4" not in command
+
+
+@pytest.mark.parametrize(
     ("config", "env", "expected"),
     [
         ("test", None, ("test", None)),

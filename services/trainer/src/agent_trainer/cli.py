@@ -34,6 +34,7 @@ from .config import (
     VERL_LINES,
     config_dir,
     installed_verl_line,
+    load_training_config,
     old_config_file_notes,
     training_config_dir,
     training_config_name,
@@ -153,8 +154,6 @@ def _show_config(args: argparse.Namespace) -> int:
     """``agent-train configs --show NAME``: the training config as ``main_ppo`` gets it (YAML on stdout)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
-
-    from .config import load_training_config
 
     line = args.verl_line
     with_verl = not args.without_verl and (line is None or line == installed_verl_line())
@@ -591,9 +590,17 @@ def _train(args: argparse.Namespace) -> int:
     ):  # the CPU build of the trainer image: the device substituted, and said so in the run's log
         from .rehearsal.device import cpu_train, substitution_lines
 
+        # the run's environments (its config's `environments:`), whose episodes the CPU scale-down shortens
+        config_envs = load_training_config(args.config, directory=directory, with_verl=False).get(
+            "environments"
+        )
         try:
             env, overrides, listed = cpu_train(
-                installed_verl_line(), overrides, env, output_root.resolve() / experiment
+                installed_verl_line(),
+                overrides,
+                env,
+                output_root.resolve() / experiment,
+                list(config_envs or ()),
             )
         except RuntimeError as error:
             print(f"agent-train train: {error}", file=sys.stderr)

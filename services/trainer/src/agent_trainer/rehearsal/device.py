@@ -55,8 +55,6 @@ CPU_SCALE = (
     ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1", "CPU memory and time per micro-batch"),
     ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5", "episodes of at most 4 env steps (the goals' plans)"),
     ("actor_rollout_ref.rollout.multi_turn.max_user_turns=5", "as max_assistant_turns"),
-    ("++environments.webshop.max_rounds=4", "WebShop's episodes: the 4 env steps max_assistant_turns allows, on the "
-     "agent loop too (it reads the episode's rounds, never verl's turn limit)"),
     ("actor_rollout_ref.rollout.agent.num_workers=2", "2 agent-loop worker processes on 2 cores"),
     ("reward.num_workers=1", "1 reward worker process"),
     (f"trainer.n_gpus_per_node={FAKE_GPUS}", f"{FAKE_GPUS} FSDP ranks (fake GPUs), so data parallelism and the collectives run"),
@@ -64,6 +62,16 @@ CPU_SCALE = (
     (f"+ray_kwargs.ray_init.num_gpus={FAKE_GPUS}", "the fake GPUs the FSDP workers are scheduled on"),
     ("+ray_kwargs.ray_init.include_dashboard=false", "no dashboard"),
 )  # fmt: skip
+#: Env steps per episode on CPU: the 4 that max_assistant_turns=5 above allows (:func:`rounds_overrides`).
+CPU_ROUNDS = 4
+
+
+def rounds_overrides(env_ids: Sequence[str], rounds: int) -> list[str]:
+    """``environments.<env>.max_rounds`` for every environment of a run: the interaction and the agent loop end an
+    episode after its rounds and never read verl's turn limit, so a scaled-down turn limit needs its rounds too."""
+    return [f"++environments.{env_id}.max_rounds={rounds}" for env_id in env_ids]
+
+
 #: verl 0.7.1 derives FSDP's wrap policy from the model's _no_split_modules, which transformers 5 no longer
 #: exposes where 0.7.1 looks: name the decoder layer (the GPU image's transformers 4.57 does not need it).
 WRAP_07 = tuple(
@@ -107,20 +115,27 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def cpu_train(line: str, overrides: Sequence[str], env: Mapping[str, str], run_dir: Path
-              ) -> tuple[dict[str, str], list[str], list[str]]:  # fmt: skip
+def cpu_train(line: str, overrides: Sequence[str], env: Mapping[str, str], run_dir: Path,
+              env_ids: Sequence[str] = ()) -> tuple[dict[str, str], list[str], list[str]]:  # fmt: skip
     """A launch of ``agent-train train`` on the CPU build: ``(env, overrides, substitutions)``.
 
-    The run's own overrides (``TRAIN_EXTRA_ARGS``) win over :data:`CPU_SCALE` key by key. The policy is the run's
-    ``AGENTRL_MODEL_PATH`` where it names one, else a tiny local model built into ``run_dir/tiny_model`` from the
-    catalog at ``WEBSHOP_CATALOG`` (its tokenizer is trained on the catalog's text and the prompts)."""
+    ``env_ids``: the environments of the run's config (its ``environments:``), each held to :data:`CPU_ROUNDS`
+    env steps an episode. The run's own overrides (``TRAIN_EXTRA_ARGS``) win over :data:`CPU_SCALE` key by key.
+    The policy is the run's ``AGENTRL_MODEL_PATH`` where it names one, else a tiny local model built into
+    ``run_dir/tiny_model`` from the catalog at ``WEBSHOP_CATALOG`` (its tokenizer is trained on the catalog's text
+    and the prompts)."""
     given = {override_key(o) for o in overrides}
     listed = [f"device: the CPU build of the trainer image ({DEVICE_ENV}=cpu); only the GPU is substituted"]
     listed += [s for s in SUBSTITUTED if not s.startswith(("policy:", "eval server:"))]
     out_env = dict(env)
     added: list[str] = []
-    for override, why in (*CPU_SCALE, *((o, "transformers 5: name the FSDP wrap class") for o in WRAP_07
-                                          if line == "0.7")):  # fmt: skip
+    why_rounds = (
+        f"episodes of at most {CPU_ROUNDS} env steps, as max_assistant_turns allows (the agent loop and the "
+        "interaction read the rounds, never verl's turn limit)"
+    )
+    rounds = [(o, why_rounds) for o in rounds_overrides(env_ids, CPU_ROUNDS)]
+    for override, why in (*CPU_SCALE, *rounds, *((o, "transformers 5: name the FSDP wrap class") for o in WRAP_07
+                                                 if line == "0.7")):  # fmt: skip
         if override_key(override) in given:
             listed.append(f"{override_key(override)}: the run's own override kept ({why} on CPU otherwise)")
             continue

@@ -372,6 +372,7 @@ def scale(options: LearnOptions, recipe: Mapping[str, Any], line: str, train_row
           page_tokens: int = 320) -> list[tuple[str, str]]:  # fmt: skip
     """The rehearsal's scale-down of the test config (:data:`.run.SCALE`), changed where learning needs it: each
     override and why (listed with the config's own value in ``substituted``)."""
+    from .device import rounds_overrides
     from .run import SCALE
 
     response = 64 * math.ceil(int(recipe["rounds"]) * (int(recipe["turn_tokens"]) + page_tokens) / 64)
@@ -401,7 +402,7 @@ def scale(options: LearnOptions, recipe: Mapping[str, Any], line: str, train_row
             out.append((override, why))
     out += [(f"{k}={v}", why) for k, (v, why) in changed.items()]
     out += [
-        (f"++environments.{options.env}.max_rounds={recipe['rounds']}", "the run's rounds (its tasks' plans are short)"),
+        *((o, "the run's rounds (its tasks' plans are short)") for o in rounds_overrides([options.env], int(recipe["rounds"]))),
         (f"data.train_max_samples={train_rows}", "every training task once per epoch"),
         (f"data.seed={options.seed}", "make learn's SEED: the data order"),
         ("trainer.val_before_train=false", "held-out points come from the project's eval"),

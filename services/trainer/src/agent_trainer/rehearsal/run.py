@@ -49,7 +49,7 @@ from ..config import (
 )
 from . import SUBSTITUTED
 from .checks import direction_ok
-from .device import CPU_SCALE, WRAP_07, override_key, seams
+from .device import CPU_SCALE, WRAP_07, override_key, rounds_overrides, seams
 from .direction import CATALOG_ENV, FAIL_FAST_ENV, SEQUENCE_FILE, STEPS_FILE, SYNC_FILE, TRAIN_AGENT_ENV
 from .direction import ENV as CHECKS_ENV
 from .inject import ENV as INJECT_ENV
@@ -212,6 +212,10 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
     ):
         key, value = override.lstrip("+").split("=", 1)
         listed.append(f"{key}={value} (make train-test: {_config_value(config, key)}): {why}")
+    for override in rounds_overrides(env_ids, plan_steps(env_ids)):
+        key, value = override.lstrip("+").split("=", 1)
+        listed.append(f"{key}={value} (make train-test: {_config_value(config, key)}): episodes of at most the "
+                      "turn limit's env steps (the agent loop and the interaction read the rounds, not verl's limit)")  # fmt: skip
     listed += [
         f"AGENTRL_TURN_TOKENS={turn_tokens} (configs: 512): new tokens per model turn; the warm model answers in ~15",
         f"AGENTRL_INVALID_ACTION_PENALTY={INVALID_ACTION_PENALTY} (configs: 0.0): a reply without an action costs "
@@ -848,7 +852,8 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         scale = [env_limits.get(override_key(o), o) for o, _ in SCALE]
         scale = [JOINED_CLUSTER.get(o, o) for o in scale] if options.env == "ray" else scale
         _every_row_fits(prepared, next(o for o in scale if o and override_key(o) == "data.max_prompt_length"))
-        overrides = [*(o for o in scale if o is not None), *(WRAP_07 if line == "0.7" else ()), *ray,
+        overrides = [*(o for o in scale if o is not None), *rounds_overrides(env_ids, plan_steps(env_ids)),
+                     *(WRAP_07 if line == "0.7" else ()), *ray,
                      f"actor_rollout_ref.model.path={prepared['model']}",
                      f"data.train_files={prepared['train']}", f"data.val_files={prepared['val']}",
                      f"data.train_max_samples={options.goals}"]  # fmt: skip

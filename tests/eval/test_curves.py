@@ -36,6 +36,7 @@ def verl_step_metrics(step: int) -> dict:
                "response_mask": torch.ones(4, 6, dtype=torch.long)}  # fmt: skip
     non_tensors = {key: np.array([e[key] for e in episodes]) for key in episodes[0]}
     non_tensors["__num_turns__"] = np.array([2 * e["steps"] + 2 for e in episodes])  # set by the agent loop
+    non_tensors["data_source"] = np.array(["webshop"] * 4, dtype=object)  # the rows' (verl's RLHFDataset)
     original = ray_trainer.compute_data_metrics
     try:
         install_step_metrics()
@@ -114,7 +115,10 @@ def test_write_curves_png_and_html(tmp_path: Path) -> None:
         "critic/rewards/mean",
         "val-core/webshop/reward/mean@1",
     ]
-    assert panels["Success rate"] == ["webshop/success/mean"]
+    assert panels["Success rate"] == [
+        "webshop/success/mean",
+        "env/webshop/success_rate",
+    ]  # both of verl_main's
     assert panels["KL"] == ["actor/kl_loss", "actor/ppo_kl"]
     assert panels["Policy loss"] == ["actor/pg_loss"]
     assert panels["Response length"] == ["response_length/mean"]

@@ -81,8 +81,11 @@ def test_training_starts_as_a_uid_that_cannot_write_the_working_directory(foreig
         shutil.rmtree(runs, ignore_errors=True)
 
 
-def _batch(success: list[float], steps: list[float], invalid_rate: list[float]):
-    """A training batch as verl's trainer loop holds it when it computes the step's data metrics."""
+def _batch(
+    success: list[float], steps: list[float], invalid_rate: list[float], sources: list[str] | None = None
+):
+    """A training batch as verl's trainer loop holds it when it computes the step's data metrics (its rows'
+    ``data_source``: WebShop's unless ``sources`` says otherwise)."""
     import torch
     from verl import DataProto
 
@@ -104,6 +107,7 @@ def _batch(success: list[float], steps: list[float], invalid_rate: list[float]):
         "steps": np.array(steps),
         "invalid_rate": np.array(invalid_rate),
         "__num_turns__": np.array([2 * s + 1 for s in steps]),
+        "data_source": np.array(sources or ["webshop"] * n, dtype=object),
     }
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
@@ -129,6 +133,29 @@ def test_every_training_step_logs_success_env_steps_and_invalid_rate() -> None:
 
 def test_step_metrics_skip_absent_and_empty_keys() -> None:
     assert step_metrics({"success": np.array([]), "other": np.array([1.0])}) == {}
+
+
+def test_each_environment_of_a_step_gets_its_own_names() -> None:
+    """``<env>/<key>/mean`` from the rows' ``data_source``, as verl names validation's: a BabyAI run's success is
+    ``babyai/success/mean`` (it was ``webshop/success/mean`` for every environment, and a mix's one mean of all)."""
+    from verl.trainer.ppo import ray_trainer
+
+    original = ray_trainer.compute_data_metrics
+    try:
+        install_step_metrics()
+        metrics = ray_trainer.compute_data_metrics(
+            batch=_batch([1.0, 0.0, 0.0, 0.0], [4, 7, 24, 5], [0.0, 0.5, 1.0, 0.25],
+                         ["babyai", "textcraft", "babyai", "textcraft"]), use_critic=False,
+        )  # fmt: skip
+    finally:
+        ray_trainer.compute_data_metrics = original
+    assert metrics["babyai/success/mean"] == pytest.approx(0.5)
+    assert metrics["babyai/steps/mean"] == pytest.approx(14.0)
+    assert metrics["textcraft/success/mean"] == 0.0
+    assert metrics["textcraft/invalid_rate/mean"] == pytest.approx(0.375)
+    assert not any(key.startswith("webshop/") for key in metrics)
+    # rows without a data_source (verl's word for them at validation), and a value that is not a number
+    assert step_metrics({"success": np.array([1.0, None], dtype=object)}) == {"unknown/success/mean": 1.0}
 
 
 def test_later_verl_lines_run_verls_main_ppo_with_the_v1_task_runner(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,17 +1,18 @@
-"""verl 0.7.1's ``main_ppo`` plus WebShop's per-step training metrics: ``python -m agent_trainer.verl_main``
+"""verl 0.7.1's ``main_ppo`` plus per-step training metrics of each environment: ``python -m agent_trainer.verl_main``
 (on verl 0.8+ it runs verl's own ``main_ppo`` unchanged).
 
 verl 0.7.1 logs the reward function's extra keys (success, env steps, invalid actions) only at validation
-(``val-aux/webshop/success/mean@1``); on training steps they reach ``batch.non_tensor_batch`` and are dropped.
+(``val-aux/<data_source>/success/mean@1``); on training steps they reach ``batch.non_tensor_batch`` and are dropped.
 This entry point is verl's own ``main_ppo`` (same Hydra composition, same ``run_ppo``), with a ``TaskRunner``
 subclass, verl's documented hook for recipes (``run_ppo(config, task_runner_class=...)``), that adds the
 means of those keys to every step's metrics, so the metrics log and TensorBoard show them per training step:
 
-    webshop/success/mean, webshop/env_reward/mean, webshop/purchased/mean, webshop/steps/mean,
-    webshop/invalid_actions/mean, webshop/invalid_rate/mean
+    <env>/success/mean, <env>/env_reward/mean, <env>/purchased/mean, <env>/steps/mean,
+    <env>/invalid_actions/mean, <env>/invalid_rate/mean
 
-and the same per environment (the rows' ``data_source``), so a run that mixes environments shows each one's
-figures at every step, on both verl lines (:func:`env_step_metrics`):
+for each environment of the step (the rows' ``data_source``: ``webshop/success/mean``, the guides' name, in a
+WebShop run), and the same under ``env/`` on both verl lines (:func:`env_step_metrics`), so a run that mixes
+environments shows each one's figures at every step:
 
     env/<env>/reward_mean, env/<env>/success_rate, env/<env>/steps_mean, env/<env>/invalid_rate,
     env/<env>/score_mean, env/<env>/trajectories
@@ -36,20 +37,39 @@ import numpy as np
 
 from .reward import METRIC_KEYS
 
-STEP_METRIC_PREFIX = "webshop"
 # The reward function's keys that become per-step metrics (``score`` is verl's own critic/score/mean).
 STEP_METRIC_KEYS = tuple(k for k in METRIC_KEYS if k != "score")
+#: The prefix of rows without a ``data_source`` (verl's own word for them at validation).
+UNKNOWN_SOURCE = "unknown"
 
 
 def step_metrics(non_tensor_batch: Mapping[str, Any]) -> dict[str, float]:
-    """``webshop/<key>/mean`` of every reward-function key present in one training batch."""
+    """``<env>/<key>/mean`` of every reward-function key present in one training batch, per environment: the
+    rows' ``data_source``, as verl names the same figures at validation (``val-aux/<data_source>/<key>/mean@1``).
+    A WebShop run's are ``webshop/success/mean`` and so on, the names the guides use; a BabyAI run's
+    ``babyai/success/mean`` (they were ``webshop/...`` for every environment, and a mix's were one mean of all).
+    A value that is missing (None) or not a finite number is left out of its mean."""
+    keys = [key for key in STEP_METRIC_KEYS if key in non_tensor_batch]
+    if not keys:
+        return {}
+    rows = len(non_tensor_batch[keys[0]])
+    sources = non_tensor_batch.get("data_source")
+    sources = (
+        [UNKNOWN_SOURCE if s is None else str(s) for s in sources]
+        if sources is not None
+        else [UNKNOWN_SOURCE] * rows
+    )
     metrics: dict[str, float] = {}
-    for key in STEP_METRIC_KEYS:
-        if key not in non_tensor_batch:
-            continue
-        values = np.asarray(non_tensor_batch[key], dtype=np.float64)
-        if values.size:
-            metrics[f"{STEP_METRIC_PREFIX}/{key}/mean"] = float(values.mean())
+    for key in keys:
+        column = non_tensor_batch[key]
+        if len(column) != len(sources):
+            raise ValueError(f"{key}: {len(column)} values for {len(sources)} rows")
+        for env in sorted(set(sources)):
+            values = [
+                v for v in (_finite(column[i]) for i, s in enumerate(sources) if s == env) if v is not None
+            ]
+            if values:
+                metrics[f"{env}/{key}/mean"] = float(np.mean(values))
     return metrics
 
 

@@ -59,16 +59,16 @@ PANELS: tuple[Panel, ...] = (
             r"(^|/)reward(/mean)?$",
         ),
     ),
-    Panel("Success rate", (r"^webshop/success/mean$", r"^val-aux/.*/success/mean@\d+$", r"success(_rate)?$")),
+    Panel("Success rate", (r"^[^/]+/success/mean$", r"^val-aux/.*/success/mean@\d+$", r"success(_rate)?$")),
     Panel("KL", (r"^actor/kl_loss$", r"^actor/ppo_kl$", r"^algorithm/kl$")),
     Panel("Policy loss", (r"^actor/pg_loss$", r"^actor/policy_loss$")),
     Panel("Response length", (r"^response_length/mean$", r"^response/length/mean$")),
-    # per training step from agent_trainer.verl_main (webshop/<key>/mean), per validation from verl (val-aux)
+    # per training step from agent_trainer.verl_main (<env>/<key>/mean), per validation from verl (val-aux)
     Panel(
         "Env steps per episode",
-        (r"^webshop/steps/mean$", r"^val-aux/.*/steps/mean@\d+$", r"^num_turns/mean$"),
+        (r"^[^/]+/steps/mean$", r"^val-aux/.*/steps/mean@\d+$", r"^num_turns/mean$"),
     ),
-    Panel("Invalid-action rate", (r"^webshop/invalid_rate/mean$", r"^val-aux/.*/invalid_rate/mean@\d+$")),
+    Panel("Invalid-action rate", (r"^[^/]+/invalid_rate/mean$", r"^val-aux/.*/invalid_rate/mean@\d+$")),
 )
 
 

@@ -118,7 +118,7 @@ def step_metrics_v07(
     """verl 0.7.1's per-step bookkeeping of ``RayPPOTrainer.fit`` over one rollout's output, with its own
     functions in its order: the batch joined with the generation, the reward extracted (``extract_reward``),
     GRPO advantages (``compute_advantage``), then the step's metrics (``ray_trainer.compute_data_metrics``,
-    which ``verl_main.install_step_metrics`` extends with the WebShop keys, the timing, throughput and
+    which ``verl_main.install_step_metrics`` extends with each environment's keys, the timing, throughput and
     variance metrics). Raises what the trainer would raise."""
     from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.reward import extract_reward
@@ -131,6 +131,10 @@ def step_metrics_v07(
         "uid" not in batch.non_tensor_batch
     ):  # the trainer's batch carries it (same rows: repeated, interleaved)
         batch.non_tensor_batch["uid"] = gen_batch.non_tensor_batch["uid"]
+    if "data_source" not in batch.non_tensor_batch and "data_source" in gen_batch.non_tensor_batch:
+        batch.non_tensor_batch["data_source"] = gen_batch.non_tensor_batch[
+            "data_source"
+        ]  # names the env's metrics
     batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
     reward_tensor, extra = extract_reward(batch)
     batch.batch["token_level_scores"] = reward_tensor

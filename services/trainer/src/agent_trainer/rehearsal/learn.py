@@ -571,8 +571,8 @@ def curve(metrics: Sequence[Mapping[str, Any]], env_id: str) -> dict[str, list[f
     prefix = f"env/{env_id}/"
     return {"step": [float(r["step"]) for r in rows],
             "reward": [_num(r, (prefix + "reward_mean", *REWARD_KEYS)) for r in rows],
-            "success": [_num(r, (prefix + "success_rate", "webshop/success_rate")) for r in rows],
-            "invalid": [_num(r, (prefix + "invalid_rate", "webshop/invalid_rate")) for r in rows],
+            "success": [_num(r, (prefix + "success_rate", f"{env_id}/success/mean")) for r in rows],
+            "invalid": [_num(r, (prefix + "invalid_rate", f"{env_id}/invalid_rate/mean")) for r in rows],
             "response_length": [_num(r, ("response_length/mean",)) for r in rows]}  # fmt: skip
 
 

@@ -8,8 +8,8 @@ writes and fsyncs before it answers.
 
 The probe makes the disk slow on demand: it builds a tiny ``LD_PRELOAD`` library (with ``cc``) that adds
 ``--fsync-delay-ms`` to every fsync of that one redis-server, starts it with the flags ``make up-local`` uses
-(``agent_envs.cluster.redis_persistence``), has one client increment a counter for ``--seconds`` plus up to one (each answer
-is an acknowledged write), SIGKILLs the server, starts it again from the same directory and compares. One line
+(``agent_envs.cluster.redis_persistence``), has one client increment a counter for ``--seconds`` plus up to
+one (each answer is an acknowledged write), SIGKILLs the server, starts it again from the same directory and compares. One line
 per run: acknowledged, found after the restart, lost.
 
     .venv/bin/python scripts/probe_store_crash_loss.py --modes everysec,always --runs 5
@@ -22,7 +22,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -43,12 +42,6 @@ int fsync(int fd) { static int (*real)(int); if (!real) real = dlsym(RTLD_NEXT, 
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _start(
     data: Path, port: int, mode: str, preload: Path, delay_ms: int
 ) -> tuple[subprocess.Popen, redis.Redis]:
@@ -59,15 +52,13 @@ def _start(
         env=env,
         stdout=subprocess.DEVNULL,
     )
-    client = redis.Redis(port=port, socket_timeout=5)
-    for _ in range(100):
-        try:
-            client.ping()
-            return server, client
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    server.kill()
-    raise SystemExit(f"redis-server did not answer on port {port}")
+    deadline = time.monotonic() + 5.0
+    while not cluster.redis_ping("127.0.0.1", port):
+        if time.monotonic() > deadline:
+            server.kill()
+            raise SystemExit(f"redis-server did not answer on port {port}")
+        time.sleep(0.05)
+    return server, redis.Redis(port=port, socket_timeout=5)
 
 
 def run_once(mode: str, seconds: float, delay_ms: int, preload: Path, workdir: Path) -> tuple[int, int]:
@@ -75,12 +66,11 @@ def run_once(mode: str, seconds: float, delay_ms: int, preload: Path, workdir: P
     data = workdir / f"data-{mode}"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir()
-    port = _free_port()
+    (port,) = cluster.free_ports(1)
     server, client = _start(data, port, mode, preload, delay_ms)
     acknowledged = 0
-    ends = (
-        time.monotonic() + seconds + random.uniform(0.0, 1.0)
-    )  # the kill at any phase of the fsync's second
+    # the kill at any phase of the background fsync's second
+    ends = time.monotonic() + seconds + random.uniform(0.0, 1.0)
     while time.monotonic() < ends:
         acknowledged = int(client.incr("acknowledged"))
         time.sleep(0.002)
@@ -108,8 +98,10 @@ def main() -> None:
     args = parser.parse_args()
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     for mode in modes:
-        if mode not in cluster.APPENDFSYNC_CHOICES:
-            parser.error(f"--modes: {mode!r} is not one of {', '.join(cluster.APPENDFSYNC_CHOICES)}")
+        try:
+            cluster.redis_persistence({"SESSIONS_APPENDFSYNC": mode})  # the cluster's own check of a mode
+        except cluster.ClusterError as error:
+            parser.error(f"--modes: {error}")
     for tool in ("cc", "redis-server"):
         if shutil.which(tool) is None:
             parser.error(f"{tool} not found (apt-get install {'gcc' if tool == 'cc' else 'redis-server'})")

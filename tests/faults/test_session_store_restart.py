@@ -4,8 +4,8 @@ The store of ``make up-local`` keeps an append-only file in the cluster's run di
 with ``SESSIONS_APPENDFSYNC=always`` (written and fsynced before each answer): "a crash of the store loses no
 answered step" is that setting's promise. Under the default ``everysec`` Redis postpones its write while its
 last fsync is still running and answers all the same, so a SIGKILL then can lose answered steps (CI once saw
-one, docs/reliability.md). Each test stops it while every client is half-way through an expert episode, keeps it down for a
-second, then starts it again from its data directory:
+one, docs/reliability.md). Each test stops it while every client is half-way through an expert episode, keeps
+it down for a second, then starts it again from its data directory:
 
 - while it is down, the API answers 503 ``session_store_down`` with ``Retry-After`` (not 404 ``unknown_env``);
 - every client (retrying 503s with backoff, each step under an ``Idempotency-Key``) finishes its episode with

@@ -5,9 +5,9 @@
     python -m agent_envs.cluster down
 
 ``up`` starts a Redis server (the AgentGym sessions shared by every replica and worker; ``redis-server`` from
-Debian, loopback only, a memory cap, every write in an append-only file, in ``RUN/redis/``: a restart of the store loses no acknowledged step;
-the file is fsynced every second, or before every answer with ``SESSIONS_APPENDFSYNC=always``, the one setting
-under which a crash loses none either), N ``agent-envs serve`` processes (``python -m agent_envs.cli serve``, ports
+Debian, loopback only, a memory cap, every write in an append-only file, in ``RUN/redis/``: a restart of the
+store loses no acknowledged step; the file is fsynced every second, or before every answer with
+``SESSIONS_APPENDFSYNC=always``, the one setting under which a crash loses none either), N ``agent-envs serve`` processes (``python -m agent_envs.cli serve``, ports
 ``base-port``, ``base-port + 1``, ...) and nginx (Debian's binary, ``nginx -p RUN/nginx -c RUN/nginx.conf``,
 rendered from ``configs/nginx/webshop.conf.template``), each in a session of its own with its output in
 ``RUN/logs/``. It records their pids in ``RUN/pids.json``, waits until every replica's ``/readyz`` and

@@ -49,28 +49,17 @@ def step_metrics(non_tensor_batch: Mapping[str, Any]) -> dict[str, float]:
     A WebShop run's are ``webshop/success/mean`` and so on, the names the guides use; a BabyAI run's
     ``babyai/success/mean`` (they were ``webshop/...`` for every environment, and a mix's were one mean of all).
     A value that is missing (None) or not a finite number is left out of its mean."""
-    keys = [key for key in STEP_METRIC_KEYS if key in non_tensor_batch]
-    if not keys:
+    columns = {key: non_tensor_batch[key] for key in STEP_METRIC_KEYS if key in non_tensor_batch}
+    if not columns:
         return {}
-    rows = len(non_tensor_batch[keys[0]])
     sources = non_tensor_batch.get("data_source")
-    sources = (
-        [UNKNOWN_SOURCE if s is None else str(s) for s in sources]
-        if sources is not None
-        else [UNKNOWN_SOURCE] * rows
-    )
-    metrics: dict[str, float] = {}
-    for key in keys:
-        column = non_tensor_batch[key]
-        if len(column) != len(sources):
-            raise ValueError(f"{key}: {len(column)} values for {len(sources)} rows")
-        for env in sorted(set(sources)):
-            values = [
-                v for v in (_finite(column[i]) for i, s in enumerate(sources) if s == env) if v is not None
-            ]
-            if values:
-                metrics[f"{env}/{key}/mean"] = float(np.mean(values))
-    return metrics
+    if sources is None:
+        sources = [None] * len(next(iter(columns.values())))
+    return {
+        f"{env}/{key}/mean": mean
+        for env, (_, means) in means_by_source(sources, columns).items()
+        for key, mean in means.items()
+    }
 
 
 ENV_METRIC_PREFIX = "env"
@@ -84,22 +73,35 @@ def env_step_metrics(data_sources: Sequence[Any], infos: Mapping[str, Sequence[A
     trajectories' ``reward_extra_info`` columns (``infos``: key -> one value per trajectory) as
     ``env/<env>/<name>`` (:data:`ENV_METRICS`), and ``env/<env>/trajectories``. A value that is missing (None)
     or not a finite number is left out of its mean; a key absent from ``infos`` gives no metric."""
-    sources = [str(s) if s is not None else "unknown" for s in data_sources]
-    for key, column in infos.items():
+    metrics: dict[str, float] = {}
+    for env, (trajectories, means) in means_by_source(data_sources, infos).items():
+        metrics[f"{ENV_METRIC_PREFIX}/{env}/trajectories"] = float(trajectories)
+        for name, key in ENV_METRICS:
+            if key in means:
+                metrics[f"{ENV_METRIC_PREFIX}/{env}/{name}"] = means[key]
+    return metrics
+
+
+def means_by_source(
+    data_sources: Sequence[Any], columns: Mapping[str, Sequence[Any]]
+) -> dict[str, tuple[int, dict[str, float]]]:
+    """Per environment (the rows' ``data_source``; :data:`UNKNOWN_SOURCE` where a row has none): its number of
+    rows and the mean of each column over them, values that are missing or not finite left out (a column with
+    none left gives no mean). Raises ValueError for a column of another length than ``data_sources``."""
+    sources = [UNKNOWN_SOURCE if s is None else str(s) for s in data_sources]
+    for key, column in columns.items():
         if len(column) != len(sources):
             raise ValueError(f"{key}: {len(column)} values for {len(sources)} trajectories")
-    metrics: dict[str, float] = {}
+    grouped: dict[str, tuple[int, dict[str, float]]] = {}
     for env in sorted(set(sources)):
         rows = [i for i, s in enumerate(sources) if s == env]
-        metrics[f"{ENV_METRIC_PREFIX}/{env}/trajectories"] = float(len(rows))
-        for name, key in ENV_METRICS:
-            if key not in infos:
-                continue
-            values = [_finite(infos[key][i]) for i in rows]
-            values = [v for v in values if v is not None]
+        means: dict[str, float] = {}
+        for key, column in columns.items():
+            values = [v for v in (_finite(column[i]) for i in rows) if v is not None]
             if values:
-                metrics[f"{ENV_METRIC_PREFIX}/{env}/{name}"] = float(np.mean(values))
-    return metrics
+                means[key] = float(np.mean(values))
+        grouped[env] = (len(rows), means)
+    return grouped
 
 
 def _finite(value: Any) -> float | None:

@@ -131,10 +131,9 @@ def step_metrics_v07(
         "uid" not in batch.non_tensor_batch
     ):  # the trainer's batch carries it (same rows: repeated, interleaved)
         batch.non_tensor_batch["uid"] = gen_batch.non_tensor_batch["uid"]
+    # the rows' environments, which name their step metrics (the trainer's batch carries them too)
     if "data_source" not in batch.non_tensor_batch and "data_source" in gen_batch.non_tensor_batch:
-        batch.non_tensor_batch["data_source"] = gen_batch.non_tensor_batch[
-            "data_source"
-        ]  # names the env's metrics
+        batch.non_tensor_batch["data_source"] = gen_batch.non_tensor_batch["data_source"]
     batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
     reward_tensor, extra = extract_reward(batch)
     batch.batch["token_level_scores"] = reward_tensor

@@ -402,7 +402,8 @@ def scale(options: LearnOptions, recipe: Mapping[str, Any], line: str, train_row
             out.append((override, why))
     out += [(f"{k}={v}", why) for k, (v, why) in changed.items()]
     out += [
-        *((o, "the run's rounds (its tasks' plans are short)") for o in rounds_overrides([options.env], int(recipe["rounds"]))),
+        *((o, "the run's rounds (its tasks' plans are short)")
+          for o in rounds_overrides([options.env], int(recipe["rounds"]))),
         (f"data.train_max_samples={train_rows}", "every training task once per epoch"),
         (f"data.seed={options.seed}", "make learn's SEED: the data order"),
         ("trainer.val_before_train=false", "held-out points come from the project's eval"),

@@ -32,16 +32,18 @@ SOURCE = Path(__file__).resolve().parents[1] / "services" / "trainer" / "src" / 
 #: The layers, lowest first: (name, what it is, the modules in it, by dotted name under ``agent_trainer``; a name
 #: ending in ``.`` is every module below that package). Every module must be in exactly one layer.
 LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("foundation", "settings, turns, the reward function, the launcher's secrets and GPU plan (stdlib, verl-free)",
-     ("__init__", "config", "turns", "reward", "worker_secrets", "gpu_plan")),
-    ("environments", "WebShop's prompts and action parser; one spec per environment (prompt, parser, outcome, tasks)",
-     ("prompts", "actions", "envs.")),
-    ("episode", "one episode of any environment: its record, turn scores, reset, a reply played, slots",
-     ("episode",)),
+    ("foundation", "settings, turns, the launcher's secrets and GPU plan, old module names (stdlib, verl-free)",
+     ("__init__", "_moved", "config", "turns", "worker_secrets", "gpu_plan")),
+    ("environments", "one spec per environment (prompt, parser, outcome, tasks); WebShop's package: its prompts, "
+     "action parser and dataset builder too",
+     ("envs.",)),
+    ("episode", "one episode of any environment: its record, turn scores, reset, a reply played, slots; the reward "
+     "function",
+     ("episode", "reward")),
     ("verl adapters", "what verl runs: the agent loops, the 0.7.1 interaction, the task runner",
      ("agent_tokens", "agent_loop", "interaction", "tool_agent_loop", "verl_main")),
-    ("data", "the dataset builders (verl's parquet rows)",
-     ("data", "env_data")),
+    ("data", "the dataset builder of any environment or mix (verl's parquet rows)",
+     ("env_data",)),
     ("CPU stand-ins", "verl on CPU: device seams, generation, rollout engine, the rehearsal's checks, the tiny model",
      ("tiny_model", "rehearsal.__init__", "rehearsal.device", "rehearsal.cpu_torch", "rehearsal.cpu_verl07",
       "rehearsal.cpu_platform", "rehearsal.cpu_rollout", "rehearsal.generation", "rehearsal.chat_server",
@@ -66,7 +68,7 @@ class Arrow:
 
 
 def module_name(path: Path, root: Path = SOURCE) -> str:
-    """``envs/webshop.py`` -> ``envs.webshop``; a package's ``__init__.py`` -> ``envs.__init__`` (the package)."""
+    """``envs/textcraft.py`` -> ``envs.textcraft``; a package's ``__init__.py`` -> ``envs.__init__`` (the package)."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts)
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from _eval_support import ScriptedChatServer
 
-from agent_trainer import prompts
 from agent_trainer.config import TURN_TOKENS
+from agent_trainer.envs.webshop import prompts
 from agent_trainer.eval_cli import EXIT_ERROR, EXIT_INCOMPLETE, main
 from agent_trainer.evaluation import policies
 from agent_trainer.evaluation.policies import (

@@ -8,7 +8,7 @@ pytest.importorskip(
     "agent_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
 )
 
-from agent_trainer.actions import clean_reply, extract_action
+from agent_trainer.envs.webshop.actions import clean_reply, extract_action
 
 CASES: list[tuple[str, str | None]] = [
     # plain

@@ -18,8 +18,9 @@ pytest.importorskip("verl", reason="the trainer package needs verl: make setup")
 
 from verl.utils import hf_tokenizer
 
-from agent_trainer import envs, prompts
+from agent_trainer import envs
 from agent_trainer.config import AGENT_LOOP_CONFIG, AGENT_LOOP_NAME, config_dir
+from agent_trainer.envs.webshop import prompts
 
 pytestmark = pytest.mark.slow
 MAX_TURNS = 9  # rollout.multi_turn.max_assistant_turns of the composed config

@@ -13,9 +13,9 @@ pytest.importorskip(
 
 import pyarrow.parquet as pq
 
-from agent_trainer import prompts
 from agent_trainer.cli import main
-from agent_trainer.data import DataError, build_dataset, load_agentgym_ids
+from agent_trainer.envs.webshop import prompts
+from agent_trainer.envs.webshop.data import DataError, build_dataset, load_agentgym_ids
 
 
 def read_rows(path: Path) -> list[dict]:

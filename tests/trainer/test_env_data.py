@@ -19,7 +19,6 @@ import pyarrow.parquet as pq
 from agent_trainer import envs
 from agent_trainer.cli import main
 from agent_trainer.config import installed_verl_line
-from agent_trainer.data import DataError
 from agent_trainer.env_data import (
     SPLITS,
     build_env_datasets,
@@ -27,6 +26,7 @@ from agent_trainer.env_data import (
     train_counts,
     weighted_order,
 )
+from agent_trainer.envs.webshop.data import DataError
 
 
 def rows(path: str | Path) -> list[dict]:

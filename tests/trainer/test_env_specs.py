@@ -11,9 +11,10 @@ pytest.importorskip("verl", reason="the trainer package needs verl: make setup")
 
 from omegaconf import OmegaConf
 
-from agent_trainer import envs, prompts
+from agent_trainer import envs
 from agent_trainer.envs import babyai, sciworld, textcraft, webshop
 from agent_trainer.envs.agentgym import ONE_ACTION_ONLY, clean_action, parse_reply
+from agent_trainer.envs.webshop import prompts
 from agent_trainer.episode import TurnScore
 from agent_trainer.reward import episode_summary
 

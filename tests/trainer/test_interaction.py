@@ -17,9 +17,8 @@ pytest.importorskip(
 )
 
 from agent_envs.client import WebShopRequestError, WebShopUnavailable
-from agent_trainer import prompts
 from agent_trainer.config import InteractionSettings
-from agent_trainer.envs.webshop import parse_goal
+from agent_trainer.envs.webshop import parse_goal, prompts
 from agent_trainer.episode import TurnScore
 from agent_trainer.interaction import EPISODES, EpisodeRegistry, WebshopInteraction, close_shared_clients
 

@@ -1,5 +1,6 @@
 """The trainer's old names (package ``webshop_trainer``, command ``webshop-train``) still work for one release, as
-deprecated aliases of ``agent_trainer`` and ``agent-train``, and say so."""
+deprecated aliases of ``agent_trainer`` and ``agent-train``, and say so; so do the old paths of WebShop's modules
+(``agent_trainer.prompts``, ``.actions``, ``.data``: ``agent_trainer.envs.webshop``'s now)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,32 @@ def test_the_old_package_name_gives_the_same_modules_and_warns() -> None:
     from hydra.utils import get_class
 
     assert get_class("webshop_trainer.agent_loop.EnvAgentLoop") is new.EnvAgentLoop
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("agent_trainer.prompts", "agent_trainer.envs.webshop.prompts"),
+        ("agent_trainer.actions", "agent_trainer.envs.webshop.actions"),
+        ("agent_trainer.data", "agent_trainer.envs.webshop.data"),
+        # the package's old name, then the module's
+        ("webshop_trainer.data", "agent_trainer.envs.webshop.data"),
+    ],
+)
+def test_webshops_moved_modules_answer_to_their_old_paths_and_warn(old: str, new: str) -> None:
+    """WebShop's prompts, action parser and data builder moved into its package (``agent_trainer.envs.webshop``):
+    their old paths give the very modules (a monkeypatch through either reaches the code that runs), with a
+    DeprecationWarning naming the new path."""
+    for name in (old, old.replace("webshop_trainer", "agent_trainer")):
+        sys.modules.pop(name, None)  # imported before (by another test): import it afresh, so it warns
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        moved = importlib.import_module(old)
+    assert moved is importlib.import_module(new)
+    assert moved.__spec__.name == new  # the real module keeps its own spec
+    assert any(new in str(w.message) and w.category is DeprecationWarning for w in caught), [
+        str(w.message) for w in caught
+    ]
 
 
 def test_the_old_command_runs_the_new_one_and_says_it_is_deprecated() -> None:

@@ -8,8 +8,8 @@ pytest.importorskip(
     "agent_trainer", reason="install the trainer: pip install -c constraints.txt -e services/trainer"
 )
 
-from agent_trainer import prompts
-from agent_trainer.actions import extract_action
+from agent_trainer.envs.webshop import prompts
+from agent_trainer.envs.webshop.actions import extract_action
 
 START = {"has_search_bar": True, "clickables": ["search"]}
 ITEM = {"has_search_bar": False, "clickables": ["back to search", "< prev", "large", "buy now"]}

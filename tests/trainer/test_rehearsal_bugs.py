@@ -87,7 +87,7 @@ def _roll(
     from verl.utils import hf_tokenizer
 
     from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, config_dir
-    from agent_trainer.data import build_dataset
+    from agent_trainer.envs.webshop.data import build_dataset
     from agent_trainer.harness import LocalAgentLoopWorker, generation_batch
     from agent_trainer.interaction import close_shared_clients
     from agent_trainer.preflight import compose_training_config

@@ -39,7 +39,7 @@ def test_tool_agent_turns_are_capped_and_separated_as_the_chat_template_does(
     from verl.utils import hf_tokenizer
 
     from agent_trainer.config import AGENT_LOOP_CONFIG, INTERACTION_CONFIG, TURN_TOKENS, config_dir
-    from agent_trainer.data import build_dataset
+    from agent_trainer.envs.webshop.data import build_dataset
     from agent_trainer.harness import LocalAgentLoopWorker, generation_batch
     from agent_trainer.preflight import compose_training_config
     from agent_trainer.tiny_model import build_tiny_model

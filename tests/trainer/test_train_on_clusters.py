@@ -162,7 +162,7 @@ def _written_files(*roots: Path) -> list[Path]:
 def test_secrets_reach_the_workers_and_no_file_of_the_run_holds_them(generated_catalog_dir: Path,
                                                                       tmp_path: Path) -> None:  # fmt: skip
     from agent_envs.ray_serve.local import LocalRayHead
-    from agent_trainer.data import build_dataset
+    from agent_trainer.envs.webshop.data import build_dataset
     from agent_trainer.tiny_model import build_tiny_model
 
     caller = tmp_path / "caller"  # where the user stands: the config's default data/verl/*.parquet are here

@@ -32,7 +32,7 @@ def test_the_trainers_metric_step_accepts_the_agent_loops_trajectories(
     from verl.utils import hf_tokenizer
 
     from agent_trainer.config import AGENT_LOOP_NAME, TRAINING_CONFIGS, training_config_dir
-    from agent_trainer.data import build_dataset
+    from agent_trainer.envs.webshop.data import build_dataset
     from agent_trainer.harness import ScriptedServer, local_transfer_queue, run_tq_rollouts
     from agent_trainer.preflight import agent_loop_overrides, compose_training_config
 

@@ -3,13 +3,15 @@ module of this repository.
 
 The packages' old names (``webshop_env`` for ``agent_envs``, ``webshop_trainer`` for ``agent_trainer``: they serve
 and train on every environment, not WebShop alone) and WebShop's parts from before they moved under
-``agent_envs.envs.webshop`` (``agent_envs._moved``) all register here. Importing an old name gives the very module
+``agent_envs.envs.webshop`` (``agent_envs._moved``) and ``agent_trainer.envs.webshop`` (``agent_trainer._moved``:
+its prompts, action parser and data builder) all register here. Importing an old name gives the very module
 at the new one (the same objects, so ``isinstance`` checks, monkeypatches and a class that a config names by its old
 dotted path reach the code that runs) with a DeprecationWarning that names the new one; ``python -m OLD`` runs the
 new module. An old package keeps a directory of its own whose ``__init__`` calls :func:`alias_package`, so that it
 is found before anything else is imported. A command's old name runs :func:`renamed_command`.
 
-Aliases chain: ``webshop_env.core.env`` is ``agent_envs.core.env``, which is ``agent_envs.envs.webshop.core.env``.
+Aliases chain: ``webshop_env.core.env`` is ``agent_envs.core.env``, which is ``agent_envs.envs.webshop.core.env``
+(and ``webshop_trainer.data`` is ``agent_trainer.data``, which is ``agent_trainer.envs.webshop.data``).
 """
 
 from __future__ import annotations

@@ -63,8 +63,8 @@ from tqdm import tqdm
 
 from . import envs
 from .config import AGENT_NAME
-from .data import DEFAULT_GOAL_SET, DataError, split_goal_ids
-from .data import SCHEMA as WEBSHOP_SCHEMA
+from .envs.webshop.data import DEFAULT_GOAL_SET, DataError, split_goal_ids
+from .envs.webshop.data import SCHEMA as WEBSHOP_SCHEMA
 
 SPLITS = ("train", "val", "test")
 #: The catalog's name of each split (its goal ranges, ``agent_envs.envs.webshop.core.goals.SPLITS``).
@@ -338,7 +338,7 @@ class RowBuilder:
     def row(self, task: int, split: str, index: int) -> dict[str, Any]:
         spec = self.spec
         if self.catalog_env is not None:
-            from .data import build_row
+            from .envs.webshop.data import build_row
 
             row = build_row(
                 self.catalog_env, task, self.goal_set, CATALOG_SPLIT[split], index, self.agent_name

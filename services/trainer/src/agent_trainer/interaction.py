@@ -49,9 +49,10 @@ except ImportError:
 
 from agent_envs.client import ServiceClient
 
-from . import envs, prompts
+from . import envs
 from . import episode as episodes
 from .config import InteractionSettings
+from .envs.webshop import prompts
 from .episode import Episode, TurnScore
 
 logger = logging.getLogger(__name__)

@@ -22,12 +22,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# WebShop's success rule (the full reward): what episode_summary falls back on for turn scores that carry no success
+# of their own (plain floats; a turn that played nothing, such as an expired episode's). The reward function was
+# WebShop's before every environment had a spec; a turn played through a spec (episode.play_turn) carries its own.
+from .envs.webshop import is_success
+
 METRIC_KEYS = ("score", "env_reward", "success", "purchased", "steps", "invalid_actions", "invalid_rate")
-
-
-def is_success(reward: float) -> bool:
-    """WebShop's success: the purchase earned the full reward (1.0, up to float rounding)."""
-    return reward >= 1.0 - 1e-9
 
 
 def _as_float(value: Any) -> float:
@@ -43,10 +43,11 @@ def episode_summary(turn_scores: Sequence[Any] | None) -> dict[str, float]:
 
     The agent loop's TurnScores carry ``success`` (its environment's rule) and, on every turn, ``env_reward`` =
     the episode's reward if it ended there: the last turn then holds the episode's reward and success, whatever
-    ended it (a purchase, the round budget, an error). The 0.7.1 interaction's TurnScores leave ``success`` unset:
-    WebShop's rules apply (the last ``done`` turn pays; success is the full reward). ``purchased`` is the last
-    turn's ``purchased``: the environment itself ended the episode (WebShop: a purchase; TextCraft: the goal
-    crafted; BabyAI: the level ended; SciWorld: done). ``steps`` counts the rounds played.
+    ended it (a purchase, the round budget, an error); so do the 0.7.1 interaction's, played by the same
+    ``episode.play_turn``. Turn scores whose last leaves ``success`` unset (plain floats, an expired episode's
+    last turn): WebShop's rules apply (the last ``done`` turn pays; success is the full reward). ``purchased``
+    is the last turn's ``purchased``: the environment itself ended the episode (WebShop: a purchase; TextCraft:
+    the goal crafted; BabyAI: the level ended; SciWorld: done). ``steps`` counts the rounds played.
     """
     scores = list(turn_scores) if turn_scores is not None else []
     steps = sum(1 for s in scores if getattr(s, "stepped", True))

@@ -17,7 +17,7 @@ from pathlib import Path
 from agent_envs.envs.webshop.catalog.store import open_catalog
 from agent_envs.envs.webshop.core.env import WebShopEnv
 
-from . import prompts
+from .envs.webshop import prompts
 
 BOS = "<|endoftext|>"
 IM_START = "<|im_start|>"

@@ -1,8 +1,9 @@
 """The chat an LLM policy has with the environment, built exactly as in training (``EnvConversation``: the other
 environments, from their trainer-side spec).
 
-Everything here delegates to the trainer's own modules: ``agent_trainer.prompts`` (system prompt, first
-user turn, the user turn after each step) and ``agent_trainer.actions`` (action extraction), and it sends
+Everything here delegates to the trainer's own modules: WebShop's ``agent_trainer.envs.webshop.prompts`` (system
+prompt, first user turn, the user turn after each step) and ``agent_trainer.envs.webshop.actions`` (action
+extraction), and it sends
 what ``WebshopInteraction`` sends for a reply without an action, so an evaluation sees the same prompts and
 parsing as training (the turn budget is eval's own ``--max-turns``: 15 by default, where the training configs
 allow 10 (test) and 25 (full)). Keep it that way: no prompt text or parsing rule of its own.
@@ -14,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_trainer import prompts
-from agent_trainer.actions import extract_action
+from agent_trainer.envs.webshop import prompts
+from agent_trainer.envs.webshop.actions import extract_action
 
 
 @dataclass

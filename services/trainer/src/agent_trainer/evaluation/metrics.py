@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..reward import is_success
+from ..envs.webshop import is_success
 
 Z95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 2000

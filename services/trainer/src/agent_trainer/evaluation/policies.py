@@ -5,8 +5,8 @@
 - ``random``: uniform over the page's clicks (plus, on the search page, a search for words of the
   instruction), seeded per goal; the lower bracket.
 - ``openai``: any OpenAI-compatible chat endpoint (sglang, vLLM, a hosted model), driven with the training
-  prompt and the training action extraction (``agent_trainer.prompts`` / ``agent_trainer.actions``
-  through ``conversation``), so eval numbers mean what training optimised.
+  prompt and the training action extraction (WebShop's: ``agent_trainer.envs.webshop.prompts`` /
+  ``agent_trainer.envs.webshop.actions`` through ``conversation``), so eval numbers mean what training optimised.
 - ``checkpoint``: starts an sglang server from a model directory, then is the ``openai`` policy against it.
 
 On the environments played through their spec (``runner.SpecPlay``: TextCraft, BabyAI, SciWorld) the expert plays
@@ -340,7 +340,7 @@ class OpenAIPolicy(Policy):
             self._http = None
 
     async def begin(self, first: Turn) -> EpisodeAgent:
-        from ..actions import UNPARSEABLE_ACTION
+        from ..envs.webshop.actions import UNPARSEABLE_ACTION
         from .conversation import Conversation, EnvConversation  # only LLM policies need the prompt
 
         if self.env_spec is not None:  # another environment: its spec's system prompt; the runner parses

@@ -52,10 +52,11 @@ from agent_envs.client import (
 from agent_envs.envs.webshop.catalog.fidelity import fidelity_limits
 
 from .. import envs, episode
-from ..actions import step_was_valid
 from ..config import InteractionSettings, default_env_url, turn_tokens
+from ..envs.webshop import is_success
+from ..envs.webshop.actions import step_was_valid
 from ..episode import Episode, TurnScore
-from ..reward import episode_summary, is_success
+from ..reward import episode_summary
 from ..turns import TRAINING_ENV_STEPS
 from .budget import training_budget
 from .metrics import UNKNOWN_CATEGORY, solved, summarize
@@ -244,8 +245,8 @@ def env_tasks(
     """The tasks ``--split`` names for ``env_id`` (``env_data``'s split), the first ``max_samples`` of them;
     ``only`` (``--tasks``): exactly those tasks of the split, in the split's order (``make learn`` judges on the
     held-out tasks its expert solves)."""
-    from ..data import DataError
     from ..env_data import split_tasks
+    from ..envs.webshop.data import DataError
 
     if split not in SPLIT_OF:
         raise EvalError(f"unknown split {split!r}; expected one of {', '.join(SPLIT_OF)}")

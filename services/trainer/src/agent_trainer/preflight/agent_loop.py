@@ -25,7 +25,7 @@ def run_agent_loop_stage(options: PreflightOptions, directory: Path, config_name
     Needs the env cluster's URL in ``AGENTRL_URL``. Returns results, ``checks`` and ``errors`` (never raises
     for a failed check; raises for a broken setup).
     """
-    from ..data import build_dataset
+    from ..envs.webshop.data import build_dataset
     from ..harness.model_servers import ScriptedServer, TinyModelServer
     from ..interaction import EPISODES
 

@@ -150,7 +150,7 @@ def _catalog_interaction_stage(options: PreflightOptions, directory: Path, confi
     """verl 0.7.1's interaction route for a catalog run's goals: the rows ``agent-train data`` writes through
     verl's dataset class, the tiny model and the scripted oracle (its plan found by the goal's instruction), which
     must earn 1.0 on every trajectory, and no per-trajectory state left behind."""
-    from ..data import build_dataset
+    from ..envs.webshop.data import build_dataset
     from ..harness.model_servers import ScriptedServer, TinyModelServer
     from ..interaction import EPISODES
 

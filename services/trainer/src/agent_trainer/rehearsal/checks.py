@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..reward import is_success
+from ..envs.webshop import is_success
 
 #: |pipe reward - replayed reward| above this is a mismatch.
 REWARD_TOLERANCE = 1e-5
@@ -160,7 +160,7 @@ def replay_reward(
     less ``penalty`` for a reply with no parseable action; ``env_reward`` the purchase's reward (0 without one)."""
     from agent_envs.envs.webshop.core.env import EnvError
 
-    from ..actions import UNPARSEABLE_ACTION, extract_action
+    from ..envs.webshop.actions import UNPARSEABLE_ACTION, extract_action
 
     state = env.reset(goal, goal_set=goal_set).state
     score = env_reward = 0.0

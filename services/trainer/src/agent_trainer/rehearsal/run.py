@@ -313,7 +313,7 @@ def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]
     """Catalog, the tiny model (warm-started on the oracle's episodes) and the parquet files."""
     from agent_envs.envs.webshop.catalog.store import open_catalog
 
-    from ..data import build_dataset
+    from ..envs.webshop.data import build_dataset
     from ..harness.catalog import default_catalog
     from ..harness.tasks import pick_oracle_goals
     from ..tiny_model import build_tiny_model
@@ -395,7 +395,7 @@ def turn_overrides(env_ids: Sequence[str]) -> list[str]:
 def _every_row_fits(prepared: dict[str, Any], prompt_override: str) -> None:
     """Stop before verl starts if a row's first turn exceeds the run's prompt budget: verl would drop it without a
     word, and with fewer than 12 rows the run has 2 batches, so its checks fail far from the cause."""
-    from ..data import overlong_first_turns
+    from ..envs.webshop.data import overlong_first_turns
 
     limit = int(prompt_override.split("=", 1)[1])
     _, over = overlong_first_turns([prepared["train"], prepared["val"]], str(prepared["model"]), limit)

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import prompts
+from ..envs.webshop import prompts
 from .checks import make_core, needs_catalog
 
 MARKER = "webshop-warm-start.json"

@@ -1,6 +1,8 @@
-"""WebShop as a spec: today's prompts (``agent_trainer.prompts``) and action parser (``agent_trainer.actions``),
-unchanged. A reply without an action still steps the environment with :data:`~agent_trainer.actions.UNPARSEABLE_ACTION`
-(an invalid action: the page stays, one more step), so the step limit stays the server's."""
+"""WebShop's trainer code, one package like every environment's module: its spec (:data:`SPEC`), its success rule
+(:func:`is_success`), its prompts (:mod:`.prompts`), its action parser (:mod:`.actions`) and its dataset builder
+(:mod:`.data`, which also reads AgentGym-RL's ``webshop_<N>`` ids). A reply without an action still steps the
+environment with :data:`~agent_trainer.envs.webshop.actions.UNPARSEABLE_ACTION` (an invalid action: the page stays,
+one more step), so the step limit stays the server's."""
 
 from __future__ import annotations
 
@@ -9,15 +11,19 @@ from typing import Any
 
 from agent_envs.client import ServiceClient
 
-from .. import prompts
-from ..actions import UNPARSEABLE_ACTION, extract_action
-from ..reward import is_success
-from ..turns import TRAINING_ENV_STEPS
-from .spec import EnvSpec, Outcome, Parsed
+from ...turns import TRAINING_ENV_STEPS
+from ..spec import EnvSpec, Outcome, Parsed
+from . import prompts
+from .actions import UNPARSEABLE_ACTION, extract_action
 
 #: Model turns (env steps) per episode: 24, what the guides' 25 assistant turns allow on verl 0.7.1's interaction
 #: path (its last reply is never played: ``turns.env_steps_for_turns``), the number eval's defaults share.
 MAX_ROUNDS = TRAINING_ENV_STEPS
+
+
+def is_success(reward: float) -> bool:
+    """WebShop's success: the purchase earned the full reward (1.0, up to float rounding)."""
+    return reward >= 1.0 - 1e-9
 
 
 def parse_goal(kwargs: Mapping[str, Any]) -> int:

@@ -28,8 +28,8 @@ from agent_envs.envs.webshop.catalog.store import PreparedCatalog, open_catalog
 from agent_envs.envs.webshop.core.env import WebShopEnv
 from agent_envs.envs.webshop.core.goals import SPLITS, split_range
 
+from ...config import AGENT_LOOP_NAME, AGENT_NAME, DATA_SOURCE, INTERACTION_NAME
 from . import prompts
-from .config import AGENT_LOOP_NAME, AGENT_NAME, DATA_SOURCE, INTERACTION_NAME
 
 ABILITY = "agent/webshop"
 AGENT_NAMES = (AGENT_NAME, AGENT_LOOP_NAME)  # the 0.7.1 interaction path, the agent loop

@@ -55,7 +55,7 @@ from .worker_secrets import (
 def _data(args: argparse.Namespace) -> int:
     from agent_envs.envs.webshop.catalog.store import CatalogError
 
-    from .data import DataError, build_dataset
+    from .envs.webshop.data import DataError, build_dataset
 
     if args.env:  # any environment, or a mix: train/val/test files in --out-dir
         return _env_data(args)
@@ -81,8 +81,8 @@ def _env_data(args: argparse.Namespace) -> int:
     from agent_envs.envs.webshop.catalog.store import CatalogError
 
     from . import envs
-    from .data import DEFAULT_GOAL_SET, DataError
     from .env_data import build_env_datasets, sizes_table
+    from .envs.webshop.data import DEFAULT_GOAL_SET, DataError
 
     try:
         env_ids = envs.parse_ids(args.env)
@@ -127,26 +127,30 @@ def _envs(args: argparse.Namespace) -> int:
 
 
 def _configs(args: argparse.Namespace) -> int:
-    """``agent-train configs``: the generated entries of the agent-loop and interaction files (``--write`` /
-    ``--check``), or a training config as Hydra composes it (``--show``)."""
-    from .envs import entries
+    """``agent-train configs``: what the registered environments write into the configs (``--write`` /
+    ``--check``): the agent-loop and interaction files' entries and the training configs of each environment with
+    a recipe; or a training config as Hydra composes it (``--show``)."""
+    from .envs import entries, overlays
 
     directory = (args.config_dir or config_dir()).resolve()
     if args.show:
         return _show_config(args)
     try:
         stale = entries.stale_files(directory, write=args.write)
+        written = overlays.files(directory)
+        stale += overlays.stale_files(directory, write=args.write)
     except (entries.StaleEntries, FileNotFoundError) as error:
         print(f"agent-train configs: {error}", file=sys.stderr)
         return 2
     for path in stale:
         print(f"{'wrote' if args.write else 'stale'}: {path}")
     if stale and not args.write:
-        print("agent-train configs: the generated entries differ from the registered environments: run "
-              "`agent-train configs --write`", file=sys.stderr)  # fmt: skip
+        print("agent-train configs: the generated entries or training configs differ from the registered "
+              "environments': run `agent-train configs --write`", file=sys.stderr)  # fmt: skip
         return 1
     if not stale:
-        print(f"up to date: {directory / entries.AGENT_LOOP_FILE}, {directory / entries.INTERACTION_FILE}")
+        print(f"up to date: {directory / entries.AGENT_LOOP_FILE}, {directory / entries.INTERACTION_FILE} and "
+              f"{len(written)} training configs from the environments' recipes")  # fmt: skip
     return 0
 
 
@@ -308,7 +312,7 @@ def _config_train_file(config: Any) -> str | None:
 def _training_catalog_line(env: dict[str, str], overrides: Sequence[str], default: str | None = None) -> str:
     """The training data's catalog and reward definition (from the parquet's metadata), for train.log: rewards
     from heuristic and spaCy title nouns, or seeded and pinned prices, are different numbers."""
-    from .data import dataset_catalog_line
+    from .envs.webshop.data import dataset_catalog_line
 
     train_file = next((o.split("=", 1)[1] for o in overrides if o.startswith("data.train_files=")), None)
     train_file = train_file or env.get("AGENTRL_TRAIN_FILE") or default or "data/verl/webshop_train.parquet"
@@ -715,7 +719,7 @@ def _report_overlong_prompts(config: Any, run_dir: Path) -> str:
     """Say which rows verl will drop for a first turn over ``data.max_prompt_length`` (its
     ``filter_overlong_prompts`` does that without a word), with the run's own tokenizer; also written into the
     run's log. An empty string when none is over, or when the tokenizer cannot be loaded here (then it says so)."""
-    from .data import overlong_first_turns
+    from .envs.webshop.data import overlong_first_turns
 
     data = config.data
     files = [f for key in ("train_files", "val_files") for f in
@@ -852,8 +856,11 @@ def build_parser() -> argparse.ArgumentParser:
         "agent loop) and <id> in configs/interaction.yaml (its verl 0.7.1 interaction), generated between "
         "two marker lines from what it registers: its trainer spec (agent_trainer.envs; a plugin's through its "
         "registration's trainer=) and the balancer's timeouts of its registration (the client waits at least the "
-        "balancer's retry window). --write rewrites them after an environment is registered; --check (the "
-        "default) exits 1 naming the stale files. --show NAME prints the training config NAME (test, full or "
+        "balancer's retry window). Each environment whose trainer spec has a recipe (its TrainingRecipe: "
+        "TextCraft, BabyAI, SciWorld, Sokoban, a plugin's) has its four training configs written from it: "
+        "<id>_grpo_test.yaml and _train.yaml in configs/ (verl 0.7.1) and configs/verl09/ (verl 0.9.1), each over "
+        "its line's base. --write rewrites them all after an environment is registered or a recipe changed; "
+        "--check (the default) exits 1 naming the stale files. --show NAME prints the training config NAME (test, full or "
         "<env>_grpo_test/_train) as Hydra composes it for main_ppo: the environment's file over its base "
         "(configs/base/grpo_{test,train}.yaml; configs/verl09/ on verl 0.9) over verl's ppo_trainer, with the "
         "overrides given; every hyper-parameter of that run.",
@@ -863,10 +870,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     action = p.add_mutually_exclusive_group()
     action.add_argument(
-        "--write", action="store_true", help="rewrite the generated entries from the registry"
+        "--write",
+        action="store_true",
+        help="rewrite the generated entries and training configs from the registry",
     )
     action.add_argument("--check", action="store_true",
-                        help="exit 1 when a generated entry differs from the registry (the default action)")  # fmt: skip
+                        help="exit 1 when a generated entry or training config differs from the registry (the default action)")  # fmt: skip
     action.add_argument("--show", metavar="NAME", default=None,
                         help="print the training config NAME as Hydra composes it (YAML)")  # fmt: skip
     p.add_argument("--config-dir", type=Path, default=None,

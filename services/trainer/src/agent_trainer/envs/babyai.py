@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .agentgym import parse_reply
-from .spec import EnvSpec, Outcome, Parsed, observation_message, task_index
+from .spec import EnvSpec, Outcome, Parsed, TrainingRecipe, observation_message, task_index
 
 ENV_ID = "babyai"
 LEVELS = 40  # a task is level ``task % LEVELS`` with seed ``task // LEVELS``
@@ -92,6 +92,14 @@ def split_of(task: int) -> str:
     return "test" if seed < 5 else "val" if seed == 5 else "train"
 
 
+#: AgentGym-RL's BabyAI recipe: its training configs (``agent-train configs --write``: :mod:`.overlays`).
+RECIPE = TrainingRecipe(
+    source="AgentGym-RL's BabyAI settings (examples/train/AgentGym-RL/babyai_train.sh)",
+    batch_size=16, rollouts=8, mini_batch_size=8, turn_tokens=200, prompt_tokens=1024, response_tokens=4096,
+    test_samples=32, epochs=10, save_freq=25,
+    first_turn="system prompt + goal, view and available actions (AgentGym-RL's)",
+)  # fmt: skip
+
 SPEC = EnvSpec(
     env_id=ENV_ID,
     title="BabyAI: reach a goal in a grid world of rooms (go to, pick up, open, put next to); 40 levels",
@@ -108,4 +116,5 @@ SPEC = EnvSpec(
     task_count=LEVELS * SEEDS,
     split_of=split_of,
     category_label="level",
+    recipe=RECIPE,
 )

@@ -25,7 +25,7 @@ from typing import Any
 
 from agent_envs.envs.sciworld.games import GAME_COUNT, TASKS, game
 
-from .spec import CoreUnavailable, EnvSpec, Outcome, Parsed, cut, task_index
+from .spec import CoreUnavailable, EnvSpec, Outcome, Parsed, TrainingRecipe, cut, task_index
 
 ENV_ID = "sciworld"
 MAX_ROUNDS = 20  # AgentGym-RL's rounds for SciWorld (its ScalingInter-RL schedule: 10, 20, 30)
@@ -147,6 +147,15 @@ def data_core(workers: int) -> Any:
     return core
 
 
+#: AgentGym-RL's SciWorld recipe: its training configs (``agent-train configs --write``: :mod:`.overlays`).
+RECIPE = TrainingRecipe(
+    source="AgentGym-RL's SciWorld settings (examples/train/AgentGym-RL/sciworld_train.sh)",
+    batch_size=8, rollouts=8, mini_batch_size=4, turn_tokens=200, prompt_tokens=1024, response_tokens=4096,
+    test_samples=16, epochs=10, save_freq=25,
+    first_turn="system prompt + task description and the room (AgentGym-RL's)",
+    notes=("(sciworld_train.sh: train_batch_size = 4 GPUs x 2 prompts, ppo_mini_batch_size = 4 GPUs.)",),
+)  # fmt: skip
+
 SPEC = EnvSpec(
     env_id=ENV_ID,
     title="SciWorld: elementary science tasks in a text simulation (ScienceWorld); 4,639 task variations",
@@ -165,4 +174,5 @@ SPEC = EnvSpec(
     split_of=split_of,
     task_order=round_robin_task_types,
     data_core=data_core,
+    recipe=RECIPE,
 )

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .agentgym import parse_reply
-from .spec import EnvSpec, Outcome, Parsed, observation_message, task_index
+from .spec import EnvSpec, Outcome, Parsed, TrainingRecipe, observation_message, task_index
 
 ENV_ID = "sokoban"
 TASKS = 10_000  # the environment's task_count() (agent_envs.envs.sokoban.core.TASKS; tested equal)
@@ -120,6 +120,16 @@ def split_of(task: int) -> str:
     return "val" if task < TEST_TASKS + VAL_TASKS else "train"
 
 
+#: BabyAI's recipe (AgentGym-RL has none for Sokoban; a 6x6 grid world of the same size of episode): its training
+#: configs (``agent-train configs --write``: :mod:`.overlays`).
+RECIPE = TrainingRecipe(
+    source="BabyAI's batch, rounds and lengths (AgentGym-RL has no Sokoban recipe; a 6x6 grid world of the same "
+    "size of episode)",
+    batch_size=16, rollouts=8, mini_batch_size=8, turn_tokens=200, prompt_tokens=1024, response_tokens=4096,
+    test_samples=32, epochs=10, save_freq=25,
+    first_turn="system prompt + the room (6 rows of 6 symbols) and its legend",
+)  # fmt: skip
+
 SPEC = EnvSpec(
     env_id=ENV_ID,
     title="Sokoban: push the box onto its target in a 6x6 room (Up, Down, Left, Right); 10,000 rooms",
@@ -135,4 +145,5 @@ SPEC = EnvSpec(
     task_of=functools.partial(task_index, env_id=ENV_ID),
     task_count=TASKS,
     split_of=split_of,
+    recipe=RECIPE,
 )

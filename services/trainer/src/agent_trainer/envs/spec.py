@@ -81,6 +81,58 @@ def task_index(fields: Mapping[str, Any], env_id: str = "") -> int:
     )
 
 
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """An environment's GRPO recipe: the values its training configs set over the verl line's base
+    (``configs/base/grpo_{test,train}.yaml``, which every run shares). ``agent-train configs --write`` writes its
+    four training configs from it (``<id>_grpo_test`` / ``_train`` on both verl lines: :mod:`.overlays`), so an
+    environment's recipe lives in its trainer module, beside its rounds (``EnvSpec.max_rounds``).
+
+    Attributes:
+        source: where the values come from, one phrase for the files' header ("AgentGym-RL's BabyAI settings
+            (examples/train/AgentGym-RL/babyai_train.sh)").
+        batch_size: prompts per step (``data.train_batch_size``); rollouts: responses per prompt (``rollout.n``);
+            mini_batch_size: prompts per PPO update (``ppo_mini_batch_size``); ppo_epochs: PPO passes per batch.
+        turn_tokens: new tokens per model turn; prompt_tokens: the first turn (``max_prompt_length``: system
+            prompt and first observation); response_tokens: every later turn together (``max_response_length``).
+        lr: the actor's learning rate.
+        test_samples: a test run's training rows (``train_max_samples``): two steps of the batch.
+        epochs, save_freq: the full run's epochs and steps between checkpoints.
+        full_gpu_memory_utilization: the full run's rollout memory share, where not the base's.
+        first_turn: what the first turn holds, in words (the comment on ``max_prompt_length``).
+        notes: more header lines (how a value was derived).
+    """
+
+    source: str
+    batch_size: int
+    rollouts: int
+    mini_batch_size: int
+    turn_tokens: int
+    prompt_tokens: int
+    response_tokens: int
+    test_samples: int
+    lr: float = 1.0e-6
+    ppo_epochs: int = 1
+    epochs: int = 10
+    save_freq: int = 25
+    full_gpu_memory_utilization: float | None = None
+    first_turn: str = "system prompt + the first observation"
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        counts = ("batch_size", "rollouts", "mini_batch_size", "turn_tokens", "prompt_tokens", "response_tokens",
+                  "test_samples", "ppo_epochs", "epochs", "save_freq")  # fmt: skip
+        for name in counts:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"recipe: {name} = {value!r} must be a positive integer")
+        if self.batch_size % self.mini_batch_size:
+            raise ValueError(f"recipe: mini_batch_size {self.mini_batch_size} must divide batch_size "
+                             f"{self.batch_size} (verl's check)")  # fmt: skip
+        if not 0 < self.lr < 1:
+            raise ValueError(f"recipe: lr = {self.lr!r} must be in (0, 1)")
+
+
 def served_client(base_url: str, env_id: str, **options: Any) -> ServiceClient:
     """The client of the routes every served environment shares (``/<env_id>/v1/...``): ``EnvClient``, looked up
     when called (``agent_envs.client.envs``), so a test's in-process client stands in for it."""
@@ -133,6 +185,8 @@ class EnvSpec:
             builds the rows from it; a local env cluster started with a catalog serves this environment, so the
             catalog's fingerprint can be checked on the service before it is reused. False: tasks come from the
             environment's core and its expert (``core.expert``).
+        recipe: its GRPO recipe (:class:`TrainingRecipe`), from which its training configs are written; None: they
+            are written by hand (WebShop's, the guides' recipe with its own data files).
     """
 
     env_id: str
@@ -156,6 +210,7 @@ class EnvSpec:
     task_order: Callable[[Iterable[int]], list[int]] | None = None
     data_core: Callable[[int], Any] | None = None
     category_label: str = "category"
+    recipe: TrainingRecipe | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:

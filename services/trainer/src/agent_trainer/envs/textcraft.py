@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .agentgym import parse_reply
-from .spec import EnvSpec, Outcome, Parsed, observation_message, task_index
+from .spec import EnvSpec, Outcome, Parsed, TrainingRecipe, observation_message, task_index
 
 ENV_ID = "textcraft"
 TASKS = 544  # the goals, sorted by crafting depth (the task pool: tasks 0 .. 543)
@@ -73,6 +73,16 @@ def split_of(task: int) -> str:
     return "val" if task % 16 == 4 else "train"
 
 
+#: AgentGym-RL's TextCraft recipe: its training configs (``agent-train configs --write``: :mod:`.overlays`).
+RECIPE = TrainingRecipe(
+    source="AgentGym-RL's TextCraft settings (examples/train/AgentGym-RL/textcraft_train.sh; "
+    "textcraft_wmc_erc_train.sh: the same batch, rounds and lengths)",
+    batch_size=32, rollouts=8, mini_batch_size=8, ppo_epochs=2, turn_tokens=512, prompt_tokens=1024,
+    response_tokens=10240, test_samples=64, epochs=60, save_freq=25, full_gpu_memory_utilization=0.7,
+    first_turn="system prompt (grammar, example) + the recipes and goal (AgentGym-RL: 512; our system prompt "
+    "sits in the prompt, AgentGym's in its first user turn)",
+)  # fmt: skip
+
 SPEC = EnvSpec(
     env_id=ENV_ID,
     title="TextCraft: craft a Minecraft item from the recipes listed (get, craft, inventory); 544 goals",
@@ -87,4 +97,5 @@ SPEC = EnvSpec(
     task_of=functools.partial(task_index, env_id=ENV_ID),
     task_count=TASKS,
     split_of=split_of,
+    recipe=RECIPE,
 )

@@ -118,12 +118,66 @@ def test_a_registration_refuses_what_would_break_a_deployment() -> None:
     Registration(**ok)
     for bad in ({"id": "my env"}, {"id": "v1"}, {"agentgym_routes": ("step; return 200",)},
                 {"slow_paths": ("x { }",)}, {"system_packages": ("java && rm",)}, {"placement": "sticky"},
-                {"http": "no-colon"}, {"title": "two\nlines"}):  # fmt: skip
+                {"http": "no-colon"}, {"title": "two\nlines"}, {"extra": "myenv", "requires": ("x; os.system('y')",)},
+                {"requires": ("x>=1",)}, {"extra": "myenv", "pins": ("x>=1",)},
+                {"extra": "myenv", "requires": ("git+https://example.com/x",)}):  # fmt: skip
         with pytest.raises(RegistrationError):
             Registration(**{**ok, **bad})
+    Registration(**ok, extra="myenv", requires=("x[y]>=1.2,<2",), pins=("x==1.5", "z==0.1"))
 
 
 # ---- packaging --------------------------------------------------------------------------------------------------
+def test_an_environments_dependencies_are_its_registrations(tmp_path: Path) -> None:
+    """Its extra in services/env/pyproject.toml is its registration's ``requires`` and its pins in constraints.txt
+    its ``pins`` (`agent-envs envs --write-deploy` writes both): a changed registration leaves them stale."""
+    import dataclasses
+
+    project = tomllib.loads((REPO / "services" / "env" / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    pins = (REPO / "constraints.txt").read_text().splitlines()
+    for r in registry.BUILTIN:
+        if r.extra is not None:
+            assert extras[r.extra] == list(r.requires), r.id
+        assert all(pin in pins for pin in r.pins), r.id
+    # a copy of the repository's two files, and Sokoban's registration with a newer pin and one more requirement
+    for name in ("services/env/pyproject.toml", "constraints.txt", "docs/environments/index.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, tmp_path / name)
+    regs = [
+        dataclasses.replace(r, requires=(*r.requires, "pillow>=10"), pins=("gym-sokoban==0.0.7",))
+        if r.id == "sokoban" else r for r in registry.BUILTIN
+    ]  # fmt: skip
+    written = deploy.render_files(tmp_path, regs)
+    extras = tomllib.loads(written[tmp_path / "services" / "env" / "pyproject.toml"])["project"][
+        "optional-dependencies"
+    ]
+    assert extras["sokoban"] == ["gym-sokoban==0.0.6", "pillow>=10"] and extras["spacy"] == ["spacy>=3.7"]
+    constraints = written[tmp_path / "constraints.txt"].splitlines()
+    assert "gym-sokoban==0.0.7" in constraints and "gym-sokoban==0.0.6" not in constraints
+    assert "werkzeug==3.1.9" in constraints  # the rest of the lock is left as it is
+    # a plugin's dependencies are its own distribution's: a registration of one that declares some is refused
+    with pytest.raises(registry.RegistrationError, match="own distribution"):
+        _plugins_registry({"maze": dataclasses.replace(registry.registration("sokoban"), id="maze")})
+
+
+def _plugins_registry(plugins: dict) -> None:
+    """The registry with these registrations as installed plugins' entry points (loaded the way it loads them)."""
+    from importlib import metadata
+    from unittest import mock
+
+    points = [
+        mock.Mock(spec=metadata.EntryPoint, value=f"x:{k}", load=lambda v=v: v) for k, v in plugins.items()
+    ]
+    for point, name in zip(points, plugins, strict=True):
+        point.name = name
+    registry.registrations.cache_clear()
+    try:
+        with mock.patch.object(registry.metadata, "entry_points", return_value=points):
+            registry.registrations()
+    finally:
+        registry.registrations.cache_clear()
+
+
 def test_packaging_installs_the_registrations_extras() -> None:
     """services/env/pyproject.toml's meta-extras are the registrations' (every environment's; those needing no system
     package), and the images and venvs install them by those names, naming no environment."""

@@ -33,6 +33,11 @@ _OBJECT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$")
 _EXTRA = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 _DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9.+-]{0,63}$")
 _SLOW_PATH = re.compile(r"^[A-Za-z0-9_/\[\]^+*.?|()-]{1,120}$")
+#: A pip requirement as an extra lists it (a name, optional extras, version bounds; no URL, marker or space).
+_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[a-z0-9,_-]+\])?((==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!]+)?"
+                          r"(,(==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!]+)*$")  # fmt: skip
+#: A pin: one package at one version.
+_PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!]+$")
 
 
 class RegistrationError(ValueError):
@@ -85,6 +90,10 @@ class Registration:
             environment: the second replica would replay the episode, doubling the load where it is high).
         extra: the ``agent-envs`` extra that installs what its core needs (None: nothing beyond the base, or a
             plugin's own distribution).
+        requires: the pip requirements of that extra (``services/env/pyproject.toml``'s extra is written from them
+            by ``agent-envs envs --write-deploy``). A plugin's are its own distribution's: none here.
+        pins: the exact versions (``name==version``) of what ``requires`` installs, the ones its recordings and tests
+            were made with: the environments' block of ``constraints.txt`` is written from them.
         system_packages: Debian packages its core needs besides Python's (SciWorld: a Java 17 runtime); an image
             without them does not serve it.
         agentgym_routes: the route names of AgentGym's server for it (``create``, ``step``, ...): the balancer
@@ -110,6 +119,8 @@ class Registration:
     timeouts: Timeouts = field(default_factory=Timeouts)
     hedge: bool = True
     extra: str | None = None
+    requires: tuple[str, ...] = ()
+    pins: tuple[str, ...] = ()
     system_packages: tuple[str, ...] = ()
     agentgym_routes: tuple[str, ...] = ()
     agentgym_id: str = "id"
@@ -140,6 +151,12 @@ class Registration:
             )
         if self.extra is not None and not _EXTRA.match(self.extra):
             refuse("extra", "a pip extra name (lower-case letters, digits, dashes)")
+        if not all(_REQUIREMENT.match(r) for r in self.requires):
+            refuse("requires", "pip requirements as an extra lists them ('name>=1.2,<2', no URL or marker)")
+        if self.requires and self.extra is None:
+            refuse("requires", "requirements of its extra: name the extra too")
+        if not all(_PIN.match(p) for p in self.pins):
+            refuse("pins", "exact versions ('name==1.2.3')")
         if not all(_DEBIAN_PACKAGE.match(p) for p in self.system_packages):
             refuse("system_packages", "Debian package names")
         if not all(_WORD.match(r) for r in self.agentgym_routes):

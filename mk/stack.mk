@@ -29,7 +29,12 @@ STACK_PROFILES := --profile train --profile eval --profile monitor --profile sci
 # configs/nginx/environments/placements.txt: SciWorld) are the compose profile sciworld: on when one is named.
 STACK_DOTENV_ENVS = $(or $(shell sed -n 's/^AGENTRL_ENVS=//p' .env 2>/dev/null | tail -n 1),$(shell \
   sed -n 's/^WEBSHOP_ENVS=//p' .env 2>/dev/null | tail -n 1))
-STACK_ENVS = $(if $(filter undefined,$(origin ENVS))$(and $(filter file,$(origin ENVS)),$(filter webshop,$(ENVS))),$(or $(STACK_DOTENV_ENVS),webshop),$(ENVS))
+STACK_ENVS_UNSET = $(filter undefined,$(origin ENVS))$(and $(filter file,$(origin ENVS)),$(filter webshop,$(ENVS)))
+STACK_ENVS = $(if $(STACK_ENVS_UNSET),$(or $(STACK_DOTENV_ENVS),webshop),$(ENVS))
+# What the running stack serves (its balancer's AGENTRL_ENVS; empty when none runs): expanded only by the recipes
+# that read it (train-test, train-full, train-preflight, eval).
+STACK_RUNNING_ENVS = $(shell c="$$($(COMPOSE) ps -q balancer 2>/dev/null | head -n 1)"; [ -z "$$c" ] || \
+  $(DOCKER) inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$$c" 2>/dev/null | sed -n 's/^AGENTRL_ENVS=//p')
 STACK_COMMA := ,
 STACK_STICKY_ENVS := $(shell awk '$$2 == "sticky" { print $$1 }' configs/nginx/environments/placements.txt 2>/dev/null)
 STACK_UP_PROFILES = $(if $(filter $(STACK_STICKY_ENVS),$(subst $(STACK_COMMA), ,$(STACK_ENVS))),--profile sciworld)
@@ -203,17 +208,20 @@ $(if $(filter cpu,$(DEVICE)),DOCKER="$(DOCKER)" COMPOSE="$(COMPOSE)" $(HOST_CHEC
   "$$($(GPU_PLAN) --config eval --cpu-base-image)" >/dev/null,true)
 endef
 # ENV=webshop (default) | any registered environment: train on that environment (configs/<env>_grpo_test.yaml /
-# _train.yaml, each a small file over the line's base, configs/base/; WebShop keeps test / full); ENV=mixed or a list
-# (ENV=textcraft,webshop): the mixed config on those environments (mixed: textcraft,babyai,webshop). The trainer container builds that data (TRAIN_ENVS) and `make up`
-# serves those environments next to the ones it serves already (SciWorld's rows come from the served SciWorld's
+# _train.yaml, each a small file over the line's base, configs/base/); ENV=mixed or a list (ENV=textcraft,webshop):
+# the mixed config on those environments (mixed: textcraft,babyai,webshop). The trainer container builds that data
+# (TRAIN_ENVS) and `make up` serves those environments next to the ones it serves already (ENVS, else the running
+# stack's, else .env's AGENTRL_ENVS, else webshop), no other (SciWorld's rows come from the served SciWorld's
 # resets: the trainer image has no Java).
 STACK_SPACE := $(subst ,, )
 TRAIN_ENV_LIST = $(subst $(STACK_COMMA), ,$(or $(ENV),webshop))
 TRAIN_ENV_NAME = $(if $(word 2,$(TRAIN_ENV_LIST)),mixed,$(TRAIN_ENV_LIST))
 TRAIN_DATA_ENVS = $(if $(filter mixed,$(TRAIN_ENV_LIST)),textcraft$(STACK_COMMA)babyai$(STACK_COMMA)webshop,$(subst $(STACK_SPACE),$(STACK_COMMA),$(TRAIN_ENV_LIST)))
-TRAIN_SERVE_ENVS = $(subst $(STACK_SPACE),$(STACK_COMMA),$(sort webshop $(subst $(STACK_COMMA), ,$(STACK_ENVS) $(TRAIN_DATA_ENVS))))
-# test|full: the config of a run (WebShop: test / full, as ever; the others: <env>_grpo_test / <env>_grpo_train)
-TRAIN_CONFIG_OF = $(if $(filter webshop,$(TRAIN_ENV_NAME)),$(1),$(TRAIN_ENV_NAME)_grpo_$(if $(filter full,$(1)),train,test))
+TRAIN_BASE_ENVS = $(if $(STACK_ENVS_UNSET),$(or $(STACK_RUNNING_ENVS),$(STACK_ENVS)),$(ENVS))
+TRAIN_SERVE_ENVS = $(subst $(STACK_SPACE),$(STACK_COMMA),$(sort $(subst $(STACK_COMMA), ,$(TRAIN_BASE_ENVS) $(TRAIN_DATA_ENVS))))
+# test|full: the config of a run, <env>_grpo_test / <env>_grpo_train (mixed_grpo_...). The trainer job and
+# agent-train still take WebShop's old names test / full.
+TRAIN_CONFIG_OF = $(TRAIN_ENV_NAME)_grpo_$(if $(filter full,$(1)),train,test)
 # The environments ENV may name: every registered one (configs/nginx/environments/placements.txt, which
 # `agent-envs envs --write-deploy` writes from the registry: read here without Python), and mixed.
 STACK_REGISTERED_ENVS := $(shell awk '$$2 == "any" || $$2 == "sticky" { print $$1 }' configs/nginx/environments/placements.txt 2>/dev/null)
@@ -224,12 +232,12 @@ endef
 # The file of a run's training config (test|full) on VERL_LINE. A registered environment without one is refused
 # before anything runs, naming the file to write (an environment's recipe over the line's base).
 TRAIN_CONFIG_DIR = configs$(if $(filter 0.9,$(VERL_LINE)),/verl09)
-TRAIN_CONFIG_FILE = $(TRAIN_CONFIG_DIR)/$(patsubst test,webshop_grpo_test,$(patsubst full,webshop_grpo_train,$(call TRAIN_CONFIG_OF,$(1)))).yaml
+TRAIN_CONFIG_FILE = $(TRAIN_CONFIG_DIR)/$(call TRAIN_CONFIG_OF,$(1)).yaml
 define STACK_TRAIN_CONFIG_CHECK
 [ -f $(call TRAIN_CONFIG_FILE,$(1)) ] || { printf '%s\n' \
   "make $@: ENV=$(ENV) has no training config $(call TRAIN_CONFIG_FILE,$(1)) (verl $(VERL_LINE) line)." \
-  "Write it: the environment's recipe (data files, batch, lengths, lr, rollouts, turns, its environments: entry) over" \
-  "$(TRAIN_CONFIG_DIR)/base/grpo_$(if $(filter full,$(1)),train,test).yaml, as $(TRAIN_CONFIG_DIR)/textcraft_grpo_$(if $(filter full,$(1)),train,test).yaml does" \
+  "Give its trainer spec a recipe (batch, lengths, lr, rollouts, turn tokens: its TrainingRecipe) and run" \
+  "\`agent-train configs --write\`, which writes its four training configs over $(TRAIN_CONFIG_DIR)/base/" \
   "(docs/environments/adding.md, \"Training it\"); agent-train preflight --config $(call TRAIN_CONFIG_OF,$(1)) checks it." >&2; exit 2; }
 endef
 # HOST_PREFLIGHT=1: also run `make preflight` on the host first (needs the CPU venv and nginx). Without it the

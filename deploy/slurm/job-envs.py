@@ -3,18 +3,18 @@
 The job's settings (environment variables; docs/multi-node.md) name the environments to train on and the run's
 size, as ``make train-test`` / ``make train-full`` do with ``ENV=``:
 
-- ``AGENTRL_TRAIN_ENVS``: ``webshop`` (default), ``textcraft``, ``babyai``, ``sciworld``, ``mixed`` (TextCraft,
-  BabyAI and WebShop) or a comma list of them;
+- ``AGENTRL_TRAIN_ENVS``: ``webshop`` (default), any registered environment (the registry's: ``textcraft``,
+  ``babyai``, ``sciworld``, ``sokoban``, a plugin's), ``mixed`` (TextCraft, BabyAI and WebShop) or a comma list;
 - ``AGENTRL_TRAIN_CONFIG``: ``test`` (default) or ``full``. The config is the one ``make train-test|train-full``
-  picks: WebShop alone ``test`` / ``full``; one other environment ``<env>_grpo_test`` / ``<env>_grpo_train``;
-  several ``mixed_grpo_test`` / ``mixed_grpo_train`` (of the installed verl line's configs).
+  picks: one environment ``<env>_grpo_test`` / ``<env>_grpo_train``; several ``mixed_grpo_test`` /
+  ``mixed_grpo_train`` (of the installed verl line's configs).
 
 Three subcommands, each run by the sbatch with the job's Python (``$AGENTRL_VENV/bin/python``):
 
 ``plan``
     On the first node, before anything: the settings checked (an unknown environment or config, a combination the
     Ray Serve app cannot serve, exit 2 with the reason), then shell assignments for the script (``eval``): the
-    served environments (``AGENTRL_ENVS``: WebShop and the run's), the config, the training command, whether and
+    served environments (``AGENTRL_ENVS``: the run's, and those ``AGENTRL_ENVS`` adds), the config, the training command, whether and
     where rows are built (``AGENTRL_TRAIN_FILE`` / ``AGENTRL_VAL_FILE``), whether the command's batch sizes can be
     checked before Ray (``agent-train train ... --dry-run``). The plan in words goes to stderr.
 ``node``
@@ -27,7 +27,8 @@ Three subcommands, each run by the sbatch with the job's Python (``$AGENTRL_VENV
     same environments, data, splits and code). ``check`` runs ``plan`` and ``node`` here, for a login node
     before ``sbatch``.
 
-Why SciWorld needs one replica per node on Ray Serve: its episode lives in a JVM of the replica that reset it.
+Why a sticky environment (its registration's placement; SciWorld) needs one replica per node on Ray Serve: its
+episode lives in the replica that reset it (SciWorld: in a JVM).
 nginx keeps an episode's steps on that replica (a hash of the client's ``X-Episode``); Serve's proxy keeps a node's
 requests on the node's own replicas but has no episode affinity among them, so with several replicas per node most
 steps would land on a replica without the episode's JVM and replay the whole episode first (correct, seconds per
@@ -50,7 +51,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ENVIRONMENTS = ("webshop", "textcraft", "babyai", "sciworld")
 #: ``mixed``: the environments of the mixed configs (configs/*mixed_grpo_*.yaml), as make's ENV=mixed.
 MIXED = ("textcraft", "babyai", "webshop")
 KINDS = {"test": "test", "full": "train"}
@@ -91,33 +91,48 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
+def registered() -> list[str]:
+    """The environments the job's Python can name: the registry's (``agent_envs.envs.registry``, plugins
+    included); raises ``Refused`` without the env package."""
+    try:
+        from agent_envs.envs import registry
+    except ImportError as error:
+        raise Refused(f"the job's Python ({sys.prefix}) has no agent_envs ({error}): set AGENTRL_VENV to the "
+                      "environment `make venv-gpu` made") from None  # fmt: skip
+    return registry.ids()
+
+
+def placement(env_id: str) -> str:
+    """Where an environment's steps may go (its registration's placement: ``any`` or ``sticky``)."""
+    from agent_envs.envs import registry
+
+    return registry.registration(env_id).placement
+
+
 def parse_envs(text: str) -> list[str]:
     """``AGENTRL_TRAIN_ENVS`` as a list (``mixed`` expanded, each once, in order); raises ``Refused``."""
+    known = registered()
     names: list[str] = []
     for name in (n.strip().lower() for n in text.split(",")):
         if not name:
             continue
         if name == "mixed":
             names += MIXED
-        elif name in ENVIRONMENTS:
+        elif name in known:
             names.append(name)
         else:
-            raise Refused(f"AGENTRL_TRAIN_ENVS names {name!r}: it takes {', '.join(ENVIRONMENTS)}, mixed "
+            raise Refused(f"AGENTRL_TRAIN_ENVS names {name!r}: it takes {', '.join(known)}, mixed "
                           f"({','.join(MIXED)}) or a comma list of them")  # fmt: skip
     if not names:
-        raise Refused(
-            "AGENTRL_TRAIN_ENVS is empty: name webshop, textcraft, babyai, sciworld, mixed or a list"
-        )
+        raise Refused(f"AGENTRL_TRAIN_ENVS is empty: name {', '.join(known)}, mixed or a list")
     return list(dict.fromkeys(names))
 
 
 def config_name(envs: Sequence[str], kind: str) -> str:
-    """The config ``make train-test|train-full ENV=...`` runs: WebShop ``test``/``full``, one other environment
-    ``<env>_grpo_test``/``_train``, several ``mixed_grpo_test``/``_train``."""
+    """The config ``make train-test|train-full ENV=...`` runs: one environment ``<env>_grpo_test``/``_train``,
+    several ``mixed_grpo_test``/``_train``."""
     if kind not in KINDS:
         raise Refused(f"AGENTRL_TRAIN_CONFIG must be test or full, not {kind!r}")
-    if list(envs) == ["webshop"]:
-        return kind
     return f"{envs[0] if len(envs) == 1 else 'mixed'}_grpo_{KINDS[kind]}"
 
 
@@ -166,19 +181,21 @@ def make_plan(env: Mapping[str, str], nodes: int = 1, line: str | None = None,
         raise Refused(f"no training config {file_name}.yaml for verl {line} in {config_dir} "
                       f"(AGENTRL_TRAIN_ENVS={','.join(train_envs)}, AGENTRL_TRAIN_CONFIG={kind})")  # fmt: skip
     extra = [e.strip() for e in (env.get("AGENTRL_ENVS") or "").split(",") if e.strip()]
-    unknown = [e for e in extra if e not in ENVIRONMENTS]
+    known = registered()
+    unknown = [e for e in extra if e not in known]
     if unknown:
-        raise Refused(f"AGENTRL_ENVS names {', '.join(unknown)}: the env serves {', '.join(ENVIRONMENTS)}")
-    serve_envs = [e for e in ENVIRONMENTS if e in {"webshop", *train_envs, *extra}]
+        raise Refused(f"AGENTRL_ENVS names {', '.join(unknown)}: the env serves {', '.join(known)}")
+    serve_envs = [e for e in known if e in {*train_envs, *extra}]
     replicas = _positive(env, "AGENTRL_RAY_REPLICAS_PER_NODE", 1)
-    if "sciworld" in serve_envs and replicas > 1:
+    sticky = [e for e in serve_envs if placement(e) == "sticky"]
+    if sticky and replicas > 1:
         raise Refused(
-            f"SciWorld on the Ray Serve app needs one replica per node, not {replicas} "
-            "(AGENTRL_RAY_REPLICAS_PER_NODE): a SciWorld episode lives in the JVM of the replica that reset it, and "
-            "Serve's proxy, unlike nginx's sciworld upstream, has no episode affinity among a node's replicas: most "
-            "steps would replay the whole episode on another replica first (seconds each). Leave "
+            f"{', '.join(sticky)} on the Ray Serve app needs one replica per node, not {replicas} "
+            "(AGENTRL_RAY_REPLICAS_PER_NODE): its episode lives in the replica that reset it (SciWorld: in a JVM), "
+            "and Serve's proxy, unlike nginx's affinity upstream, has no episode affinity among a node's replicas: "
+            "most steps would replay the whole episode on another replica first (seconds each). Leave "
             "AGENTRL_RAY_REPLICAS_PER_NODE at 1 (each node's proxy then keeps its episodes on its one replica), or "
-            "serve SciWorld behind nginx (AGENTRL_ENV=http, docs/deployment.md)"
+            f"serve {', '.join(sticky)} behind nginx (AGENTRL_ENV=http, docs/deployment.md)"
         )
     given_cmd = (env.get("AGENTRL_TRAIN_CMD") or "").strip()
     train_cmd = given_cmd or f"agent-train train --config {name}"

@@ -12,8 +12,8 @@ The same steps and pins as the trainer image of the line (docker/trainer-verl09.
    (``trainer-extra.txt``, from docker/trainer*-constraints.txt);
 3. verl without its dependency list, then our two packages (editable: the checkout on the shared filesystem),
    verl and the rest of the Dockerfile's install set under those two constraint files. One difference from the
-   image: the env package with the environments' extras (``./services/env[textcraft,babyai,sciworld]``, at the
-   versions of the checkout's constraints.txt, AgentGym's), because a Slurm job serves the environments from this
+   image: the env package with the environments' extras (``./services/env[agentgym]``: every registered
+   environment's, at the versions of the checkout's constraints.txt), because a Slurm job serves the environments from this
    environment (``agent-envs serve-ray``: the replicas run on the training nodes), where the compose stack serves
    them from the env image. SciWorld also needs a Java 17 runtime on every node, which no pip package brings
    (docs/multi-node.md: a module or a JDK tarball and JAVA_HOME; the job checks it on every node).
@@ -114,10 +114,12 @@ def editable(install: list[str]) -> list[str]:
     return [arg for w in install for arg in (("-e", w) if w.startswith("./services/") else (w,))]
 
 
-#: The environments a Slurm job can serve besides WebShop (services/env's extras): their packages go into this
-#: environment, where the job's Serve replicas run.
-ENV_EXTRAS = ("textcraft", "babyai", "sciworld")
-#: The block of the checkout's constraints.txt that pins them (the versions AgentGym's recordings were made with).
+#: The environments a Slurm job can serve: every registered one's extra, through services/env's meta-extra
+#: ``agentgym`` (``agent-envs envs --check-deploy`` keeps it naming each registration's extra). Their packages go
+#: into this environment, where the job's Serve replicas run.
+ENV_EXTRAS = ("agentgym",)
+#: The block of the checkout's constraints.txt that pins them (the versions AgentGym's recordings were made with,
+#: and each later environment's, down to the first blank line).
 ENV_PINS_HEADER = "# The AgentGym environments"
 
 
@@ -141,9 +143,10 @@ def env_pins(out: Path) -> Path:
         ) from None
     block = []
     for line in lines[start + 1 :]:
-        if not line.strip() or line.startswith("#"):
+        if not line.strip():
             break
-        block.append(line.strip())
+        if not line.startswith("#"):  # a comment heads an environment's own pins
+            block.append(line.strip())
     path = out / "env-extras.txt"
     path.write_text("\n".join(block) + "\n")
     return path

@@ -179,7 +179,7 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
         "--require-driver",
     ]
     # the run's own overrides are preflighted (verl's struct checks and validate_config) before the GPU
-    assert preflight == ["preflight", "--config", "test", "--env", "webshop", "--catalog", "/data/catalog",
+    assert preflight == ["preflight", "--config", "webshop_grpo_test", "--env", "webshop", "--catalog", "/data/catalog",
                          "--env-url", "http://balancer:8080", "--out", f"{run}/preflight", "trainer.save_freq=5",
                          "trainer.test_freq=2"]  # fmt: skip
     assert train_data == [
@@ -193,7 +193,7 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     ]
     assert eval_data[4] == "eval"
     assert train == [
-        "train", "--config", "test", "--experiment", "webshop_grpo_test", "--output-dir",
+        "train", "--config", "webshop_grpo_test", "--experiment", "webshop_grpo_test", "--output-dir",
         f"{stubs['root']}/outputs/logs", f"trainer.default_local_dir={ckpt}", "trainer.save_freq=5",
         "trainer.test_freq=2",
     ]  # fmt: skip
@@ -275,7 +275,8 @@ def test_trainer_full_config_and_explicit_settings(rendered: dict, stubs: dict[s
                     AGENTRL_ROLLOUT_N="8")  # fmt: skip
     assert result.returncode == 0, result.stderr
     _, train, env = _calls(stubs["log"])[-1]
-    assert train[:5] == ["train", "--config", "full", "--experiment", "run7"]
+    # TRAIN_CONFIG=full: WebShop's old name of its full run, the config webshop_grpo_train
+    assert train[:5] == ["train", "--config", "webshop_grpo_train", "--experiment", "run7"]
     assert train[-1].endswith("/outputs/checkpoints/run7")
     assert (env["AGENTRL_N_GPUS"], env["AGENTRL_EXPERIMENT"], env["AGENTRL_ROLLOUT_N"]) == ("4", "run7", "8")
 
@@ -318,7 +319,7 @@ def test_a_test_configs_rows_follow_its_sample_limits(
 def test_trainer_rejects_an_unknown_config(rendered: dict, stubs: dict[str, Any]) -> None:
     result = _train(rendered, stubs, TRAIN_CONFIG="huge")
     assert result.returncode == 2
-    assert "TRAIN_CONFIG must be test or full" in result.stderr
+    assert "TRAIN_CONFIG must be <env>_grpo_test or <env>_grpo_train" in result.stderr
     assert not stubs["log"].exists()
 
 

@@ -240,9 +240,9 @@ def test_eval_runs_in_the_image_of_the_verl_line_that_wrote_the_checkpoint() -> 
 @pytest.mark.parametrize(
     ("args", "config", "data_envs", "served"),
     [
-        (["train-test"], "test", "webshop", "webshop"),
-        (["train-test", "ENV=webshop"], "test", "webshop", "webshop"),
-        (["train-full", "ENV=webshop"], "full", "webshop", "webshop"),
+        (["train-test"], "webshop_grpo_test", "webshop", "webshop"),
+        (["train-test", "ENV=webshop"], "webshop_grpo_test", "webshop", "webshop"),
+        (["train-full", "ENV=webshop"], "webshop_grpo_train", "webshop", "webshop"),
         (["train-test", "ENV=textcraft"], "textcraft_grpo_test", "textcraft", "textcraft,webshop"),
         (["train-full", "ENV=babyai"], "babyai_grpo_train", "babyai", "babyai,webshop"),
         (["train-test", "ENV=sciworld"], "sciworld_grpo_test", "sciworld", "sciworld,webshop"),
@@ -264,7 +264,7 @@ def test_env_picks_the_environments_config_data_and_served_environments(
     args: list[str], config: str, data_envs: str, served: str
 ) -> None:
     """`make train-test ENV=textcraft`: the GPU plan and the container run textcraft_grpo_test, the container
-    builds TextCraft's data (TRAIN_ENVS) and `make up` serves TextCraft next to WebShop; WebShop keeps test/full."""
+    builds TextCraft's data (TRAIN_ENVS) and `make up` serves TextCraft next to what it serves (WebShop here)."""
     for line, config_dir, service in (
         ("0.7", "configs", "trainer"),
         ("0.9", "configs/verl09", "trainer-verl09"),
@@ -282,10 +282,52 @@ def test_env_picks_the_environments_config_data_and_served_environments(
         # the job's compose run sees the list `make up` served: compose then leaves the replicas and the balancer
         # running as they are (another AGENTRL_ENVS, e.g. make's exported ENVS, would recreate them without it)
         assert run.lstrip().startswith(f'AGENTRL_ENVS="{served}" '), run
-    name = {"test": "webshop_grpo_test", "full": "webshop_grpo_train"}.get(config, config)
-    assert (REPO / "configs" / f"{name}.yaml").is_file() and (
-        REPO / "configs" / "verl09" / f"{name}.yaml"
+    assert (REPO / "configs" / f"{config}.yaml").is_file() and (
+        REPO / "configs" / "verl09" / f"{config}.yaml"
     ).is_file()
+
+
+@pytest.mark.parametrize(
+    ("served_before", "env", "served"),
+    [
+        ("babyai", "babyai", "babyai"),
+        ("textcraft", "babyai", "babyai,textcraft"),
+        ("webshop", "babyai", "babyai,webshop"),
+    ],
+)
+def test_a_run_serves_its_environments_next_to_the_served_ones_and_no_other(
+    served_before: str, env: str, served: str
+) -> None:
+    """`make up ENVS=babyai` then `make train-test ENV=babyai`: BabyAI alone is served (WebShop was added to every
+    run's list; the run's preflight reuses a service that serves the run's environments)."""
+    for target in ("train-test", "train-full", "train-preflight"):
+        shown = _make("-n", target, f"ENV={env}", f"ENVS={served_before}").stdout.replace("\\\n", " ")
+        up = next(row for row in shown.splitlines() if "--no-print-directory -f mk/stack.mk up" in row)
+        assert up.rstrip().endswith(f"up ENVS={served}"), up
+        run = next(row for row in shown.splitlines() if "run --rm" in row)
+        assert run.lstrip().startswith(f'AGENTRL_ENVS="{served}" '), run
+    shown = _make("-n", "eval", "MODEL_PATH=/m", f"ENV={env}", f"ENVS={served_before}").stdout
+    run = next(row for row in shown.replace("\\\n", " ").splitlines() if "run --rm" in row)
+    assert run.lstrip().startswith(f'AGENTRL_ENVS="{served}" '), run
+
+
+def test_a_run_keeps_what_the_running_stack_serves(tmp_path: Path) -> None:
+    """`make up ENVS=babyai,textcraft` then `make train-test ENV=babyai` (no ENVS): the run serves what the running
+    stack serves (its balancer's AGENTRL_ENVS), so compose re-creates nothing; .env's list or WebShop only when no
+    stack runs. The engine here is a stand-in answering as docker would."""
+    compose, docker = tmp_path / "compose", tmp_path / "docker"
+    compose.write_text('#!/bin/sh\n[ "$1 $2 $3" = "ps -q balancer" ] && echo 0d37beab591f\n')
+    docker.write_text('#!/bin/sh\nprintf "PATH=/usr/bin\\nAGENTRL_ENVS=babyai,textcraft\\nHOME=/h\\n"\n')
+    for script in (compose, docker):
+        script.chmod(0o755)
+    engine = [f"COMPOSE={compose}", f"DOCKER={docker}"]
+    for target in ("train-test", "eval"):
+        shown = _make("-n", target, "ENV=babyai", "MODEL_PATH=/m", *engine).stdout.replace("\\\n", " ")
+        run = next(row for row in shown.splitlines() if "run --rm" in row)
+        assert 'AGENTRL_ENVS="babyai,textcraft"' in run, run
+    compose.write_text("#!/bin/sh\nexit 0\n")  # no stack runs: the default list, and the run's
+    shown = _make("-n", "train-test", "ENV=babyai", *engine).stdout.replace("\\\n", " ")
+    assert 'AGENTRL_ENVS="babyai,webshop"' in next(row for row in shown.splitlines() if "run --rm" in row)
 
 
 def test_an_unknown_env_is_refused_before_anything_runs() -> None:
@@ -318,6 +360,7 @@ def test_any_registered_environment_is_accepted_and_one_without_a_config_is_told
             in result.stderr
         )
         assert "docs/environments/adding.md" in result.stderr and "this machine cannot" not in result.stderr
+        assert "agent-train configs --write" in result.stderr  # what writes it from the spec's recipe
     preflight = _make("train-preflight", "ENV=sokoban", "CONFIG=full", cwd=stack_copy)
     assert (
         preflight.returncode == 2 and "no training config configs/sokoban_grpo_train.yaml" in preflight.stderr

@@ -1,8 +1,8 @@
 """The Slurm job's plan for every environment (``deploy/slurm/job-envs.py``, run by ``agent-grpo.sbatch`` before
 anything starts), its refusals, its per-node check, and every ``sbatch`` example the docs give (issue 35, W4).
 
-- The config is the one ``make train-test|train-full ENV=...`` picks; the served environments are WebShop and the
-  run's; the rows are built by ``agent-train data`` (a test config's first rows only).
+- The config is the one ``make train-test|train-full ENV=...`` picks; the served environments are the run's (and
+  those ``AGENTRL_ENVS`` adds), any the registry names; the rows are built by ``agent-train data`` (a test config's first rows only).
 - What cannot run is refused before Ray starts, saying what to change: an unknown environment or config, SciWorld
   with several Serve replicas per node (no episode affinity among them), a node whose Python lacks an
   environment's package, SciWorld without Java 17.
@@ -54,17 +54,18 @@ def _plan(line: str = "0.9", **settings: str):
 @pytest.mark.parametrize(
     "envs, kind, config, served",
     [
-        ("webshop", "test", "test", "webshop"),
-        ("webshop", "full", "full", "webshop"),
-        ("textcraft", "test", "textcraft_grpo_test", "webshop,textcraft"),
-        ("babyai", "full", "babyai_grpo_train", "webshop,babyai"),
-        ("sciworld", "test", "sciworld_grpo_test", "webshop,sciworld"),
+        ("webshop", "test", "webshop_grpo_test", "webshop"),
+        ("webshop", "full", "webshop_grpo_train", "webshop"),
+        ("textcraft", "test", "textcraft_grpo_test", "textcraft"),
+        ("babyai", "full", "babyai_grpo_train", "babyai"),
+        ("sciworld", "test", "sciworld_grpo_test", "sciworld"),
+        ("sokoban", "test", "sokoban_grpo_test", "sokoban"),
         ("mixed", "test", "mixed_grpo_test", "webshop,textcraft,babyai"),
-        ("textcraft,babyai", "full", "mixed_grpo_train", "webshop,textcraft,babyai"),
+        ("textcraft,babyai", "full", "mixed_grpo_train", "textcraft,babyai"),
         ("textcraft,webshop", "test", "mixed_grpo_test", "webshop,textcraft"),
     ],
 )
-def test_the_config_is_make_train_tests_and_webshop_is_served_beside(
+def test_the_config_is_make_train_tests_and_the_runs_environments_are_served(
     line, envs, kind, config, served
 ) -> None:
     plan = _plan(line, AGENTRL_TRAIN_ENVS=envs, AGENTRL_TRAIN_CONFIG=kind)
@@ -107,7 +108,7 @@ def test_the_plan_is_shell_the_script_evaluates() -> None:
     )
     out = subprocess.run(["bash", "-c", 'eval "$1"; printf "%s|%s|%s" "$TRAIN_CMD" "$AGENTRL_ENVS" "$CHECK_BATCH"',
                           "_", job_envs.shell(plan)], capture_output=True, text=True, check=True)  # fmt: skip
-    assert out.stdout == "agent-train train --config 'a b' x=\"$HOME\"|webshop,textcraft|1"
+    assert out.stdout == "agent-train train --config 'a b' x=\"$HOME\"|textcraft|1"
     assert subprocess.run(["bash", "-n", str(SBATCH)]).returncode == 0
 
 
@@ -118,7 +119,7 @@ def test_the_plan_is_shell_the_script_evaluates() -> None:
         ({"AGENTRL_TRAIN_ENVS": " , "}, "AGENTRL_TRAIN_ENVS is empty"),
         ({"AGENTRL_TRAIN_CONFIG": "small"}, "AGENTRL_TRAIN_CONFIG must be test or full"),
         ({"AGENTRL_TRAIN_ENVS": "sciworld", "AGENTRL_RAY_REPLICAS_PER_NODE": "2"},
-         "SciWorld on the Ray Serve app needs one replica per node, not 2"),
+         "sciworld on the Ray Serve app needs one replica per node, not 2"),
         ({"AGENTRL_ENVS": "sciworld", "AGENTRL_RAY_REPLICAS_PER_NODE": "3"}, "no episode affinity"),
         ({"AGENTRL_RAY_REPLICAS_PER_NODE": "0"}, "AGENTRL_RAY_REPLICAS_PER_NODE must be a whole number"),
         ({"AGENTRL_BUILD_DATA": "yes"}, "AGENTRL_BUILD_DATA must be 0 or 1"),
@@ -208,7 +209,7 @@ def test_check_says_before_sbatch_what_the_job_would_do_or_refuse(generated_cata
                         env={**env, "AGENTRL_TRAIN_ENVS": "textcraft"})  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert "train on textcraft with the textcraft_grpo_test config" in ok.stdout
-    assert ok.stdout.strip().endswith("envs-check login ok webshop textcraft"), ok.stdout
+    assert ok.stdout.strip().endswith("envs-check login ok textcraft"), ok.stdout
     refused = subprocess.run([sys.executable, str(SCRIPT), "check"], capture_output=True, text=True, timeout=300,
                              env={**env, "AGENTRL_TRAIN_ENVS": "sciworld", "AGENTRL_RAY_REPLICAS_PER_NODE": "4"})  # fmt: skip
     assert refused.returncode == 2 and "needs one replica per node, not 4" in refused.stderr, refused.stderr
@@ -289,12 +290,12 @@ def test_make_venv_gpu_installs_the_environments_extras_at_the_checkouts_pins(
     venv_gpu.build(venv, "0.9", "python3")
     install = next(c for c in commands if "-e" in c)  # step 3: our packages, editable
     extras = install[install.index("-e") + 1]
-    assert extras == "./services/env[textcraft,babyai,sciworld]", install
+    assert extras == "./services/env[agentgym]", install  # every registered environment's extra
     pins = (
         Path(install[[i for i, w in enumerate(install) if w == "--constraint"][-1] + 1]).read_text().split()
     )
     constraints = (REPO / "constraints.txt").read_text().split()
-    for package in ("textcraft", "minigrid", "gymnasium", "scienceworld"):
+    for package in ("textcraft", "minigrid", "gymnasium", "scienceworld", "gym-sokoban"):
         pin = next(p for p in pins if p.startswith(f"{package}=="))
         assert pin in constraints, pin
     pyproject = (REPO / "services" / "env" / "pyproject.toml").read_text()

@@ -19,7 +19,9 @@ import pytest
 from dockerstack import Stack
 
 ENVS = "textcraft,babyai"
-SERVED = "babyai,textcraft,webshop"  # what make train-test ENV=textcraft,babyai serves (WebShop always)
+SERVED = (
+    "babyai,textcraft"  # what make train-test ENV=textcraft,babyai serves on a stack serving them: no other
+)
 EXPERIMENT = "mixed_grpo_test"  # the config of a mix (configs/mixed_grpo_test.yaml)
 
 
@@ -42,6 +44,8 @@ def test_train_test_then_eval_on_cpu_through_the_compose_jobs(stack: Stack) -> N
     assert {service: _started(stack, service) for service in before} == before
     for env_id in ENVS.split(","):
         assert httpx.get(f"{stack.url}/{env_id}/v1/info", timeout=10).status_code == 200
+    # nothing else was served for the run (WebShop was, whatever the run trained on)
+    assert httpx.get(f"{stack.url}/webshop/v1/info", timeout=10).status_code != 200
 
     checkpoints = stack.root / "outputs" / "checkpoints" / EXPERIMENT
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2", trained.stdout[
@@ -65,8 +69,13 @@ def test_train_test_then_eval_on_cpu_through_the_compose_jobs(stack: Stack) -> N
     assert summary["sources"] == dict.fromkeys(ENVS.split(","), "http://balancer:8080")
     rows = pq.read_table(run / "data" / "train.parquet").to_pylist()
     assert {row["data_source"] for row in rows} == set(ENVS.split(","))
-    preflights = list((run / "preflight").rglob("summary.json"))
-    assert preflights and all(json.loads(p.read_text())["ok"] for p in preflights)
+    preflights = [json.loads(p.read_text()) for p in (run / "preflight").rglob("summary.json")]
+    assert preflights and all(p["ok"] for p in preflights)
+    # ... through the served environments (a service without WebShop was not reused: the container started a
+    # cluster of its own)
+    assert all(p["cluster"] == {"url": "http://balancer:8080", "reused": True} for p in preflights), (
+        preflights
+    )
 
     started = time.monotonic()
     stack.make("eval", "ENV=babyai", "DEVICE=cpu", f"MODEL_PATH=/outputs/checkpoints/{EXPERIMENT}", "MAX_SAMPLES=4",

@@ -336,7 +336,7 @@ def test_mixed_metrics_keep_each_environment_s_rule_and_pool_only_successes() ->
 
 def test_make_eval_and_preflight_take_env() -> None:
     """``make eval ENV=...`` hands the environments to the eval container (EVAL_ENV) and serves them; ``make
-    preflight ENV=...`` runs the preflight of those environments; no ENV keeps WebShop's."""
+    preflight ENV=...`` runs the preflight of those environments; no ENV: WebShop's, named like any other."""
     repo = Path(__file__).resolve().parents[2]
 
     def dry(*args: str) -> subprocess.CompletedProcess[str]:
@@ -347,7 +347,7 @@ def test_make_eval_and_preflight_take_env() -> None:
     assert "-e EVAL_ENV=textcraft,babyai,webshop" in mixed and "ENVS=babyai,textcraft,webshop" in mixed
     assert "-e EVAL_ENV=webshop " in dry("eval", "MODEL_PATH=/models/m").stdout
     assert "preflight --catalog data/catalog --env textcraft\n" in dry("preflight", "ENV=textcraft").stdout
-    assert "--env" not in dry("preflight").stdout.splitlines()[-1]
+    assert dry("preflight").stdout.splitlines()[-1].endswith("preflight --catalog data/catalog --env webshop")
     wrong = subprocess.run(["make", "eval", "MODEL_PATH=/models/m", "ENV=chess"], cwd=repo, capture_output=True,
                            text=True, timeout=120)  # fmt: skip
     assert wrong.returncode == 2 and "not 'chess'" in wrong.stderr

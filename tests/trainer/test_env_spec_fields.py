@@ -72,19 +72,35 @@ def service(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], list[list[
     return answers, started
 
 
-def test_a_service_is_reused_when_it_serves_the_catalog_and_every_environment(
+def test_a_service_is_reused_when_it_serves_every_environment_of_the_run(
     service: tuple[dict[str, Any], list[list[str] | None]], tmp_path: Path
 ) -> None:
-    """The environments that play the catalog (their spec ``needs_catalog``) are always served, and reusing a
-    service needs their info to name this catalog; the others need only answer."""
+    """Reusing a service needs each of the run's environments to answer, and the info of those that play the
+    catalog (their spec ``needs_catalog``) to name this catalog. A cluster of the run's own also serves the
+    environments that play the catalog."""
     answers, started = service
     answers |= {f"{URL}/webshop/v1/info": {"fingerprint": "abc"}, f"{URL}/textcraft/v1/info": {"tasks": 544}}
     reuse = cluster.start_or_reuse_env_cluster
     assert reuse(tmp_path, "abc", ["textcraft"], tmp_path, URL + "/").reused and started == []
-    assert not reuse(tmp_path, "another", ["textcraft"], tmp_path, URL).reused  # another catalog
+    assert reuse(tmp_path, "abc", ["textcraft", "webshop"], tmp_path, URL).reused and started == []
+    assert not reuse(tmp_path, "another", ["webshop"], tmp_path, URL).reused  # another catalog
     assert not reuse(tmp_path, "abc", ["babyai"], tmp_path, URL).reused  # an environment it does not serve
     assert not reuse(tmp_path, "abc", ["textcraft"], tmp_path, None).reused  # no service named
-    assert started == [["webshop", "textcraft"], ["webshop", "babyai"], ["webshop", "textcraft"]]
+    assert started == [["webshop"], ["webshop", "babyai"], ["webshop", "textcraft"]]
+
+
+def test_a_service_without_the_catalogs_environments_is_reused_for_a_run_without_them(
+    service: tuple[dict[str, Any], list[list[str] | None]], tmp_path: Path
+) -> None:
+    """``make train-test ENV=babyai`` serves BabyAI alone: its preflight reuses that service (a run started its own
+    cluster in the trainer container, which has no environment extras, when WebShop was not served too)."""
+    answers, started = service
+    answers[f"{URL}/babyai/v1/info"] = {"tasks": 1000}
+    assert cluster.start_or_reuse_env_cluster(tmp_path, "abc", ["babyai"], tmp_path, URL).reused
+    assert not cluster.start_or_reuse_env_cluster(
+        tmp_path, "abc", ["babyai", "webshop"], tmp_path, URL
+    ).reused
+    assert started == [["webshop", "babyai"]]
 
 
 def test_an_environment_that_needs_the_catalog_is_served_and_checked_like_webshop(
@@ -93,10 +109,13 @@ def test_an_environment_that_needs_the_catalog_is_served_and_checked_like_websho
     answers, started = service
     answers |= {f"{URL}/webshop/v1/info": {"fingerprint": "abc"}, f"{URL}/textcraft/v1/info": {"tasks": 544}}
     answers[f"{URL}/shop/v1/info"] = {"fingerprint": "old"}
-    assert not cluster.start_or_reuse_env_cluster(tmp_path, "abc", ["textcraft"], tmp_path, URL).reused
+    assert not cluster.start_or_reuse_env_cluster(
+        tmp_path, "abc", ["shop", "textcraft"], tmp_path, URL
+    ).reused
+    assert cluster.start_or_reuse_env_cluster(tmp_path, "abc", ["textcraft"], tmp_path, URL).reused
     assert started == [["webshop", "shop", "textcraft"]]
     answers[f"{URL}/shop/v1/info"] = {"fingerprint": "abc"}
-    assert cluster.start_or_reuse_env_cluster(tmp_path, "abc", ["textcraft"], tmp_path, URL).reused
+    assert cluster.start_or_reuse_env_cluster(tmp_path, "abc", ["shop", "textcraft"], tmp_path, URL).reused
 
 
 def test_webshops_episode_replays_through_its_spec_as_the_rehearsal_replays_it(

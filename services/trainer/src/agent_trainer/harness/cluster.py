@@ -83,15 +83,16 @@ def start_or_reuse_cluster(catalog_dir: Path, fingerprint: str, run_dir: Path, e
 
 def start_or_reuse_env_cluster(catalog_dir: Path, fingerprint: str, env_ids: Sequence[str], run_dir: Path,
                                env_url: str | None, replicas: int = 2) -> Cluster:  # fmt: skip
-    """The service at ``env_url`` when it serves every one of ``env_ids`` and of the environments that play the
-    catalog (their spec ``needs_catalog``: WebShop) with this catalog, else replicas + nginx of our own serving
-    them all (a cluster started with the catalog serves the environments that play it, so a later run can check
-    its fingerprint and reuse it)."""
+    """The service at ``env_url`` when it serves every one of ``env_ids`` (those that play the catalog, their spec
+    ``needs_catalog``, with this catalog), else replicas + nginx of our own. A run's own cluster also serves the
+    environments that play the catalog, whichever it needs, so that a later run on them can reuse it; a service
+    someone else started needs to serve the run's environments only (``make train-test ENV=babyai`` serves BabyAI
+    alone)."""
     from .. import envs
 
-    served = list(dict.fromkeys([*(e for e, spec in envs.specs().items() if spec.needs_catalog), *env_ids]))
-    if env_url and all(_serves(env_url.rstrip("/"), env_id, fingerprint) for env_id in served):
+    if env_url and all(_serves(env_url.rstrip("/"), env_id, fingerprint) for env_id in env_ids):
         return Cluster(url=env_url.rstrip("/"), reused=True)
+    served = list(dict.fromkeys([*(e for e, spec in envs.specs().items() if spec.needs_catalog), *env_ids]))
     return start_cluster(catalog_dir, run_dir, replicas, served=served)
 
 

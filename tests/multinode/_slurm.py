@@ -172,7 +172,9 @@ class SlurmCluster:
         (self.dir / "munge").chmod(0o711)
         self._start_munged()
         self._write_conf()
-        inherited = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")  # from a job this test might run in
+        # from a job this test might run in, and the project's settings of the caller (make exports AGENTRL_ENVS to
+        # every recipe): a test job's settings are its own (job_env), never the shell's that ran the suite
+        inherited = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "AGENTRL_", "WEBSHOP_")
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(inherited)}
         self.env["SLURM_CONF"] = str(self.conf)
         self._saved_slurm_conf = os.environ.get("SLURM_CONF")

@@ -211,13 +211,13 @@ endef
 # _train.yaml, each a small file over the line's base, configs/base/); ENV=mixed or a list (ENV=textcraft,webshop):
 # the mixed config on those environments (mixed: textcraft,babyai,webshop). The trainer container builds that data
 # (TRAIN_ENVS) and `make up` serves those environments next to the ones it serves already (ENVS, else the running
-# stack's, else .env's AGENTRL_ENVS, else webshop), no other (SciWorld's rows come from the served SciWorld's
-# resets: the trainer image has no Java).
+# stack's, else .env's AGENTRL_ENVS; none: the run's alone), no other (SciWorld's rows come from the served
+# SciWorld's resets: the trainer image has no Java).
 STACK_SPACE := $(subst ,, )
 TRAIN_ENV_LIST = $(subst $(STACK_COMMA), ,$(or $(ENV),webshop))
 TRAIN_ENV_NAME = $(if $(word 2,$(TRAIN_ENV_LIST)),mixed,$(TRAIN_ENV_LIST))
 TRAIN_DATA_ENVS = $(if $(filter mixed,$(TRAIN_ENV_LIST)),textcraft$(STACK_COMMA)babyai$(STACK_COMMA)webshop,$(subst $(STACK_SPACE),$(STACK_COMMA),$(TRAIN_ENV_LIST)))
-TRAIN_BASE_ENVS = $(if $(STACK_ENVS_UNSET),$(or $(STACK_RUNNING_ENVS),$(STACK_ENVS)),$(ENVS))
+TRAIN_BASE_ENVS = $(if $(STACK_ENVS_UNSET),$(or $(STACK_RUNNING_ENVS),$(STACK_DOTENV_ENVS)),$(ENVS))
 TRAIN_SERVE_ENVS = $(subst $(STACK_SPACE),$(STACK_COMMA),$(sort $(subst $(STACK_COMMA), ,$(TRAIN_BASE_ENVS) $(TRAIN_DATA_ENVS))))
 # test|full: the config of a run, <env>_grpo_test / <env>_grpo_train (mixed_grpo_...). The trainer job and
 # agent-train still take WebShop's old names test / full.

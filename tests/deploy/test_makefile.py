@@ -313,8 +313,8 @@ def test_a_run_serves_its_environments_next_to_the_served_ones_and_no_other(
 
 def test_a_run_keeps_what_the_running_stack_serves(tmp_path: Path) -> None:
     """`make up ENVS=babyai,textcraft` then `make train-test ENV=babyai` (no ENVS): the run serves what the running
-    stack serves (its balancer's AGENTRL_ENVS), so compose re-creates nothing; .env's list or WebShop only when no
-    stack runs. The engine here is a stand-in answering as docker would."""
+    stack serves (its balancer's AGENTRL_ENVS), so compose re-creates nothing; when none runs, .env's list or the
+    run's environments alone. The engine here is a stand-in answering as docker would."""
     compose, docker = tmp_path / "compose", tmp_path / "docker"
     compose.write_text('#!/bin/sh\n[ "$1 $2 $3" = "ps -q balancer" ] && echo 0d37beab591f\n')
     docker.write_text('#!/bin/sh\nprintf "PATH=/usr/bin\\nAGENTRL_ENVS=babyai,textcraft\\nHOME=/h\\n"\n')
@@ -325,9 +325,11 @@ def test_a_run_keeps_what_the_running_stack_serves(tmp_path: Path) -> None:
         shown = _make("-n", target, "ENV=babyai", "MODEL_PATH=/m", *engine).stdout.replace("\\\n", " ")
         run = next(row for row in shown.splitlines() if "run --rm" in row)
         assert 'AGENTRL_ENVS="babyai,textcraft"' in run, run
-    compose.write_text("#!/bin/sh\nexit 0\n")  # no stack runs: the default list, and the run's
+    compose.write_text(
+        "#!/bin/sh\nexit 0\n"
+    )  # no stack runs (and no .env list): the run's environments alone
     shown = _make("-n", "train-test", "ENV=babyai", *engine).stdout.replace("\\\n", " ")
-    assert 'AGENTRL_ENVS="babyai,webshop"' in next(row for row in shown.splitlines() if "run --rm" in row)
+    assert 'AGENTRL_ENVS="babyai"' in next(row for row in shown.splitlines() if "run --rm" in row)
 
 
 def test_an_unknown_env_is_refused_before_anything_runs() -> None:

@@ -31,10 +31,11 @@ STACK_DOTENV_ENVS = $(or $(shell sed -n 's/^AGENTRL_ENVS=//p' .env 2>/dev/null |
   sed -n 's/^WEBSHOP_ENVS=//p' .env 2>/dev/null | tail -n 1))
 STACK_ENVS_UNSET = $(filter undefined,$(origin ENVS))$(and $(filter file,$(origin ENVS)),$(filter webshop,$(ENVS)))
 STACK_ENVS = $(if $(STACK_ENVS_UNSET),$(or $(STACK_DOTENV_ENVS),webshop),$(ENVS))
-# What the running stack serves (its balancer's AGENTRL_ENVS; empty when none runs): expanded only by the recipes
-# that read it (train-test, train-full, train-preflight, eval).
-STACK_RUNNING_ENVS = $(shell c="$$($(COMPOSE) ps -q balancer 2>/dev/null | head -n 1)"; [ -z "$$c" ] || \
-  $(DOCKER) inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$$c" 2>/dev/null | sed -n 's/^AGENTRL_ENVS=//p')
+# What the running stack serves (its balancer's AGENTRL_ENVS; empty when none runs): asked of the engine once, when
+# a recipe that reads it first expands it (train-test, train-full, train-preflight, eval), then kept.
+STACK_RUNNING_ENVS = $(eval STACK_RUNNING_ENVS := $$(shell c="$$$$($(COMPOSE) ps -q balancer 2>/dev/null | head -n 1)"; \
+  [ -z "$$$$c" ] || $(DOCKER) inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$$$$c" 2>/dev/null | \
+  sed -n 's/^AGENTRL_ENVS=//p'))$(STACK_RUNNING_ENVS)
 STACK_COMMA := ,
 STACK_STICKY_ENVS := $(shell awk '$$2 == "sticky" { print $$1 }' configs/nginx/environments/placements.txt 2>/dev/null)
 STACK_UP_PROFILES = $(if $(filter $(STACK_STICKY_ENVS),$(subst $(STACK_COMMA), ,$(STACK_ENVS))),--profile sciworld)

@@ -175,13 +175,13 @@ def nginx_maps(registrations: Sequence[Registration]) -> str:
     return "\n".join(lines)
 
 
-#: A location on the shared replicas: where nginx itself answers 502 (every try refused, e.g. Docker's DNS changed
-#: the servers between two tries), the request starts once more on the current servers (the template's
-#: ``@native_again``). An error_page in a location replaces all of the server's, so these repeat the server's JSON
-#: pages (the template's server block), and let the second pass's own error reach them.
-NATIVE_AGAIN = (
-    "recursive_error_pages on;",
-    "error_page 502 = @native_again;",
+#: Where nginx itself answers 502 (every try refused, e.g. Docker's DNS changed the servers between two tries), the
+#: request starts once more on the current servers, in the named location these lines send it to (the template's
+#: ``@native_again`` for the native routes; an environment's ``@<id>_sessions_again`` for its AgentGym and OpenEnv
+#: session routes, under the same ``X-Request-Id``, so the store still applies it once). An error_page in a location
+#: replaces all of the server's, so these repeat the server's JSON pages (the template's server block), and let the
+#: second pass's own error reach them.
+JSON_ERROR_PAGES = (
     "error_page 400 /_webshop_error/bad_request;",
     "error_page 404 /_webshop_error/not_found;",
     "error_page 405 /_webshop_error/method_not_allowed;",
@@ -192,13 +192,25 @@ NATIVE_AGAIN = (
     "error_page 503 /_webshop_error/bad_gateway;",
     "error_page 504 /_webshop_error/gateway_timeout;",
 )
+NATIVE_AGAIN = "@native_again"  # the template's: the shared replicas with the default timeouts
+
+
+def _again_lines(named: str) -> list[str]:
+    """A location's lines that send nginx's own 502 to ``named`` for a second pass (:data:`JSON_ERROR_PAGES`)."""
+    return ["recursive_error_pages on;", f"error_page 502 = {named};", *JSON_ERROR_PAGES]
+
+
+def sessions_again(registration: Registration) -> str:
+    """The named location of an environment's second pass for its session routes (AgentGym's, OpenEnv's named
+    sessions): its own, for its upstream and timeouts."""
+    return f"@{registration.id}_sessions_again"
 
 
 def _location(
-    match: str, upstream: str, read_s: float, window_s: float, retry: str | None, *, again: bool = False
+    match: str, upstream: str, read_s: float, window_s: float, retry: str | None, *, again: str | None = None
 ) -> list[str]:
-    """One location; ``again``: on the shared replicas, nginx's own 502 starts the request once more
-    (:data:`NATIVE_AGAIN`: the native routes and the catch-all, whose second pass has the default timeouts)."""
+    """One location (``match`` a location's match, or a named location's ``@name``); ``again``: the named location
+    where nginx's own 502 starts the request once more (:func:`_again_lines`)."""
     lines = [f"        location {match} {{", f"            proxy_pass http://{upstream};"]
     if read_s != DEFAULT_READ_S:
         lines.append(f"            proxy_read_timeout {_seconds(read_s)};")
@@ -208,8 +220,8 @@ def _location(
         # every replica, then every backup copy (the template's "Hung or unreachable replicas": no 502 while each
         # replica is marked failed at once), within the retry window
         lines.append("            proxy_next_upstream_tries 0;")
-    if again and upstream == UPSTREAM_ANY:
-        lines += [f"            {line}" for line in NATIVE_AGAIN]
+    if again is not None:
+        lines += [f"            {line}" for line in _again_lines(again)]
     if window_s != DEFAULT_RETRY_WINDOW_S:
         lines.append(f"            proxy_next_upstream_timeout {_seconds(window_s)};")
     return [*lines, "        }"]
@@ -225,25 +237,29 @@ def nginx_locations(registrations: Sequence[Registration]) -> str:
         prefix = _prefix_pattern(r)
         timeouts = r.timeouts
         lines.append(f"        # {r.id}: placement {r.placement}")
+        session_upstream = UPSTREAM_STICKY if sticky else UPSTREAM_SESSIONS
+        # the session routes' second pass: where nginx itself answers 502 (Docker's DNS dropped the replica a
+        # request was on between two tries), the request starts again on the current servers, same request id
+        lines += _location(sessions_again(r), session_upstream, timeouts.read_s, timeouts.retry_window_s,
+                           RETRY_NO_503)  # fmt: skip
         if r.agentgym_routes:
-            lines += _location(
-                f"~ ^{prefix}/(?:{'|'.join(r.agentgym_routes)})$", UPSTREAM_STICKY if sticky else UPSTREAM_SESSIONS,
-                timeouts.read_s, timeouts.retry_window_s, RETRY_NO_503,
-            )  # fmt: skip
+            lines += _location(f"~ ^{prefix}/(?:{'|'.join(r.agentgym_routes)})$", session_upstream, timeouts.read_s,
+                               timeouts.retry_window_s, RETRY_NO_503, again=sessions_again(r))  # fmt: skip
         lines += openenv_locations(r)
         upstream = UPSTREAM_STICKY if sticky else UPSTREAM_ANY
         native_retry = RETRY_NO_503 if sticky else None  # None: the server's (RETRY_ANY)
         if r.slow_paths:
             lines += _location(f"~ ^{prefix}/(?:{'|'.join(r.slow_paths)})$", upstream, timeouts.slow_read_s,
                                timeouts.slow_retry_window_s, native_retry)  # fmt: skip
+        native_again = None if sticky else NATIVE_AGAIN  # a sticky native step is replayed by its client
         for match in (f"/{r.id}/", "/v1/") if r.root_alias else (f"/{r.id}/",):
             lines += _location(
-                match, upstream, timeouts.read_s, timeouts.retry_window_s, native_retry, again=True
+                match, upstream, timeouts.read_s, timeouts.retry_window_s, native_retry, again=native_again
             )
     lines.append(
         "        # the service's own routes (/healthz, /readyz, /metrics, /openapi.json, /docs) and anything else"
     )
-    lines += _location("/", UPSTREAM_ANY, DEFAULT_READ_S, DEFAULT_RETRY_WINDOW_S, None, again=True)
+    lines += _location("/", UPSTREAM_ANY, DEFAULT_READ_S, DEFAULT_RETRY_WINDOW_S, None, again=NATIVE_AGAIN)
     return "\n".join(lines)
 
 
@@ -265,7 +281,8 @@ def openenv_locations(r: Registration) -> list[str]:
         *_websocket_lines(session_upstream),
         "        }",
         *_location(f'~ "^{base}/sessions/{OPENENV_NAME}/(?:reset|step|state|health|metadata|schema)$"',
-                   session_upstream, r.timeouts.read_s, r.timeouts.retry_window_s, RETRY_NO_503),
+                   session_upstream, r.timeouts.read_s, r.timeouts.retry_window_s, RETRY_NO_503,
+                   again=sessions_again(r)),
     ]  # fmt: skip
 
 

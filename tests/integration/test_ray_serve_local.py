@@ -234,3 +234,28 @@ def test_up_ray_serves_every_environment(
         return response.status_code, response.json()
 
     assert replay_trace(episode, send, documented_difference) == []
+
+
+def test_up_ray_without_webshop_needs_no_catalog(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """`make up-ray ENVS=textcraft` on a machine without WebShop's catalog: serve-ray passes none and the replicas
+    (whose start checks are the served environments' own) serve TextCraft to its end; WebShop is not served. Before,
+    every replica refused to start without a prepared catalog."""
+    for name in ("WEBSHOP_CATALOG", "CATALOG_DIR"):  # make exports CATALOG_DIR
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no data/catalog here
+    serve_port = cluster.free_ports(1)[0]
+    record = local.up(run_dir, None, serve_port, cpus=2, extra=["--envs", "textcraft"])
+    url = record["env"]["local_url"]
+
+    async def episode() -> dict:
+        async with EnvClient(url, "textcraft", timeout=60) as client:
+            result = await client.reset(3)
+            for action in await client.expert(3):
+                result = await client.step(result["state"], action)
+                if result["done"]:
+                    break
+            return result
+
+    final = asyncio.run(episode())
+    assert final["done"] and final["reward"] > 0, final
+    assert cluster.http_status(f"{url}/webshop/v1/info") != 200

@@ -26,7 +26,7 @@ def test_defaults_and_known_settings_pass() -> None:
         ({"catalog": "/c", "settings": {"max_stepz": 5}}, "unknown service setting"),
         ({"catalog": "/c", "replicas_per_node": 0}, "at least 1"),
         ({"catalog": "/c", "replica_cpus": -1}, "between 0 and 64"),
-        ({"catalog": "/c", "colour": "red"}, "unknown webshop Serve argument"),
+        ({"catalog": "/c", "colour": "red"}, "unknown Serve argument"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_reason(values: dict, message: str) -> None:
@@ -56,3 +56,23 @@ def test_token_mode_only_when_a_token_exists_and_no_mode_is_set(tmp_path, monkey
     (tmp_path / "auth_token").write_text("t")
     assert needs_token_mode({}) is True
     assert needs_token_mode({"RAY_AUTH_MODE": "disabled"}) is False
+
+
+def test_a_replica_without_webshop_needs_no_catalog_and_one_with_it_names_what_is_missing(
+    generated_catalog_dir, tmp_path
+) -> None:
+    from agent_envs.api.settings import SettingsError
+    from agent_envs.ray_serve.app import replica_settings
+
+    secret = "serve-args-test-secret-0123456789abcdef"
+    alone = replica_settings(ServeArgs.parse({"settings": {"envs": "textcraft,babyai"}}), secret, "10.0.0.7")
+    assert alone.env_ids() == ["textcraft", "babyai"]
+    with pytest.raises(
+        SettingsError, match=r"node 10\.0\.0\.7 cannot serve webshop: .*not a prepared catalog"
+    ):
+        replica_settings(ServeArgs.parse({"catalog": str(tmp_path), "settings": {"envs": "webshop"}}), secret,
+                         "10.0.0.7")  # fmt: skip
+    served = ServeArgs.parse(
+        {"catalog": str(generated_catalog_dir), "settings": {"envs": "webshop,textcraft"}}
+    )
+    assert replica_settings(served, secret, "10.0.0.7").catalog == generated_catalog_dir

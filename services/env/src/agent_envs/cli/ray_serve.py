@@ -16,6 +16,7 @@ from ..ray_serve.nodes import serve_port
 EPILOG = """\
 Examples:
   ray start --head && agent-envs serve-ray --catalog /shared/webshop/catalog
+  agent-envs serve-ray --envs textcraft,babyai                    # no WebShop: no catalog needed
   agent-envs serve-ray --catalog data/catalog --stage-catalog     # copy it to every node's local disk
   agent-envs serve-ray --write-config webshop-serve.yaml          # for `serve deploy webshop-serve.yaml`
   agent-envs serve-ray --down
@@ -54,7 +55,7 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
     try:
         if args.write_config and not args.stage_catalog and args.state_secret_file is not None:
             # a file for `serve deploy`, with nothing to put into a cluster first
-            serve_args = ServeArgs.parse(_serve_args(args, str(args.catalog.resolve()), settings))
+            serve_args = ServeArgs.parse(_serve_args(args, _catalog(args), settings))
             _write_config(args.write_config, deploy.serve_config(serve_args, args.app_name, args.port))
             return 0
         deploy.connect(args.address)
@@ -66,9 +67,11 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
             return 0
         if args.state_secret_file is None:
             _progress(f"state secret: {deploy.store_state_secret(secret)} (in the cluster's key-value store)")
-        catalog = str(args.catalog.resolve())
+        catalog = _catalog(args)
         if args.stage_catalog:
-            catalog, outcome = deploy.stage_catalog(args.catalog, args.stage_root, progress=_progress)
+            if catalog is None:
+                raise ValueError("--stage-catalog copies a catalog: give --catalog (or WEBSHOP_CATALOG)")
+            catalog, outcome = deploy.stage_catalog(Path(catalog), args.stage_root, progress=_progress)
             _progress(f"catalog at {catalog} on every node: {outcome}")
         serve_args = ServeArgs.parse(_serve_args(args, catalog, settings))
         if args.write_config:
@@ -88,7 +91,19 @@ def cmd_serve_ray(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_args(args: argparse.Namespace, catalog: str, settings: dict[str, Any]) -> dict[str, Any]:
+def _catalog(args: argparse.Namespace) -> str | None:
+    """WebShop's catalog for the replicas: the one given (``--catalog``, ``WEBSHOP_CATALOG``, ``CATALOG_DIR``: a path
+    on every node, maybe not on this machine), else ``data/catalog`` where this machine has one; None: the
+    replicas' default, which an app without WebShop never opens (and where WebShop is served, each replica's start
+    check names what is missing)."""
+    given = args.catalog or os.environ.get("WEBSHOP_CATALOG") or os.environ.get("CATALOG_DIR")
+    if given:
+        return str(Path(given).resolve())
+    default = Path("data/catalog")
+    return str(default.resolve()) if default.is_dir() else None
+
+
+def _serve_args(args: argparse.Namespace, catalog: str | None, settings: dict[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {
         "catalog": catalog,
         "replicas_per_node": args.replicas_per_node,
@@ -130,10 +145,10 @@ def add_commands(subparsers: Any) -> None:
         help="the Ray cluster (default: $RAY_ADDRESS or auto: the cluster this machine is part of)",
     )  # fmt: skip
     p.add_argument(
-        "--catalog", type=Path,
-        default=Path(os.environ.get("WEBSHOP_CATALOG") or os.environ.get("CATALOG_DIR") or "data/catalog"),
-        help="prepared catalog directory, at this path on every node (a shared filesystem) unless "
-        "--stage-catalog (default: $WEBSHOP_CATALOG, $CATALOG_DIR or data/catalog)",
+        "--catalog", type=Path, default=None,
+        help="where WebShop is served: its prepared catalog directory, at this path on every node (a shared "
+        "filesystem) unless --stage-catalog (default: $WEBSHOP_CATALOG, $CATALOG_DIR, or data/catalog where it "
+        "exists; an app without WebShop needs none)",
     )  # fmt: skip
     p.add_argument(
         "--stage-catalog", action="store_true",

@@ -1,11 +1,12 @@
-"""The Serve deployment: one replica is one ``create_app`` FastAPI app over the prepared catalog.
+"""The Serve deployment: one replica is one ``create_app`` FastAPI app serving the environments it is given.
 
 ``build`` is the application builder that ``serve deploy`` / ``serve run`` import
 (``import_path: agent_envs.ray_serve.app:build``) and that ``agent-envs serve-ray`` calls. Its arguments
-(``ServeArgs``) are plain: the catalog path, the replicas per node, the HTTP settings; never the state
-secret. Each replica reads the secret when it starts, from the cluster's key-value store (where
-``agent-envs serve-ray`` puts it) or from ``state_secret_file`` (a file every node can read), so the
-Serve config, ``serve status`` and the dashboard never show it.
+(``ServeArgs``) are plain: the environments and other service settings, WebShop's catalog path where it is
+served, the replicas per node; never the state secret. Each replica reads the secret when it starts, from the
+cluster's key-value store (where ``agent-envs serve-ray`` puts it) or from ``state_secret_file`` (a file every
+node can read), so the Serve config, ``serve status`` and the dashboard never show it. Each replica runs the served
+environments' own start checks (``deploy.start_problems``, as ``agent-envs serve`` does): WebShop's is its catalog.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ray import serve
 from ..api.app import create_app
 from ..api.routes_ops import NOT_READY, catalog_fingerprint
 from ..api.settings import Settings, SettingsError
-from ..envs.webshop.catalog.store import MANIFEST
+from ..deploy import start_problems
 from . import DEFAULT_APP_NAME, SECRET_KV_KEY, SECRET_KV_NAMESPACE
 
 log = logging.getLogger("agent_envs.ray_serve")
@@ -34,20 +35,21 @@ class ServeArgs:
     """What the application is built from (the ``args:`` of a Serve config file).
 
     Attributes:
-        catalog: the prepared catalog's directory, the same path on every node (a shared filesystem, or the
-            per-node copies that ``agent-envs serve-ray --stage-catalog`` makes).
+        catalog: WebShop's prepared catalog directory where WebShop is served, the same path on every node (a
+            shared filesystem, or the per-node copies that ``agent-envs serve-ray --stage-catalog`` makes); None:
+            the service's default (``WEBSHOP_CATALOG``), unused where WebShop is not served.
         replicas_per_node: replicas on each node that has ``replica_cpus`` free; more than one when a node's
             trainer processes step faster than one replica answers (see the README's sizing).
         replica_cpus: Ray CPUs each replica reserves (logical; a replica uses one core when busy).
         max_ongoing_requests: requests one replica works on at once (Serve queues the rest in its proxy).
         state_secret_file: read the state secret from this file (on every node) instead of the cluster's
             key-value store.
-        settings: other service settings by field name (``api.settings.Settings``: ``redis_url``,
+        settings: other service settings by field name (``api.settings.Settings``: ``envs``, ``redis_url``,
             ``max_steps``, ``default_goal_set``, ...); ``state_secret`` is refused here.
         nodes: the number of nodes to place replicas on; None: the nodes alive when the app is built.
     """
 
-    catalog: str
+    catalog: str | None = None
     replicas_per_node: int = 1
     replica_cpus: float = 0.25
     max_ongoing_requests: int = 64
@@ -60,7 +62,7 @@ class ServeArgs:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown webshop Serve argument(s) {unknown}; known: {sorted(known)}")
+            raise ValueError(f"unknown Serve argument(s) {unknown} of the env app; known: {sorted(known)}")
         args = cls(**values)
         args.validate()
         return args
@@ -121,6 +123,21 @@ def read_state_secret(secret_file: str | None) -> str:
     return value.decode()
 
 
+def replica_settings(args: ServeArgs, state_secret: str, node: str) -> Settings:
+    """A replica's settings, or ``SettingsError`` with what this node lacks: each served environment's own start
+    check (its registration's ``check``: WebShop's prepared catalog), as ``agent-envs serve`` runs them."""
+    data = {"catalog": Path(args.catalog)} if args.catalog is not None else {}
+    settings = Settings(**args.settings, **data, state_secret=state_secret)
+    problems = start_problems(settings)
+    if problems:
+        where = (
+            " (a path given to serve-ray is read on every node: put its data on a filesystem every node reads, or "
+            "copy it to every node: `agent-envs serve-ray --stage-catalog`)"
+        )
+        raise SettingsError(f"node {node} cannot serve {settings.envs}: {'; '.join(problems)}{where}")
+    return settings
+
+
 # One replica per actor process: the constructor leaves its settings here for the app builder below, which
 # Serve calls right after the constructor (``serve.ingress`` with a builder function). Both go through
 # module-level functions: Serve ships the deployment class by value (its methods see a copy of this module's
@@ -151,15 +168,9 @@ class WebShopReplica:
 
     def __init__(self, args: dict[str, Any]) -> None:
         parsed = ServeArgs.parse(args)
-        catalog = Path(parsed.catalog)
-        if not (catalog / MANIFEST).is_file():
-            raise SettingsError(
-                f"no prepared catalog at {catalog} on node {ray.util.get_node_ip_address()}: put it on a "
-                "filesystem every node reads, or copy it to every node (`agent-envs serve-ray --stage-catalog`)"
-            )
         _set_replica_settings(
-            Settings(
-                **parsed.settings, catalog=catalog, state_secret=read_state_secret(parsed.state_secret_file)
+            replica_settings(
+                parsed, read_state_secret(parsed.state_secret_file), ray.util.get_node_ip_address()
             )
         )
 
@@ -190,4 +201,12 @@ def build(args: dict[str, Any]) -> serve.Application:
     return bind(parsed, nodes)
 
 
-__all__ = ["DEFAULT_APP_NAME", "ServeArgs", "WebShopReplica", "bind", "build", "read_state_secret"]
+__all__ = [
+    "DEFAULT_APP_NAME",
+    "ServeArgs",
+    "WebShopReplica",
+    "bind",
+    "build",
+    "read_state_secret",
+    "replica_settings",
+]

@@ -212,10 +212,11 @@ def head_of(record: Mapping[str, Any]) -> LocalRayHead:
     return LocalRayHead(Path(record["temp_dir"]), port=record["port"], leader=record["pid"])
 
 
-def up(run_dir: Path, catalog: Path, serve_port: int = DEFAULT_PORT, replicas_per_node: int = 1,
+def up(run_dir: Path, catalog: Path | None, serve_port: int = DEFAULT_PORT, replicas_per_node: int = 1,
        cpus: int | None = None, extra: Sequence[str] = (), gpus: int = 0,
        object_store_bytes: int | None = OBJECT_STORE_BYTES) -> dict[str, Any]:  # fmt: skip
-    """Start (or reuse) the head recorded in ``run_dir`` and deploy the env on it; returns the record."""
+    """Start (or reuse) the head recorded in ``run_dir`` and deploy the env on it; returns the record. ``catalog``:
+    WebShop's, where it is served (None: serve-ray's default)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     record = _read(run_dir)
     if record is None or not head_of(record).alive():
@@ -225,8 +226,8 @@ def up(run_dir: Path, catalog: Path, serve_port: int = DEFAULT_PORT, replicas_pe
                   "log": str(head.log_path)}  # fmt: skip
         (run_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     command = [sys.executable, "-m", "agent_envs.cli", "serve-ray", "--address", record["address"],
-               "--catalog", str(catalog), "--port", str(serve_port), "--replicas-per-node", str(replicas_per_node),
-               *extra]  # fmt: skip
+               *(["--catalog", str(catalog)] if catalog is not None else []), "--port", str(serve_port),
+               "--replicas-per-node", str(replicas_per_node), *extra]  # fmt: skip
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
         raise RuntimeError(

@@ -70,6 +70,19 @@ def test_serve_refuses_a_directory_that_is_no_catalog(tmp_path: Path) -> None:
     assert result.returncode == 2 and "not a prepared catalog" in result.stderr
 
 
+def test_serve_refuses_sciworld_without_java(tmp_path: Path) -> None:
+    """SciWorld's start check: with no `java` on PATH the replica would come up and answer every SciWorld request
+    503 for good (its JVM pool keeps trying), so `serve` stops first and says what to install."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    result = run(
+        ["serve", "--envs", "sciworld", "--port", "1"],
+        env={**os.environ, "AGENTRL_STATE_SECRET": SECRET, "PATH": str(empty)},
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "sciworld: no `java` on PATH" in result.stderr and "openjdk-17" in result.stderr
+
+
 def test_bench_http_prints_one_json_object(cluster) -> None:
     result = run(["bench-http", "--url", cluster["url"], "--concurrency", "8", "--episodes", "24", "--json"])
     assert result.returncode == 0, result.stderr

@@ -106,7 +106,7 @@ class Registration:
         http: ``"module:attribute"`` of an HTTP side of its own (a protocol the serving layer's routes do not
             speak; ``api.routes_envs.HttpSide``); None: the serving layer's native and AgentGym routes.
         check: ``"module:function"``, ``function(settings) -> list[str]``: problems that stop ``serve`` before any
-            worker starts (WebShop: no prepared catalog).
+            worker starts (WebShop: no prepared catalog; SciWorld: no ``java``).
         trainer: ``"module:attribute"`` of the trainer's spec for it (``agent_trainer.envs.spec.EnvSpec``): how the
             trainer finds a plugin's prompt, parser and splits.
         docs: its page in the docs (``environments/textcraft.md``), or a URL.

@@ -69,7 +69,7 @@ BUILTIN: tuple[Registration, ...] = (
         timeouts=Timeouts(read_s=60.0, retry_window_s=90.0, slow_read_s=60.0, slow_retry_window_s=90.0),
         agentgym_routes=("create", "reset", "step", "observation", "detail", "goals", "task_description",
                          "action_hint", "object_tree", "state", "close"),
-        max_steps=300, docs="environments/sciworld.md",
+        max_steps=300, check="agent_envs.envs.sciworld:check", docs="environments/sciworld.md",
     ),
     Registration(
         id="sokoban", module="agent_envs.envs.sokoban", extra="sokoban",

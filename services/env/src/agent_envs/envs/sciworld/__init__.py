@@ -7,10 +7,25 @@ AgentGym's server for it (``agentgym``). See docs/environments/sciworld.md.
 
 from __future__ import annotations
 
+import shutil
+from typing import Any
+
 from .agentgym import AGENTGYM_ROUTES
 from .core import ActionFailed, EpisodeTooLong, SciWorldEnv
 from .games import GAME_COUNT, game, python_index
 from .pool import JvmPool, Simulator, SimulatorsBusy, SimulatorUnavailable
+
+
+def check(settings: Any) -> list[str]:
+    """What stops ``serve`` before a worker starts: no ``java`` on ``PATH`` to run the simulator's jar (py4j starts
+    ``java``). Without this check the replica would come up and its pool keep trying, every SciWorld request
+    answered 503 "retry shortly" for good."""
+    if shutil.which("java") is None:
+        return [
+            "sciworld: no `java` on PATH: ScienceWorld's simulator is a Java program, checked on Java 17 "
+            "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; or put a JDK 17's bin/ first on PATH)"
+        ]
+    return []
 
 
 def make() -> SciWorldEnv:
@@ -30,6 +45,7 @@ __all__ = [
     "Simulator",
     "SimulatorUnavailable",
     "SimulatorsBusy",
+    "check",
     "game",
     "make",
     "python_index",

@@ -129,22 +129,34 @@ def test_a_registration_refuses_what_would_break_a_deployment() -> None:
 # ---- packaging --------------------------------------------------------------------------------------------------
 def test_an_environments_dependencies_are_its_registrations(tmp_path: Path) -> None:
     """Its extra in services/env/pyproject.toml is its registration's ``requires`` and its pins in constraints.txt
-    its ``pins`` (`agent-envs envs --write-deploy` writes both): a changed registration leaves them stale."""
+    (and, needing no system package, in the TRL venv's lock) its ``pins`` (`agent-envs envs --write-deploy` writes
+    them): a changed registration leaves them stale."""
     import dataclasses
 
     project = tomllib.loads((REPO / "services" / "env" / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     pins = (REPO / "constraints.txt").read_text().splitlines()
+    trl_lock = {
+        line.lower().replace("_", "-") for line in (REPO / "constraints-trl.txt").read_text().splitlines()
+    }
     for r in registry.BUILTIN:
         if r.extra is not None:
             assert extras[r.extra] == list(r.requires), r.id
         assert all(pin in pins for pin in r.pins), r.id
+        assert all(pin in trl_lock for pin in r.pins) == (not r.system_packages), (
+            r.id
+        )  # the TRL venv: python-only
     # a copy of the repository's two files, and Sokoban's registration with a newer pin and one more requirement
-    for name in ("services/env/pyproject.toml", "constraints.txt", "docs/environments/index.md"):
+    for name in (
+        "services/env/pyproject.toml",
+        "constraints.txt",
+        "constraints-trl.txt",
+        "docs/environments/index.md",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, tmp_path / name)
     regs = [
-        dataclasses.replace(r, requires=(*r.requires, "pillow>=10"), pins=("gym-sokoban==0.0.7",))
+        dataclasses.replace(r, requires=(*r.requires, "pillow>=10"), pins=("gym-sokoban==0.0.7", "ImageHash==4.3.1"))
         if r.id == "sokoban" else r for r in registry.BUILTIN
     ]  # fmt: skip
     written = deploy.render_files(tmp_path, regs)
@@ -155,6 +167,18 @@ def test_an_environments_dependencies_are_its_registrations(tmp_path: Path) -> N
     constraints = written[tmp_path / "constraints.txt"].splitlines()
     assert "gym-sokoban==0.0.7" in constraints and "gym-sokoban==0.0.6" not in constraints
     assert "werkzeug==3.1.9" in constraints  # the rest of the lock is left as it is
+    # the TRL venv's lock: the changed pin replaced, the new one at its sorted place, the rest as the resolver wrote it
+    before = (REPO / "constraints-trl.txt").read_text().splitlines()
+    lock = written[tmp_path / "constraints-trl.txt"].splitlines()
+    assert "gym-sokoban==0.0.7" in lock and "gym-sokoban==0.0.6" not in lock
+    assert lock[lock.index("ImageHash==4.3.1") + 1] == "imageio==2.38.1"
+    assert "Farama-Notifications==0.0.6" in lock  # BabyAI's pin, as the resolver spelled it: kept
+    assert [line for line in lock if line not in ("gym-sokoban==0.0.7", "ImageHash==4.3.1")] == [
+        line for line in before if line != "gym-sokoban==0.0.6"
+    ]
+    assert not any(
+        line.startswith(("scienceworld", "py4j")) for line in lock
+    )  # SciWorld needs Java: not there
     # a plugin's dependencies are its own distribution's: a registration of one that declares some is refused
     with pytest.raises(registry.RegistrationError, match="own distribution"):
         _plugins_registry({"maze": dataclasses.replace(registry.registration("sokoban"), id="maze")})

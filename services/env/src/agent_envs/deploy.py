@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -379,15 +380,49 @@ def constraints_pins(registrations: Sequence[Registration]) -> str:
     return "\n".join([*lines, PINS_END])
 
 
+def _project_name(line: str) -> str:
+    """A requirement line's project name, normalised (PEP 503: ``Farama_Notifications`` -> ``farama-notifications``)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[=<>!~ ;\[]", line.strip(), maxsplit=1)[0]).lower()
+
+
+def lock_with_pins(text: str, registrations: Sequence[Registration]) -> str:
+    """The TRL venv's lock (``constraints-trl.txt``: a resolver's flat, name-sorted output over the ``python-only``
+    extra) with the pins of the environments that need no system package: a pin of a project the lock lists at
+    another version replaces that line, one it lacks goes in at its sorted place; a line that already says the
+    pinned version stays as the resolver wrote it. What the pins' projects need beyond the pins is the lock's own
+    (its header says how it is made); a pin no registration declares any more is left to the next resolve."""
+    pins = {_project_name(pin): pin for r in registrations if r.extra is not None and not r.system_packages
+            for pin in r.pins}  # fmt: skip
+    lines = text.splitlines()
+    for name, pin in pins.items():
+        listed = [
+            i
+            for i, line in enumerate(lines)
+            if line and not line.startswith("#") and _project_name(line) == name
+        ]
+        version = pin.split("==", 1)[1]
+        if listed:
+            i = listed[0]
+            if lines[i].split("==", 1)[-1].strip() != version:
+                lines[i] = pin
+            continue
+        after = next((i for i, line in enumerate(lines)
+                      if line and not line.startswith("#") and _project_name(line) > name), len(lines))  # fmt: skip
+        lines.insert(after, pin)
+    return "\n".join(lines) + "\n"
+
+
 def render_files(repo: Path, registrations: Sequence[Registration] | None = None) -> dict[Path, str]:
     """The generated deployment files of the repository at ``repo`` (path -> content): the balancer's routes and
     placements, the docs' list spliced into its page, the environments' extras spliced into the env package's
-    ``pyproject.toml`` and their pins into ``constraints.txt``."""
+    ``pyproject.toml``, their pins into ``constraints.txt`` and, for those that need no system package, into the TRL
+    venv's lock ``constraints-trl.txt``."""
     regs = list(registrations if registrations is not None else registry.registrations().values())
     nginx = repo / "configs" / "nginx" / "environments"
     index = repo / "docs" / "environments" / "index.md"
     pyproject = repo / "services" / "env" / "pyproject.toml"
     constraints = repo / "constraints.txt"
+    trl_lock = repo / "constraints-trl.txt"
     return {
         nginx / "maps.conf": nginx_maps(regs) + "\n",
         nginx / "locations.conf": nginx_locations(regs) + "\n",
@@ -395,6 +430,7 @@ def render_files(repo: Path, registrations: Sequence[Registration] | None = None
         index: splice(index.read_text(), docs_table(regs)),
         pyproject: splice(pyproject.read_text(), pyproject_extras(regs), EXTRAS_BEGIN, EXTRAS_END),
         constraints: splice(constraints.read_text(), constraints_pins(regs), PINS_BEGIN, PINS_END),
+        trl_lock: lock_with_pins(trl_lock.read_text(), regs),
     }
 
 

@@ -62,7 +62,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         description="Lists every registered environment (this project's and installed plugins', entry point group "
         f"{registry.ENTRY_POINT_GROUP}): placement, extra, system packages. --placement prints those of a "
         "AGENTRL_ENVS list with that placement (what a replica group serves); --write-deploy writes the files "
-        "derived from the registrations (the balancer's routes, the docs' list), --check-deploy says which differ.",
+        "derived from the registrations (the balancer's routes and placements, the docs' list, the env package's "
+        "extras, the pins in constraints.txt and constraints-trl.txt), --check-deploy says which differ.",
     )
     p.add_argument("--json", action="store_true", help="every registration as JSON")
     p.add_argument("--placement", choices=["any", "sticky"], default=None,

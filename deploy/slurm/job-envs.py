@@ -207,15 +207,14 @@ def make_plan(env: Mapping[str, str], nodes: int = 1, line: str | None = None,
     )
     label = "+".join(train_envs)
     data_root = Path(env.get("AGENTRL_DATA_DIR") or home / "data" / "verl")
-    data_dir = data_root / (f"slurm-{line}" if train_envs == ["webshop"] else f"slurm-{line}-{label}-{kind}")
+    data_dir = data_root / f"slurm-{line}-{label}-{kind}"
     plan = Plan(train_envs=train_envs, serve_envs=serve_envs, kind=kind, config=name, line=line,
                 train_cmd=train_cmd, default_cmd=not given_cmd, build=build, data_dir=data_dir,
                 check_batch=_agent_train_train(train_cmd))  # fmt: skip
     plan.exports["AGENTRL_ENVS"] = ",".join(serve_envs)
     if build:
-        webshop_only = train_envs == ["webshop"]
         plan.train_file = data_dir / "train.parquet"
-        plan.val_file = data_dir / ("eval.parquet" if webshop_only else "val.parquet")
+        plan.val_file = data_dir / "val.parquet"
         plan.exports["AGENTRL_TRAIN_FILE"] = str(plan.train_file)
         plan.exports["AGENTRL_VAL_FILE"] = str(plan.val_file)
     if "sciworld" in train_envs and not env.get("AGENTRL_EPISODE_SLOTS"):
@@ -232,15 +231,10 @@ def make_plan(env: Mapping[str, str], nodes: int = 1, line: str | None = None,
 
 
 def data_commands(plan: Plan, catalog: str, env: Mapping[str, str]) -> list[list[str]]:
-    """The ``agent-train data`` commands that build the plan's rows (WebShop alone: a split file each, skipped
-    where it exists; otherwise one ``--env`` build, which reuses rows built from the same key)."""
+    """The ``agent-train data`` command that builds the plan's rows: one ``--env`` build of the run's environments
+    (WebShop's as any other's), which reuses rows built from the same key."""
     if not plan.build:
         return []
-    if plan.train_envs == ["webshop"]:
-        rows = ["--agent-loop"] if plan.line == "0.9" else []
-        return [["agent-train", "data", "--catalog", catalog, "--split", split, "--out",
-                 str(plan.data_dir / f"{split}.parquet"), "--quiet", *rows]
-                for split in ("train", "eval") if not _nonempty(plan.data_dir / f"{split}.parquet")]  # fmt: skip
     limits: list[str] = []
     if plan.kind == "test":  # what a test config reads (AGENTRL_*_MAX_SAMPLES where set; -1: every task)
         train = (env.get("AGENTRL_TRAIN_MAX_SAMPLES") or "").strip() or str(TEST_ROWS["train"])
@@ -249,13 +243,6 @@ def data_commands(plan: Plan, catalog: str, env: Mapping[str, str]) -> list[list
             limits = ["--train-rows", train, "--val-rows", val, "--test-rows", val]
     return [["agent-train", "data", "--env", ",".join(plan.train_envs), "--catalog", catalog, "--out-dir",
              str(plan.data_dir), *limits]]  # fmt: skip
-
-
-def _nonempty(path: Path) -> bool:
-    try:
-        return path.stat().st_size > 0
-    except OSError:
-        return False
 
 
 def shell(plan: Plan) -> str:

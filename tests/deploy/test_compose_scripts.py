@@ -160,15 +160,14 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     calls = _calls(stubs["log"])
     assert [(name, args[0]) for name, args, _ in calls] == [
         ("python3", "/opt/webshop/trainer-image-check.py"), ("agent-train", "preflight"),
-        ("agent-train", "data"), ("agent-train", "data"), ("agent-train", "train"),
+        ("agent-train", "data"), ("agent-train", "train"),
     ]  # fmt: skip
     run = stubs["root"] / "outputs" / "logs" / "webshop_grpo_test"
     ckpt = stubs["root"] / "outputs" / "checkpoints" / "webshop_grpo_test"
     (
         (_, imports, _),
         (_, preflight, preflight_env),
-        (_, train_data, _),
-        (_, eval_data, _),
+        (_, data, _),
         (_, train, train_env),
     ) = calls
     # the imports the image build deferred (they need the GPU driver) run first, with the driver required
@@ -182,16 +181,9 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     assert preflight == ["preflight", "--config", "webshop_grpo_test", "--env", "webshop", "--catalog", "/data/catalog",
                          "--env-url", "http://balancer:8080", "--out", f"{run}/preflight", "trainer.save_freq=5",
                          "trainer.test_freq=2"]  # fmt: skip
-    assert train_data == [
-        "data",
-        "--catalog",
-        "/data/catalog",
-        "--split",
-        "train",
-        "--out",
-        f"{run}/data/train.parquet",
-    ]
-    assert eval_data[4] == "eval"
+    # WebShop's rows by the same command as any environment's (a test config's first rows)
+    assert data == ["data", "--env", "webshop", "--catalog", "/data/catalog", "--out-dir", f"{run}/data",
+                    "--train-rows", "64", "--val-rows", "16", "--test-rows", "16"]  # fmt: skip
     assert train == [
         "train", "--config", "webshop_grpo_test", "--experiment", "webshop_grpo_test", "--output-dir",
         f"{stubs['root']}/outputs/logs", f"trainer.default_local_dir={ckpt}", "trainer.save_freq=5",
@@ -205,22 +197,23 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
         # empty settings are unset, so that the configs' ${oc.env:NAME,default} defaults apply
         assert "AGENTRL_ROLLOUT_N" not in env and "AGENTRL_EXPERIMENT" not in env and "HF_TOKEN" not in env
     assert train_env["AGENTRL_TRAIN_FILE"] == f"{run}/data/train.parquet"
-    assert train_env["AGENTRL_VAL_FILE"] == f"{run}/data/eval.parquet"
+    assert train_env["AGENTRL_VAL_FILE"] == f"{run}/data/val.parquet"
     assert ckpt.is_dir() and (run / "data").is_dir()
 
 
 def test_trainer_verl09_builds_agent_loop_rows_with_the_same_job(
     rendered: dict, stubs: dict[str, Any]
 ) -> None:
-    """The 0.9 line's service runs the trainer's own job; its image's VERL_LINE=0.9 selects agent-loop rows."""
+    """The 0.9 line's service runs the trainer's own job; its image's verl (0.9.1) makes `agent-train data` write
+    agent-loop rows (the command picks the installed line's route), and VERL_LINE=0.9 its configs."""
     assert _script(rendered, "trainer-verl09") == _script(rendered, "trainer")
     service = rendered["services"]["trainer-verl09"]
     assert service["build"]["dockerfile"] == "docker/trainer-verl09.Dockerfile"
     assert service["image"] != rendered["services"]["trainer"]["image"]
     result = _train(rendered, stubs, VERL_LINE="0.9")
     assert result.returncode == 0, result.stderr
-    data_calls = [args for name, args, _ in _calls(stubs["log"]) if args[0] == "data"]
-    assert len(data_calls) == 2 and all(args[-1] == "--agent-loop" for args in data_calls)
+    (data,) = [args for name, args, _ in _calls(stubs["log"]) if args[0] == "data"]
+    assert data[:3] == ["data", "--env", "webshop"] and "--interaction" not in data
     (imports,) = [args for name, args, _ in _calls(stubs["log"]) if name == "python3"]
     assert imports[1:] == ["--configs", str(REPO / "configs" / "verl09"), "--require-driver"]
 

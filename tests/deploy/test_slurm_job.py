@@ -71,11 +71,9 @@ def test_the_config_is_make_train_tests_and_the_runs_environments_are_served(
     plan = _plan(line, AGENTRL_TRAIN_ENVS=envs, AGENTRL_TRAIN_CONFIG=kind)
     assert plan.config == config and plan.exports["AGENTRL_ENVS"] == served
     assert plan.train_cmd == f"agent-train train --config {config}" and plan.check_batch and plan.build
-    if envs == "webshop":  # WebShop's split files, as before
-        assert plan.data_dir == Path(f"/h/data/verl/slurm-{line}") and plan.val_file.name == "eval.parquet"
-    else:
-        assert plan.data_dir.name == f"slurm-{line}-{'+'.join(plan.train_envs)}-{kind}"
-        assert plan.exports["AGENTRL_VAL_FILE"] == str(plan.data_dir / "val.parquet")
+    # every run's rows the same way, WebShop's included (it had split files of its own before)
+    assert plan.data_dir == Path(f"/h/data/verl/slurm-{line}-{'+'.join(plan.train_envs)}-{kind}")
+    assert plan.exports["AGENTRL_VAL_FILE"] == str(plan.data_dir / "val.parquet")
 
 
 def test_the_rows_are_built_by_agent_train_data() -> None:
@@ -90,8 +88,10 @@ def test_the_rows_are_built_by_agent_train_data() -> None:
     assert "--train-rows" not in job_envs.data_commands(test, "/c", {"AGENTRL_TRAIN_MAX_SAMPLES": "-1"})[0]
     full = job_envs.data_commands(_plan(AGENTRL_TRAIN_ENVS="sciworld", AGENTRL_TRAIN_CONFIG="full"), "/c", {})
     assert "--train-rows" not in full[0]  # a full config trains on every task
-    webshop = job_envs.data_commands(_plan(), "/c", {})
-    assert [c[c.index("--split") + 1] for c in webshop] == ["train", "eval"] and "--agent-loop" in webshop[0]
+    (webshop,) = job_envs.data_commands(
+        _plan(), "/c", {}
+    )  # WebShop's rows by the same command as any other's
+    assert webshop[:4] == ["agent-train", "data", "--env", "webshop"] and "--split" not in webshop
     # a training command of one's own: rows only when asked for
     assert not _plan(AGENTRL_TRAIN_CMD="python train.py").build
     given = _plan(AGENTRL_TRAIN_CMD="agent-train train --config textcraft_grpo_test x=1", AGENTRL_BUILD_DATA="1",

@@ -321,12 +321,18 @@ def routed_check(env_ids: Sequence[str], routed: Iterable[str]) -> None:
 
 
 # ---- packaging and docs --------------------------------------------------------------------------------------
+def python_only(registrations: Sequence[Registration]) -> list[Registration]:
+    """The environments of the ``python-only`` extra: an extra of their own and no system package to need (the
+    default env image, the verl 0.9.1 and TRL venvs, a CPU venv without Java)."""
+    return [r for r in registrations if r.extra is not None and not r.system_packages]
+
+
 def extras(registrations: Sequence[Registration], *, system_free_only: bool = False) -> list[str]:
-    """The ``agent-envs`` extras of the environments (only those that need no system package: the default env
-    image and a CPU venv without Java)."""
-    return [
-        r.extra for r in registrations if r.extra is not None and not (system_free_only and r.system_packages)
-    ]
+    """The ``agent-envs`` extras of the environments (only :func:`python_only`'s with ``system_free_only``)."""
+    chosen = (
+        python_only(registrations) if system_free_only else [r for r in registrations if r.extra is not None]
+    )
+    return [str(r.extra) for r in chosen]
 
 
 def system_packages(registrations: Sequence[Registration]) -> list[str]:
@@ -391,24 +397,17 @@ def lock_with_pins(text: str, registrations: Sequence[Registration]) -> str:
     another version replaces that line, one it lacks goes in at its sorted place; a line that already says the
     pinned version stays as the resolver wrote it. What the pins' projects need beyond the pins is the lock's own
     (its header says how it is made); a pin no registration declares any more is left to the next resolve."""
-    pins = {_project_name(pin): pin for r in registrations if r.extra is not None and not r.system_packages
-            for pin in r.pins}  # fmt: skip
     lines = text.splitlines()
-    for name, pin in pins.items():
-        listed = [
-            i
-            for i, line in enumerate(lines)
-            if line and not line.startswith("#") and _project_name(line) == name
+    for pin in (pin for r in python_only(registrations) for pin in r.pins):
+        name, version = _project_name(pin), pin.split("==", 1)[1]
+        projects = [
+            (i, _project_name(line)) for i, line in enumerate(lines) if line and not line.startswith("#")
         ]
-        version = pin.split("==", 1)[1]
-        if listed:
-            i = listed[0]
-            if lines[i].split("==", 1)[-1].strip() != version:
-                lines[i] = pin
-            continue
-        after = next((i for i, line in enumerate(lines)
-                      if line and not line.startswith("#") and _project_name(line) > name), len(lines))  # fmt: skip
-        lines.insert(after, pin)
+        listed = next((i for i, project in projects if project == name), None)
+        if listed is None:  # at its sorted place (the first project after it), else last
+            lines.insert(next((i for i, project in projects if project > name), len(lines)), pin)
+        elif lines[listed].split("==", 1)[-1].strip() != version:
+            lines[listed] = pin
     return "\n".join(lines) + "\n"
 
 

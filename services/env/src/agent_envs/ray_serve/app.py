@@ -131,8 +131,9 @@ def replica_settings(args: ServeArgs, state_secret: str, node: str) -> Settings:
     problems = start_problems(settings)
     if problems:
         where = (
-            " (a path given to serve-ray is read on every node: put its data on a filesystem every node reads, or "
-            "copy it to every node: `agent-envs serve-ray --stage-catalog`)"
+            " (each replica checks its own node: a path given to serve-ray must be on a filesystem every node reads, "
+            "or copied to every node with `agent-envs serve-ray --stage-catalog`; a program such as Java must be "
+            "installed on every node)"
         )
         raise SettingsError(f"node {node} cannot serve {settings.envs}: {'; '.join(problems)}{where}")
     return settings

@@ -143,8 +143,8 @@ def test_dataset_paths_mean_the_callers_directory(tmp_path: Path) -> None:
         return config.data.train_files, config.data.val_files
 
     train, val = files(dry_run())
-    assert (train, val) == (str(caller / "data/verl/webshop_train.parquet"),
-                            str(caller / "data/verl/webshop_eval.parquet"))  # fmt: skip
+    assert (train, val) == (str(caller / "data/verl/webshop/train.parquet"),
+                            str(caller / "data/verl/webshop/val.parquet"))  # fmt: skip
     train, val = files(
         dry_run("data.train_files=[a.parquet,hdfs://cluster/b.parquet]", AGENTRL_VAL_FILE="v/val.parquet")
     )
@@ -166,9 +166,9 @@ def test_secrets_reach_the_workers_and_no_file_of_the_run_holds_them(generated_c
     from agent_trainer.tiny_model import build_tiny_model
 
     caller = tmp_path / "caller"  # where the user stands: the config's default data/verl/*.parquet are here
-    for split, name in (("train", "webshop_train"), ("eval", "webshop_eval")):
-        build_dataset(generated_catalog_dir, split, caller / "data" / "verl" / f"{name}.parquet", limit=8,
-                      progress=False)  # fmt: skip
+    for split, name in (("train", "train"), ("eval", "val")):  # agent-train data --env webshop's files
+        build_dataset(generated_catalog_dir, split, caller / "data" / "verl" / "webshop" / f"{name}.parquet",
+                      limit=8, progress=False)  # fmt: skip
     model = build_tiny_model(tmp_path / "tiny", generated_catalog_dir)
     probe = tmp_path / "probe"
     probe.mkdir()

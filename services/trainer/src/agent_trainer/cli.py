@@ -1,13 +1,14 @@
 """``agent-train``: dataset builder, preflight, tiny model and the training launcher.
 
-agent-train data --catalog DIR --split train --out data/verl/webshop_train.parquet [--limit N]
-agent-train data --catalog DIR --split train --out FILE --from-agentgym webshop_train.json
+agent-train data --env ENV [--catalog DIR]           # data/verl/<env>/{train,val,test}.parquet (WebShop: --catalog)
 agent-train data --env textcraft,babyai,webshop --weights 1,1,2 --catalog DIR --out-dir data/verl/mix
+agent-train data --catalog DIR --split train --out FILE [--limit N]   # WebShop's own form: one split, one file
+agent-train data --catalog DIR --split train --out FILE --from-agentgym webshop_train.json
 agent-train envs                                     # the environments the trainer knows
 agent-train configs [--write|--check]                # the registry's entries of the agent-loop/interaction files
 agent-train configs --show NAME [overrides...]       # a training config as Hydra composes it
 agent-train preflight [--config test|full]          # CPU; writes outputs/preflight/summary.json
-agent-train train --config test|full [overrides...] # verl's main_ppo (agent_trainer.verl_main) with our config
+agent-train train --config NAME [overrides...]      # verl's main_ppo (agent_trainer.verl_main): <env>_grpo_test|train
 agent-train tiny-model --catalog DIR --out DIR
 """
 
@@ -309,13 +310,23 @@ def _config_train_file(config: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _training_catalog_line(env: dict[str, str], overrides: Sequence[str], default: str | None = None) -> str:
+def _default_train_file(config: str) -> str:
+    """The training rows a config's file names by default: ``data/verl/<env>/train.parquet`` for ``<env>_grpo_<run>``
+    (what ``agent-train data --env <env>`` writes; the mixed runs' ``data/verl/mixed/``)."""
+    return f"data/verl/{training_config_name(config).split('_grpo_', 1)[0]}/train.parquet"
+
+
+def _training_catalog_line(
+    env: dict[str, str], overrides: Sequence[str], default: str | None = None, config: str = "test"
+) -> str:
     """The training data's catalog and reward definition (from the parquet's metadata), for train.log: rewards
-    from heuristic and spaCy title nouns, or seeded and pinned prices, are different numbers."""
+    from heuristic and spaCy title nouns, or seeded and pinned prices, are different numbers. The training file: a
+    ``data.train_files=`` override, ``AGENTRL_TRAIN_FILE``, ``default`` (the composed config's), else the one the
+    config ``config`` names by default (:func:`_default_train_file`)."""
     from .envs.webshop.data import dataset_catalog_line
 
     train_file = next((o.split("=", 1)[1] for o in overrides if o.startswith("data.train_files=")), None)
-    train_file = train_file or env.get("AGENTRL_TRAIN_FILE") or default or "data/verl/webshop_train.parquet"
+    train_file = train_file or env.get("AGENTRL_TRAIN_FILE") or default or _default_train_file(config)
     return (
         dataset_catalog_line(train_file)
         or f"catalog of {train_file}: unknown (not built by agent-train data)"
@@ -661,7 +672,7 @@ def _train(args: argparse.Namespace) -> int:
     if secrets_file is not None:
         print(f"  secrets for the workers ({', '.join(worker_secrets(env))}): in {secrets_file} (mode 0600) "
               "while verl runs", file=sys.stderr)  # fmt: skip
-    catalog_line = _training_catalog_line(env, overrides, _config_train_file(config))
+    catalog_line = _training_catalog_line(env, overrides, _config_train_file(config), args.config)
     print(f"  {catalog_line}", file=sys.stderr)
     overlong = _report_overlong_prompts(config, run_dir) if config is not None else ""
     problems = batch_problems(config) if config is not None else []
@@ -857,7 +868,7 @@ def build_parser() -> argparse.ArgumentParser:
         "two marker lines from what it registers: its trainer spec (agent_trainer.envs; a plugin's through its "
         "registration's trainer=) and the balancer's timeouts of its registration (the client waits at least the "
         "balancer's retry window). Each environment whose trainer spec has a recipe (its TrainingRecipe: "
-        "TextCraft, BabyAI, SciWorld, Sokoban, a plugin's) has its four training configs written from it: "
+        "WebShop, TextCraft, BabyAI, SciWorld, Sokoban, a plugin's) has its four training configs written from it: "
         "<id>_grpo_test.yaml and _train.yaml in configs/ (verl 0.7.1) and configs/verl09/ (verl 0.9.1), each over "
         "its line's base. --write rewrites them all after an environment is registered or a recipe changed; "
         "--check (the default) exits 1 naming the stale files. --show NAME prints the training config NAME (test, full or "
@@ -948,10 +959,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "weight sync); the summary says which")  # fmt: skip
     p.set_defaults(func=_rehearse)
 
-    p = commands.add_parser("train", help="launch verl's trainer with configs/webshop_grpo_{test,train}.yaml")
+    p = commands.add_parser("train", help="launch verl's trainer with a training config "
+                            "(configs/<env>_grpo_{test,train}.yaml; configs/verl09/ on verl 0.9.1)")  # fmt: skip
     p.add_argument("--config", default="test",
-                   help="test or full (WebShop), or a config's name: textcraft_grpo_test, babyai_grpo_test, "
-                   "mixed_grpo_test (configs/verl09/)")  # fmt: skip
+                   help="a training config's name: <env>_grpo_test or <env>_grpo_train (textcraft_grpo_test, "
+                   "webshop_grpo_train, ...), mixed_grpo_test|train; test and full: WebShop's two runs")  # fmt: skip
     p.add_argument("--experiment", default=None, help="default: $AGENTRL_EXPERIMENT or the config's name")
     p.add_argument("--output-dir", default=None, help="default: $AGENTRL_OUTPUT_DIR or outputs")
     p.add_argument("--config-dir", type=Path, default=None)

@@ -2,11 +2,12 @@
 ``_train.yaml`` (verl 0.7.1) and the same two under ``configs/verl09/`` (verl 0.9.1), each a small overlay on the
 line's base (Hydra's ``defaults:``) holding the environment's recipe only.
 
-An environment whose trainer spec has a ``recipe`` (``spec.TrainingRecipe``: TextCraft's, BabyAI's, SciWorld's,
-Sokoban's, a plugin's) gets its four files from it, so adding an environment writes none by hand; WebShop's (the
-guides' recipe, its own data files and project) and the mixed runs' are written by hand. The four differ only where
-the line or the run does: a test run is two steps of the batch on one GPU and saves its last step; a full run
-covers the train split for the recipe's epochs; the 0.9.1 line names the environment's agent loop as the default.
+An environment whose trainer spec has a ``recipe`` (``spec.TrainingRecipe``: WebShop's, TextCraft's, BabyAI's,
+SciWorld's, Sokoban's, a plugin's) gets its four files from it, so adding an environment writes none by hand; only
+the mixed runs' (several environments in one run) are written by hand. The four differ only where the line or the
+run does: a test run is two steps of the batch on one GPU (or the recipe's own smaller test run: WebShop's, the
+guides' small run) and saves its last step; a full run covers the train split for the recipe's epochs; the 0.9.1
+line names the environment's agent loop as the default.
 
 ``agent-train configs --write`` writes them with the agent-loop and interaction entries (:mod:`.entries`),
 ``--check`` says which is stale (``tests/trainer/test_env_overlays.py`` fails while one is).
@@ -37,7 +38,7 @@ def config_name(env_id: str, run: str) -> str:
 
 
 def _scalar(value: float | int) -> str:
-    """A number as YAML writes it (``1.0e-06``), as the hand-written configs do."""
+    """A number as YAML writes it (``1.0e-06``), as the hand-written configs (the mixed runs') do."""
     return yaml.safe_dump(value).splitlines()[0]
 
 
@@ -54,6 +55,13 @@ def _wrapped(text: str) -> list[str]:
     ]
 
 
+def _steps(samples: int, batch: int) -> str:
+    """How many steps ``samples`` rows make of ``batch`` (verl drops a last partial batch), in words."""
+    steps = samples // batch
+    words = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+    return words[steps - 1] if steps <= len(words) else str(steps)
+
+
 def header(spec: EnvSpec, recipe: TrainingRecipe, line: str, run: str) -> list[str]:
     """The comment atop one file: the recipe in words, where it comes from, how to run it, that it is written."""
     name = config_name(spec.env_id, run)
@@ -64,7 +72,16 @@ def header(spec: EnvSpec, recipe: TrainingRecipe, line: str, run: str) -> list[s
         f"{recipe.response_tokens} response tokens, {recipe.prompt_tokens} prompt tokens, lr {recipe.lr:g}, PPO "
         f"mini-batch {recipe.mini_batch_size}, {recipe.ppo_epochs} PPO {epochs}."
     )
-    if run == "test":
+    if run == "test" and recipe.test_run_differs:
+        test = recipe.test_run
+        scope = (
+            f"A test run is smaller: {test['batch_size']} prompts x {test['rollouts']} rollouts, PPO mini-batch "
+            f"{test['mini_batch_size']} (micro-batch {test['micro_batch_size']} per GPU), {test['response_tokens']} "
+            f"response tokens, {_steps(recipe.test_samples, test['batch_size'])} steps of that batch "
+            f"(train_max_samples {recipe.test_samples}) on the base's model and GPU; the full run is "
+            f"{config_name(spec.env_id, 'full')}.yaml."
+        )
+    elif run == "test":
         scope = (
             f"A test run is two steps of that batch (train_max_samples {recipe.test_samples}) on the base's model "
             f"and GPU; the full run is {config_name(spec.env_id, 'full')}.yaml."
@@ -72,8 +89,13 @@ def header(spec: EnvSpec, recipe: TrainingRecipe, line: str, run: str) -> list[s
     else:
         scope = (
             f"The full run: {recipe.epochs} epochs over the train split and a save every {recipe.save_freq} steps, "
-            "on the base's model and GPUs (AGENTRL_MODEL_PATH overrides)."
+            "on the base's model and GPUs (AGENTRL_MODEL_PATH overrides)"
         )
+        if recipe.full_rollout_tp is not None:
+            scope += f", the rollout model sharded over {recipe.full_rollout_tp} GPUs per server"
+        if recipe.full_val_samples != -1:
+            scope += f", {recipe.full_val_samples} validation rows at each test_freq step"
+        scope += "."
     written = (
         f"This file is {GENERATED} the recipe of {spec.env_id}'s trainer spec (`agent-train envs`): do not edit it; "
         f"change the recipe and write again (`agent-train configs --check` fails while it is stale). The rest of the "
@@ -85,7 +107,8 @@ def header(spec: EnvSpec, recipe: TrainingRecipe, line: str, run: str) -> list[s
         lines += _wrapped(note)
     lines += [*_wrapped(scope), *_wrapped(written), "#"]
     lines += [
-        f"#   agent-train data --env {spec.env_id}   # data/verl/{spec.env_id}/{{train,val,test}}.parquet",
+        f"#   agent-train data --env {spec.env_id}{' --catalog data/catalog' if spec.needs_catalog else ''}   "
+        f"# data/verl/{spec.env_id}/{{train,val,test}}.parquet",
         f"#   agent-train train --config {name} [hydra overrides...]",
         f"#   make train-{run} ENV={spec.env_id}{' VERL_LINE=0.9' if line == '0.9' else ''}   # the same in the "
         "trainer container (builds the data, serves the environment)",
@@ -97,7 +120,10 @@ def render(spec: EnvSpec, line: str, run: str) -> str:
     """One training config of ``spec``'s recipe (``line``: 0.7 | 0.9; ``run``: test | full)."""
     recipe = spec.recipe
     if recipe is None:
-        raise ValueError(f"{spec.env_id} has no recipe: its training configs are written by hand")
+        raise ValueError(
+            f"{spec.env_id} has no recipe (its trainer spec's TrainingRecipe): no training configs "
+            "are written for it"
+        )
     env_id, turns = spec.env_id, spec.max_rounds + 1
     lines = [
         *header(spec, recipe, line, run),
@@ -113,34 +139,51 @@ def render(spec: EnvSpec, line: str, run: str) -> str:
         f"  train_files: ${{oc.env:AGENTRL_TRAIN_FILE,data/verl/{env_id}/train.parquet}}",
         f"  val_files: ${{oc.env:AGENTRL_VAL_FILE,data/verl/{env_id}/val.parquet}}",
     ]
+    # the run's shape: a test run's own where the recipe gives one (recipe.test_run), else the recipe's
+    shape = recipe.test_run if run == "test" else {
+        "batch_size": recipe.batch_size, "rollouts": recipe.rollouts, "mini_batch_size": recipe.mini_batch_size,
+        "response_tokens": recipe.response_tokens}  # fmt: skip
     if run == "test":
+        steps = _steps(recipe.test_samples, shape["batch_size"])
         lines += [
-            "  # A test run: two steps' worth of prompts (the full run: the whole train split, many epochs).",
+            f"  # A test run: {steps} steps' worth of prompts (the full run: the whole train split, many epochs).",
             f"  train_max_samples: {_setting('AGENTRL_TRAIN_MAX_SAMPLES', recipe.test_samples)}",
         ]
-    else:
+    elif recipe.full_val_samples == -1:
         lines += [
             "  # The whole validation split (-1) at every test_freq step.",
             f"  val_max_samples: {_setting('AGENTRL_VAL_MAX_SAMPLES', -1)}",
         ]
+    else:
+        lines += [
+            f"  # The validation split's first {recipe.full_val_samples} rows at every test_freq step (-1: all of it).",
+            f"  val_max_samples: {_setting('AGENTRL_VAL_MAX_SAMPLES', recipe.full_val_samples)}",
+        ]
     lines += [
-        f"  train_batch_size: {_setting('AGENTRL_TRAIN_BATCH_SIZE', recipe.batch_size)}",
+        f"  train_batch_size: {_setting('AGENTRL_TRAIN_BATCH_SIZE', shape['batch_size'])}",
         f"  # The first turn: {recipe.first_turn}",
         f"  max_prompt_length: {recipe.prompt_tokens}",
         "  # Budget for ALL later turns together (replies and env answers)",
-        f"  max_response_length: {recipe.response_tokens}",
+        f"  max_response_length: {shape['response_tokens']}",
         "",
         "actor_rollout_ref:",
         "  actor:",
         "    optim:",
         f"      lr: {_scalar(recipe.lr)}",
-        f"    ppo_mini_batch_size: {_setting('AGENTRL_PPO_MINI_BATCH_SIZE', recipe.mini_batch_size)}",
+        f"    ppo_mini_batch_size: {_setting('AGENTRL_PPO_MINI_BATCH_SIZE', shape['mini_batch_size'])}",
     ]
     if run == "test":
-        lines.append(f"    ppo_micro_batch_size_per_gpu: {_setting('AGENTRL_MICRO_BATCH_SIZE', 1)}")
+        lines.append(
+            f"    ppo_micro_batch_size_per_gpu: {_setting('AGENTRL_MICRO_BATCH_SIZE', shape['micro_batch_size'])}"
+        )
     if recipe.ppo_epochs != 1:
         lines.append(f"    ppo_epochs: {recipe.ppo_epochs}")
-    lines += ["  rollout:", f"    n: {_setting('AGENTRL_ROLLOUT_N', recipe.rollouts)}"]
+    lines += ["  rollout:", f"    n: {_setting('AGENTRL_ROLLOUT_N', shape['rollouts'])}"]
+    if run == "full" and recipe.full_rollout_tp is not None:
+        lines += [
+            f"    # the model sharded over {recipe.full_rollout_tp} GPUs per rollout server (the base: one server per GPU)",
+            f"    tensor_model_parallel_size: {_setting('AGENTRL_ROLLOUT_TP', recipe.full_rollout_tp)}",
+        ]
     if run == "full" and recipe.full_gpu_memory_utilization is not None:
         lines.append(f"    gpu_memory_utilization: {_scalar(recipe.full_gpu_memory_utilization)}")
     lines += [
@@ -160,7 +203,7 @@ def render(spec: EnvSpec, line: str, run: str) -> str:
     lines += [
         "",
         "trainer:",
-        "  project_name: agentgym-grpo",
+        f"  project_name: {recipe.project_name}",
         f"  experiment_name: ${{oc.env:AGENTRL_EXPERIMENT,{config_name(env_id, run)}}}",
     ]
     if run == "full":

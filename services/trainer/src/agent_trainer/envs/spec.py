@@ -10,6 +10,7 @@ prompt and the first turn from the same spec, so training, evaluation and data s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,10 @@ def task_index(fields: Mapping[str, Any], env_id: str = "") -> int:
     )
 
 
+#: A recipe's ``project_name``: W&B's project names (no ``/``, ``#``, ``?``, ``%``, ``:`` or spaces).
+_PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 @dataclass(frozen=True)
 class TrainingRecipe:
     """An environment's GRPO recipe: the values its training configs set over the verl line's base
@@ -96,11 +101,21 @@ class TrainingRecipe:
         turn_tokens: new tokens per model turn; prompt_tokens: the first turn (``max_prompt_length``: system
             prompt and first observation); response_tokens: every later turn together (``max_response_length``).
         lr: the actor's learning rate.
-        test_samples: a test run's training rows (``train_max_samples``): two steps of the batch.
+        test_samples: a test run's training rows (``train_max_samples``): two steps of the batch (at least one of
+            the test run's).
         epochs, save_freq: the full run's epochs and steps between checkpoints.
         full_gpu_memory_utilization: the full run's rollout memory share, where not the base's.
         first_turn: what the first turn holds, in words (the comment on ``max_prompt_length``).
         notes: more header lines (how a value was derived).
+        test_batch_size, test_rollouts, test_mini_batch_size, test_response_tokens: a test run's own batch, rollouts
+            per prompt, PPO mini-batch and response budget, where a test run is smaller than the recipe (WebShop's:
+            the guides' small run); None: the recipe's. test_micro_batch_size: a test run's
+            ``ppo_micro_batch_size_per_gpu`` (``AGENTRL_MICRO_BATCH_SIZE``; a full run keeps its base's).
+        full_val_samples: the full run's validation rows at each ``test_freq`` step (``val_max_samples``;
+            ``AGENTRL_VAL_MAX_SAMPLES``); -1: the whole validation split.
+        full_rollout_tp: the full run's rollout tensor-parallel size (GPUs per rollout server,
+            ``AGENTRL_ROLLOUT_TP``), where not the base's 1.
+        project_name: the runs' project (``trainer.project_name``: W&B's project, the loggers' grouping).
     """
 
     source: str
@@ -118,19 +133,58 @@ class TrainingRecipe:
     full_gpu_memory_utilization: float | None = None
     first_turn: str = "system prompt + the first observation"
     notes: tuple[str, ...] = ()
+    test_batch_size: int | None = None
+    test_rollouts: int | None = None
+    test_mini_batch_size: int | None = None
+    test_micro_batch_size: int = 1
+    test_response_tokens: int | None = None
+    full_val_samples: int = -1
+    full_rollout_tp: int | None = None
+    project_name: str = "agentgym-grpo"
 
     def __post_init__(self) -> None:
         counts = ("batch_size", "rollouts", "mini_batch_size", "turn_tokens", "prompt_tokens", "response_tokens",
-                  "test_samples", "ppo_epochs", "epochs", "save_freq")  # fmt: skip
-        for name in counts:
+                  "test_samples", "ppo_epochs", "epochs", "save_freq", "test_micro_batch_size")  # fmt: skip
+        optional = ("test_batch_size", "test_rollouts", "test_mini_batch_size", "test_response_tokens",
+                    "full_rollout_tp")  # fmt: skip
+        for name in counts + tuple(n for n in optional if getattr(self, n) is not None):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"recipe: {name} = {value!r} must be a positive integer")
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"recipe: mini_batch_size {self.mini_batch_size} must divide batch_size "
                              f"{self.batch_size} (verl's check)")  # fmt: skip
+        test = self.test_run
+        if test["batch_size"] % test["mini_batch_size"]:
+            raise ValueError(f"recipe: the test run's mini-batch {test['mini_batch_size']} must divide its batch "
+                             f"{test['batch_size']} (verl's check)")  # fmt: skip
+        if self.test_samples < test["batch_size"]:
+            raise ValueError(f"recipe: test_samples {self.test_samples} is less than the test run's batch "
+                             f"{test['batch_size']}: the run would train no step")  # fmt: skip
         if not 0 < self.lr < 1:
             raise ValueError(f"recipe: lr = {self.lr!r} must be in (0, 1)")
+        value = self.full_val_samples
+        if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+            raise ValueError(f"recipe: full_val_samples = {value!r} must be a positive integer or -1 (all)")
+        if not isinstance(self.project_name, str) or not _PROJECT_NAME.fullmatch(self.project_name):
+            raise ValueError(f"recipe: project_name = {self.project_name!r} must be a name of letters, digits, "
+                             "'.', '_' and '-' (W&B's project)")  # fmt: skip
+
+    @property
+    def test_run(self) -> dict[str, int]:
+        """A test run's batch, rollouts, mini-batch, micro-batch and response budget (its own, else the recipe's)."""
+        own = {"batch_size": self.test_batch_size, "rollouts": self.test_rollouts,
+               "mini_batch_size": self.test_mini_batch_size, "response_tokens": self.test_response_tokens}  # fmt: skip
+        run = {name: getattr(self, name) if value is None else value for name, value in own.items()}
+        return {**run, "micro_batch_size": self.test_micro_batch_size}
+
+    @property
+    def test_run_differs(self) -> bool:
+        """A test run with a shape of its own (any ``test_*`` value other than the recipe's defaults)."""
+        return self.test_micro_batch_size != 1 or any(
+            getattr(self, name) is not None
+            for name in ("test_batch_size", "test_rollouts", "test_mini_batch_size", "test_response_tokens")
+        )
 
 
 def served_client(base_url: str, env_id: str, **options: Any) -> ServiceClient:
@@ -185,8 +239,8 @@ class EnvSpec:
             builds the rows from it; a local env cluster started with a catalog serves this environment, so the
             catalog's fingerprint can be checked on the service before it is reused. False: tasks come from the
             environment's core and its expert (``core.expert``).
-        recipe: its GRPO recipe (:class:`TrainingRecipe`), from which its training configs are written; None: they
-            are written by hand (WebShop's, the guides' recipe with its own data files).
+        recipe: its GRPO recipe (:class:`TrainingRecipe`), from which its training configs are written
+            (``agent-train configs --write``); None: the environment has no training configs of its own.
     """
 
     env_id: str

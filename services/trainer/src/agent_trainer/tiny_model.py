@@ -31,7 +31,7 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-MARKER = "webshop-tiny-model.json"
+MARKER = "tiny-model.json"
 
 
 def catalog_texts(catalog_dir: Path | str, goals: int = 200) -> Iterator[str]:

@@ -37,7 +37,7 @@ from .generation import generate_tokens, score_tokens
 NAME = "cpu"
 #: The rollouts' sampling seed (each replica adds its rank), set by ``make learn SEED=...``.
 SEED_ENV = "AGENTRL_ROLLOUT_SEED"
-SERVER_NAME = "webshop_cpu_rollout_{replica}"
+SERVER_NAME = "agentrl_cpu_rollout_{replica}"
 
 
 def register() -> None:

@@ -25,7 +25,7 @@ class CpuDeviceModule(ModuleType):
     """``torch.cpu`` with the rest of the ``torch.cuda`` API verl calls as no-ops."""
 
     def __init__(self) -> None:
-        super().__init__("webshop_rehearsal_cpu_device")
+        super().__init__("agentrl_rehearsal_cpu_device")
 
     def __getattr__(self, name: str) -> Any:
         if hasattr(torch.cpu, name):
@@ -69,7 +69,7 @@ def patch_process_group_backend() -> None:
     import torch.distributed.distributed_c10d as c10d
 
     original = dist.init_process_group
-    if getattr(original, "webshop_rehearsal", False):
+    if getattr(original, "agentrl_rehearsal", False):
         return
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
@@ -81,7 +81,7 @@ def patch_process_group_backend() -> None:
                 kwargs["backend"] = "gloo"
         return original(*args, **kwargs)
 
-    init_process_group.webshop_rehearsal = True  # type: ignore[attr-defined]
+    init_process_group.agentrl_rehearsal = True  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
     c10d.init_process_group = init_process_group
 
@@ -91,11 +91,11 @@ def patch_cpu_offload_policy() -> None:
     import torch.distributed.fsdp as fsdp
 
     base = fsdp.CPUOffloadPolicy
-    if getattr(base, "webshop_rehearsal", False):
+    if getattr(base, "agentrl_rehearsal", False):
         return
 
     class CPUOffloadPolicy(base):  # type: ignore[misc, valid-type]
-        webshop_rehearsal = True
+        agentrl_rehearsal = True
 
         def __init__(self, pin_memory: bool = False) -> None:
             super().__init__(pin_memory=False)

@@ -209,7 +209,7 @@ def trajectories_verl07(batch: Any) -> list[checks.Trajectory]:
 def install_verl07() -> None:
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    if getattr(RayPPOTrainer._update_actor, "webshop_rehearsal", False):
+    if getattr(RayPPOTrainer._update_actor, "agentrl_rehearsal", False):
         return
     update_actor, init_workers = RayPPOTrainer._update_actor, RayPPOTrainer.init_workers
 
@@ -227,7 +227,7 @@ def install_verl07() -> None:
         _watch_syncs(self, "0.7")
         return output
 
-    _update_actor.webshop_rehearsal = True  # type: ignore[attr-defined]
+    _update_actor.agentrl_rehearsal = True  # type: ignore[attr-defined]
     RayPPOTrainer._update_actor = _update_actor
     RayPPOTrainer.init_workers = _init_workers
 
@@ -271,7 +271,7 @@ def install_verl09() -> None:
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from verl.workers.utils.padding import response_from_nested
 
-    if getattr(PPOTrainer._update_actor, "webshop_rehearsal", False):
+    if getattr(PPOTrainer._update_actor, "agentrl_rehearsal", False):
         return
     update_actor, setup = PPOTrainer._update_actor, PPOTrainer._setup
     fields = ["prompts", "responses", "response_mask", "rm_scores", "advantages", "old_log_probs", "uid",
@@ -297,7 +297,7 @@ def install_verl09() -> None:
         _watch_syncs(self, "0.9")
         return output
 
-    _update_actor.webshop_rehearsal = True  # type: ignore[attr-defined]
+    _update_actor.agentrl_rehearsal = True  # type: ignore[attr-defined]
     PPOTrainer._update_actor = _update_actor
     PPOTrainer._setup = _setup
 

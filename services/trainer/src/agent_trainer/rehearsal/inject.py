@@ -72,11 +72,11 @@ def restored() -> Iterator[None]:
 def _once(target: Any, attribute: str, make: Any, bug: str) -> None:
     """``target.attribute = make(original)``, once per bug (two bugs may wrap the same method)."""
     original = getattr(target, attribute)
-    done = getattr(original, "webshop_injected", frozenset())
+    done = getattr(original, "agentrl_injected", frozenset())
     if bug in done:
         return
     patched = make(original)
-    patched.webshop_injected = done | {bug}
+    patched.agentrl_injected = done | {bug}
     _REPLACED.append((target, attribute, vars(target).get(attribute)))
     setattr(target, attribute, patched)
 
@@ -151,8 +151,8 @@ def _sync(bug: str, transform: Any) -> None:
     def update(original: Any) -> Any:
         @functools.wraps(original)
         async def wrapper(self: Any, weights: Any, *args: Any, **kwargs: Any) -> Any:
-            pushes = getattr(self, "_webshop_pushes", 0)
-            self._webshop_pushes = pushes + 1
+            pushes = getattr(self, "_agentrl_pushes", 0)
+            self._agentrl_pushes = pushes + 1
             replaced = transform(self, list(weights), pushes)
             if replaced is None:
                 return None
@@ -174,8 +174,8 @@ def _sync_partial() -> None:
 def _sync_stale() -> None:
     def transform(adapter: Any, weights: list[tuple[str, Any]], pushes: int) -> list[tuple[str, Any]]:
         if pushes == 0:
-            adapter._webshop_first = [(n, t.detach().clone()) for n, t in weights]
-        return adapter._webshop_first
+            adapter._agentrl_first = [(n, t.detach().clone()) for n, t in weights]
+        return adapter._agentrl_first
 
     _sync("sync_stale", transform)
 

@@ -168,7 +168,7 @@ def build_base(options: LearnOptions, recipe: Mapping[str, Any], plans: Mapping[
     """The base policy (cached under ``OUT/<env>/base``, keyed by its recipe): tokenizer and tiny model built on
     the training episodes, then ``sft_steps`` supervised episode steps (the warm start's loop)."""
     from ..tiny_model import build_tiny_model
-    from .warm_start import recipe_stale, supervise
+    from .warm_start import MARKER, recipe_stale, supervise
 
     cap = int(recipe["max_observation_chars"])
     examples = episodes(options.env, plans, cap)
@@ -178,7 +178,7 @@ def build_base(options: LearnOptions, recipe: Mapping[str, Any], plans: Mapping[
     model_dir = (options.out_dir / options.env / "base").resolve()
     build_tiny_model(model_dir, None, hidden_size=int(recipe["hidden"]), layers=int(recipe["layers"]),
                      texts=tokenizer_texts(examples), force=recipe_stale(model_dir, sft))  # fmt: skip
-    if recipe_stale(model_dir, sft) or not (model_dir / "webshop-warm-start.json").exists():
+    if recipe_stale(model_dir, sft) or not (model_dir / MARKER).exists():
         log(
             f"base policy: {recipe['sft_steps']} supervised episode steps on {len(plans)} training tasks' expert "
             "episodes (the first build; cached after)"
@@ -211,7 +211,7 @@ def evaluate(options: LearnOptions, recipe: Mapping[str, Any], model: Path, url:
     ``samples`` times (sampling seeds ``eval_seed + i``; ``OUT/sample<i>``) at ``temperature`` (default: the
     options' judgement eval); per task the mean success and reward over the samples. A finished eval directory is
     reused when its model, tasks and settings are the same."""
-    from .run import _webshop_train
+    from .run import _run_trainer
 
     temperature = options.eval_temperature if temperature is None else temperature
     samples = options.eval_samples if samples is None else samples
@@ -239,7 +239,7 @@ def evaluate(options: LearnOptions, recipe: Mapping[str, Any], model: Path, url:
                        "--max-tokens", str(recipe["turn_tokens"]),
                        "--max-observation-chars", str(recipe["max_observation_chars"]), "--out", str(directory),
                        "--overwrite", "--no-progress", "--no-report", "--startup-timeout", "600"]  # fmt: skip
-            code = _webshop_train(command, dict(env), logfile, out.parent, timeout=7200)
+            code = _run_trainer(command, dict(env), logfile, out.parent, timeout=7200)
             if code != 0 or not metrics_path.exists():
                 raise RuntimeError(f"agent-train eval of {model} failed (exit {code}); see {logfile}")
             stamp.write_text(key)
@@ -470,7 +470,7 @@ def grpo(options: LearnOptions, recipe: Mapping[str, Any], base: Path, plans: Ma
         WRAP_07,
         _all_metrics,
         _line_env,
-        _webshop_train,
+        _run_trainer,
         loop_configs,
         train_routes,
         training_config,
@@ -512,7 +512,7 @@ def grpo(options: LearnOptions, recipe: Mapping[str, Any], base: Path, plans: Ma
     )
     started = time.monotonic()
     code = _run_with_progress(command, env, logfile, work, run_dir / "learn" / "metrics", options.steps,
-                              _webshop_train)  # fmt: skip
+                              _run_trainer)  # fmt: skip
     seconds = time.monotonic() - started
     if code != 0:
         raise RuntimeError(f"GRPO failed (exit {code}); see {logfile}")
@@ -526,7 +526,7 @@ def grpo(options: LearnOptions, recipe: Mapping[str, Any], base: Path, plans: Ma
 
 def _run_with_progress(command: list[str], env: Mapping[str, str], logfile: Path, cwd: Path, metrics: Path,
                        steps: int, runner: Any) -> int:  # fmt: skip
-    """Run ``command`` (``runner``: the rehearsal's ``_webshop_train``) while a thread reports each step verl
+    """Run ``command`` (``runner``: the rehearsal's ``_run_trainer``) while a thread reports each step verl
     logs."""
     import threading
 

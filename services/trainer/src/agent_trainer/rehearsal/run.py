@@ -1,26 +1,23 @@
-"""The rehearsal's driver: ``agent-train rehearse`` (``make rehearse VERL_LINE=0.7|0.9``).
+"""The rehearsal's driver: ``agent-train rehearse`` (``make rehearse VERL_LINE=0.7|0.9 ENV=...``).
 
-1. A catalog, the tiny model (warm-started on the oracle's episodes, :mod:`.warm_start`) and the data: on 0.7.1
-   training rows for ToolAgentLoop + WebshopInteraction (the line's default) and validation rows for the WebShop
-   agent loop; on 0.9.1 the agent loop for both.
-2. The env cluster (real replicas behind a real nginx, ``make up-local``'s topology).
-3. ``agent-train train --config test`` (the project's launcher, verl's entry point and trainer loop), scaled
-   down and on CPU (:data:`agent_trainer.rehearsal.SUBSTITUTED`): steps 1 and 2, a checkpoint at step 2; during
-   step 2's rollout every env replica is stopped (SIGSTOP) for ``outage_s`` seconds, then resumed.
+1. The run's data, the same way for every environment and mix (``--envs``; default WebShop): per environment its
+   training tasks whose expert solves them in at most 4 steps (WebShop's: catalog goals whose oracle plan fits),
+   the tiny model warm-started on those experts' episodes rendered through the trainer's spec of each environment
+   (:func:`.warm_start.warm_start_tasks`), and the rows, ``agent_trainer.env_data``'s (on 0.7.1 the training rows
+   take the interaction route, ToolAgentLoop + the environment's Interaction, where configs/interaction.yaml has
+   an entry for it; the validation rows its agent loop; on 0.9.1 the agent loop for both).
+2. The env cluster (real replicas behind a real nginx, ``make up-local``'s topology) serving the run's
+   environments (WebShop alone: ``--env ray`` puts it on a Ray Serve app instead).
+3. ``agent-train train`` with ``make train-test ENV=...``'s config of the line (``<env>_grpo_test``,
+   ``mixed_grpo_test``; the project's launcher, verl's entry point and trainer loop), scaled down and on CPU
+   (:data:`agent_trainer.rehearsal.SUBSTITUTED`): steps 1 and 2, a checkpoint at step 2; during step 2's rollout
+   every env replica is stopped (SIGSTOP) for ``outage_s`` seconds, then resumed.
 4. A second invocation, which resumes from the checkpoint and runs step 3.
 5. verl's merger on the last checkpoint (``make eval``'s merge step) and the merged model loaded.
-6. ``summary.json`` in ``OUT/verl<line>/``: what ran, the steps verl logged, the checks.
-
-``--envs textcraft`` / ``babyai`` / ``textcraft,webshop`` (``make rehearse ENV=...``) rehearses another environment
-or a mix the same way (in ``OUT/verl<line>-<env>[+<env>...]/``): the tasks are each environment's training tasks
-whose expert solves them in at most 4 steps, the tiny model is warm-started on those experts' episodes rendered
-through the trainer's spec of each environment (:func:`.warm_start.warm_start_tasks`), the rows are
-``agent_trainer.env_data``'s (on 0.7.1 the training rows take the interaction route where
-configs/interaction.yaml has an entry for the environment), the env cluster serves exactly those
-environments, the run is ``make train-test ENV=...``'s config of the line (``<env>_grpo_test``,
-``mixed_grpo_test``; the WebShop test config where the line has none), each check replays each trajectory in its
-own environment, and the summary has every environment's figures (``per_env``), from the replay and from verl's
-per-step ``env/<env>/...`` metrics.
+6. ``summary.json`` in ``OUT/verl<line>/`` (WebShop alone, the folders it always had) or
+   ``OUT/verl<line>-<env>[+<env>...]/``: what ran, the steps verl logged, the checks; each check replays each
+   trajectory in its own environment, and the summary has every environment's figures (``per_env``), from the
+   replay and from verl's per-step ``env/<env>/...`` metrics.
 """
 
 from __future__ import annotations
@@ -136,9 +133,9 @@ class RehearsalOptions:
 
 
 def catalog_run(env_ids: Sequence[str]) -> bool:
-    """One environment whose tasks are the catalog's goals (its spec's ``needs_catalog``: WebShop alone): the
-    rehearsal as it always ran for it, on the catalog's oracle plans and rows (``agent-train data``), its test
-    config (``test``), today's folders and eval without ``--env``; any other run is laid out per environment."""
+    """One environment whose tasks are the catalog's goals (its spec's ``needs_catalog``: WebShop alone): its data
+    and warm start are any run's, its folders (``verl<line>/``), config name (``test``, the same file as
+    ``webshop_grpo_test``) and eval without ``--env`` are those it always had, and it may run on Ray Serve."""
     from .. import envs
 
     return len(env_ids) == 1 and envs.get(env_ids[0]).needs_catalog
@@ -227,7 +224,7 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
     if catalog_run(env_ids):
         listed += [
             "data: 12 training goals (3 steps of 4), 2 validation goals, all with an oracle plan of at most 4 steps, "
-            "instead of data/verl/webshop_{train,eval}.parquet",
+            "instead of data/verl/webshop/{train,val}.parquet",
             "env: the bundled catalog on a local cluster (replicas + nginx, make up-local's topology; --env ray: a "
             "Ray Serve app) instead of the compose stack",
             "eval: 4 test goals, at most 4 steps each (agent-train eval --max-samples 4 --max-steps 4), instead of "
@@ -309,44 +306,6 @@ def _config_value(config: dict[str, Any], key: str) -> str:
 _MISSING = object()
 
 
-def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
-    """Catalog, the tiny model (warm-started on the oracle's episodes) and the parquet files."""
-    from agent_envs.envs.webshop.catalog.store import open_catalog
-
-    from ..envs.webshop.data import build_dataset
-    from ..harness.catalog import default_catalog
-    from ..harness.tasks import pick_oracle_goals
-    from ..tiny_model import build_tiny_model
-    from .warm_start import stale, warm_start
-
-    catalog = (options.catalog or default_catalog(work)).resolve()
-    plans = pick_oracle_goals(catalog, "synthetic", "train", options.goals + 2, max_turns=5)
-    cap = MAX_OBSERVATION_CHARS
-    model_dir = (options.model_dir or options.out_dir / "tiny_model").resolve()
-    gate = warm_gate(options.turn_tokens, list(options.envs))
-    model = build_tiny_model(
-        model_dir, catalog, force=stale(model_dir, plans, max_observation_chars=cap, gate=gate)
-    )
-    warmed = warm_start(model, catalog, plans, max_observation_chars=cap, gate=gate)
-    write_fixed_sequence(model, catalog, plans, work / SEQUENCE_FILE, cap)
-    goals = sorted(plans)
-    data = work / "data"
-    # 0.7.1: training rows for ToolAgentLoop + WebshopInteraction (the line's default, tool_agent), validation rows
-    # for the WebShop agent loop (one loop per batch: verl concatenates the workers' outputs, and the two report
-    # different reward keys); 0.9.1: the agent loop for both
-    train_loop = AGENT_NAME if line == "0.7" else AGENT_LOOP_NAME
-    files = {}
-    for split, name, ids in (
-        ("train", train_loop, goals[: options.goals]),
-        ("val", AGENT_LOOP_NAME, goals[-2:]),
-    ):
-        path = data / f"{split}_{name}.parquet"
-        build_dataset(catalog, "train", path, goal_ids=ids, progress=False, agent_name=name)
-        files[split] = str(path)
-    return {"catalog": catalog, "fingerprint": open_catalog(catalog).fingerprint, "model": model,
-            "warm_start": warmed, **files}  # fmt: skip
-
-
 #: Env steps an expert episode of the rehearsal may take (the turns' budget: max_assistant_turns 5).
 MAX_PLAN_STEPS = 4
 #: Environments whose shortest expert episodes are longer: SciWorld's are 5-7 steps at the least (finding a
@@ -412,10 +371,12 @@ def prompt_overrides(env_ids: Sequence[str]) -> list[str]:
     return [f"data.max_prompt_length={tokens}"] if tokens > int(scale_value("data.max_prompt_length")) else []
 
 
-def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
-    """``--envs`` other than WebShop alone: per environment the training tasks its expert solves in at most
-    :data:`MAX_PLAN_STEPS` steps (the run's share of ``options.goals``, interleaved, and the validation tasks),
-    the tiny model warm-started on those experts' episodes, the rows (``env_data.RowBuilder``)."""
+def _prepare(options: RehearsalOptions, work: Path, line: str) -> dict[str, Any]:
+    """The run's environments (one or a mix, WebShop's as any other's): per environment the training tasks its
+    expert solves in at most :data:`MAX_PLAN_STEPS` steps (the run's share of ``options.goals``, interleaved, and
+    the validation tasks; WebShop's: goals whose oracle plan fits, spread over plan lengths), the tiny model
+    warm-started on those experts' episodes, the rows (``env_data.RowBuilder``, as ``agent-train data`` builds
+    them)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -458,7 +419,7 @@ def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str,
     model = build_tiny_model(model_dir, catalog, force=recipe_stale(model_dir, recipe))
     warmed = warm_start_tasks(model, tasks, 1500, max_observation_chars=cap, catalog_dir=catalog, gate=gate)
     first = env_ids[0]
-    write_fixed_sequence(model, catalog, {tasks[first][0]: []}, work / SEQUENCE_FILE, cap, env_id=first)
+    write_fixed_sequence(model, catalog, tasks[first][0], work / SEQUENCE_FILE, cap, env_id=first)
     routes = train_routes(line, env_ids)
     opened = open_catalog(catalog) if any(envs.get(e).needs_catalog for e in env_ids) else None
     builders = {e: env_data.RowBuilder(e, opened) for e in env_ids}
@@ -485,22 +446,18 @@ def _prepare_envs(options: RehearsalOptions, work: Path, line: str) -> dict[str,
             "warm_start": warmed, "tasks": tasks, "routes": routes, **files}  # fmt: skip
 
 
-def write_fixed_sequence(model: Path, catalog: Path, plans: dict[int, list[str]], path: Path, cap: int,
-                         prompt_tokens: int = 64, response_tokens: int = 512, env_id: str = "webshop") -> None:  # fmt: skip
+def write_fixed_sequence(model: Path, catalog: Path, task: int, path: Path, cap: int, prompt_tokens: int = 64,
+                         response_tokens: int = 512, env_id: str = "webshop") -> None:  # fmt: skip
     """The sequence whose log-probs the weight-sync check compares (rollout against actor) after every sync: the
-    first plan's whole episode as the agent loop renders it (``env_id`` other than WebShop: the expert's episode of
-    the first task), its first ``prompt_tokens`` tokens as the prompt and up to ``response_tokens`` more as the
-    scored response (pages and replies alike: a probe, not a turn)."""
+    expert's whole episode of ``task`` of ``env_id`` as the agent loop renders it, its first ``prompt_tokens``
+    tokens as the prompt and up to ``response_tokens`` more as the scored response (pages and replies alike: a
+    probe, not a turn)."""
     from transformers import AutoTokenizer
 
-    from .warm_start import expert_examples, needs_catalog, oracle_examples
+    from .warm_start import expert_examples
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    first = sorted(plans)[0]
-    if needs_catalog(env_id):
-        messages, reply = oracle_examples(catalog, {first: plans[first]}, max_observation_chars=cap)[-1]
-    else:
-        messages, reply = expert_examples({env_id: [first]}, max_observation_chars=cap)[-1]
+    messages, reply = expert_examples({env_id: [task]}, catalog_dir=catalog, max_observation_chars=cap)[-1]
     ids = tokenizer.apply_chat_template([*messages, {"role": "assistant", "content": reply}], tokenize=True)
     ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
     path.write_text(json.dumps({"prompt_ids": ids[:prompt_tokens],
@@ -628,11 +585,11 @@ def _train(work: Path, steps: int, overrides: list[str], env: dict[str, str], lo
     command = [sys.executable, "-m", "agent_trainer.cli", "train", "--config", config, "--experiment", EXPERIMENT,
                "--output-dir", str(work / "runs"), *overrides, f"trainer.total_training_steps={steps}"]  # fmt: skip
     before = log.stat().st_size if log.exists() else 0
-    code = _webshop_train(command, env, log, work, timeout=1800)
+    code = _run_trainer(command, env, log, work, timeout=1800)
     if code != 0 and RAY_START_TIMEOUT in log.read_bytes()[before:].decode(errors="replace"):
         # Ray gives its own node 30 s to register (hard-coded); a saturated machine can miss that before anything
         # of the run started: once more (verl resumes from whatever checkpoint there is)
-        code = _webshop_train(command, env, log, work, timeout=1800)
+        code = _run_trainer(command, env, log, work, timeout=1800)
     return code
 
 
@@ -640,7 +597,7 @@ def _train(work: Path, steps: int, overrides: list[str], env: dict[str, str], lo
 RAY_START_TIMEOUT = "The current node timed out during startup"
 
 
-def _webshop_train(command: list[str], env: dict[str, str], log: Path, cwd: Path, timeout: float) -> int:
+def _run_trainer(command: list[str], env: dict[str, str], log: Path, cwd: Path, timeout: float) -> int:
     """Run a ``agent-train`` command with the run's environment, its output appended to the rehearsal log."""
     with open(log, "ab") as out:
         out.write(f"\n[rehearsal] {' '.join(command)}\n".encode())
@@ -681,7 +638,7 @@ def _evaluate(work: Path, checkpoint: Path, url: str, env: dict[str, str], log: 
                "--startup-timeout", "300"]  # fmt: skip
     if not catalog_run(env_ids):
         command += ["--env", ",".join(env_ids)]
-    code = _webshop_train(command, env, log, work, timeout=900)
+    code = _run_trainer(command, env, log, work, timeout=900)
     metrics = out / "metrics.json"
     if code != 0 or not metrics.exists():
         raise RuntimeError(f"agent-train eval of {checkpoint} failed (exit {code}); see {log}")
@@ -820,13 +777,10 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
     errors, checks = summary["errors"], summary["checks"]
     stop = None
     try:
-        prepared = (
-            _prepare(options, work, line) if options.catalog_run else _prepare_envs(options, work, line)
-        )
+        prepared = _prepare(options, work, line)
         summary["catalog"] = {"dir": str(prepared["catalog"]), "fingerprint": prepared["fingerprint"]}
         summary["warm_start"] = prepared["warm_start"]
-        if not options.catalog_run:
-            summary["tasks"], summary["train_routes"] = prepared["tasks"], prepared["routes"]
+        summary["tasks"], summary["train_routes"] = prepared["tasks"], prepared["routes"]
         if not options.catalog_run:  # a local cluster serving exactly the run's environments
             running = start_cluster(prepared["catalog"], work / "cluster", served=env_ids)
             stop = running.stop

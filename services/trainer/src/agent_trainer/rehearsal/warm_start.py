@@ -29,7 +29,7 @@ from typing import Any
 from ..envs.webshop import prompts
 from .checks import make_core, needs_catalog
 
-MARKER = "webshop-warm-start.json"
+MARKER = "warm-start.json"
 
 
 @dataclass(frozen=True)
@@ -181,13 +181,6 @@ class WarmStartTooWeak(RuntimeError):
     """The warm start could not make a model whose rollouts earn a reward often enough (the gate's figures say)."""
 
 
-def oracle_examples(catalog_dir: Path, plans: Mapping[int, Sequence[str]], goal_set: str = "synthetic",
-                    max_observation_chars: int = 0) -> list[tuple[list[dict[str, str]], str]]:  # fmt: skip
-    """(conversation so far, the oracle's next reply) for every step of every plan, as the agent loop shows it
-    (pages cut at ``max_observation_chars``, as the run's agent loop cuts them)."""
-    return oracle_examples_on(make_core("webshop", Path(catalog_dir)), plans, goal_set, max_observation_chars)
-
-
 def expert_plan(env_id: str, task: int, *, core: Any = None, goal_set: str = "synthetic") -> list[str]:
     """The expert's actions for ``task`` of ``env_id`` (``core``: its in-process core, or a ``WebShopEnv``)."""
     if needs_catalog(env_id):
@@ -286,7 +279,8 @@ def solvable_tasks(env_id: str, candidates: Sequence[int], count: int, max_steps
 
 def oracle_examples_on(env: Any, plans: Mapping[int, Sequence[str]], goal_set: str = "synthetic",
                        max_observation_chars: int = 0) -> list[tuple[list[dict[str, str]], str]]:  # fmt: skip
-    """:func:`oracle_examples` on a ``WebShopEnv`` already open."""
+    """(conversation so far, the oracle's next reply) for every step of every plan on a ``WebShopEnv`` already
+    open, as the agent loop shows it (pages cut at ``max_observation_chars``, as the run's agent loop cuts them)."""
     examples = []
     for goal, plan in plans.items():
         step = env.reset(goal, goal_set=goal_set)
@@ -306,7 +300,7 @@ def oracle_examples_on(env: Any, plans: Mapping[int, Sequence[str]], goal_set: s
 
 def episode_streams(tokenizer: Any, examples: Sequence[tuple[list[dict[str, str]], str]]
                     ) -> list[tuple[list[int], list[int]]]:  # fmt: skip
-    """One ``(ids, labels)`` per episode of ``examples`` (as :func:`oracle_examples` lists them): the token stream
+    """One ``(ids, labels)`` per episode of ``examples`` (as :func:`expert_examples` lists them): the token stream
     the agent loop builds (the chat template's render of each new context appended, the reply's tokens and the
     end-of-turn token after each), the labels -100 except on the replies."""
 
@@ -330,46 +324,6 @@ def episode_streams(tokenizer: Any, examples: Sequence[tuple[list[dict[str, str]
     if ids:
         streams.append((ids, labels))
     return streams
-
-
-def _recipe(plans: Mapping[int, Sequence[str]], steps: int, lr: float, seed: int, max_observation_chars: int,
-            gate: Gate | None = None) -> dict[str, Any]:  # fmt: skip
-    return {"plans": {str(k): list(v) for k, v in sorted(plans.items())}, "steps": steps, "lr": lr, "seed": seed,
-            "unit": "episode",
-            **({"max_observation_chars": max_observation_chars} if max_observation_chars else {}),
-            **({"gate": asdict(gate)} if gate else {})}  # fmt: skip
-
-
-def stale(model_dir: Path, plans: Mapping[int, Sequence[str]], steps: int = 1500, lr: float = 3e-3, seed: int = 0,
-          max_observation_chars: int = 0, gate: Gate | None = None) -> bool:  # fmt: skip
-    """Whether ``model_dir`` holds weights of another recipe, or of a warm start that did not finish (its gate
-    not passed): then it must be rebuilt before a warm start, which trains the weights in place."""
-    marker = Path(model_dir) / MARKER
-    if not marker.exists():
-        return (
-            Path(model_dir) / "config.json"
-        ).exists() and gate is not None  # trained, never passed its gate
-    return json.loads(marker.read_text()).get("recipe") != _recipe(
-        plans, steps, lr, seed, max_observation_chars, gate
-    )
-
-
-def warm_start(model_dir: Path, catalog_dir: Path, plans: Mapping[int, Sequence[str]], steps: int = 1500,
-               lr: float = 3e-3, seed: int = 0, max_observation_chars: int = 0, gate: Gate | None = None
-               ) -> dict[str, Any]:  # fmt: skip
-    """Teacher-force the oracle's replies into the model at ``model_dir`` (in place; once per plan set): WebShop
-    with the plans given (the WebShop rehearsal's warm start; :func:`warm_start_tasks` for any environment)."""
-    recipe = _recipe(plans, steps, lr, seed, max_observation_chars, gate)
-    measure = None
-    if gate is not None:
-
-        def measure(model: Path) -> dict[str, Any]:
-            return gate_report(model, {"webshop": sorted(plans)}, gate, catalog_dir=Path(catalog_dir),
-                               max_observation_chars=max_observation_chars, seed=seed)  # fmt: skip
-
-    return supervise(model_dir, lambda: oracle_examples(Path(catalog_dir), plans,
-                                                        max_observation_chars=max_observation_chars),
-                     recipe, steps=steps, lr=lr, seed=seed, gate=gate, measure=measure)  # fmt: skip
 
 
 def tasks_recipe(tasks: Mapping[str, Sequence[int]], steps: int, lr: float, seed: int, max_observation_chars: int,

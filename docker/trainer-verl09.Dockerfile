@@ -34,7 +34,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_BREAK_SYSTEM_PACKAGES=1 \
     PYTHONUNBUFFERED=1
 
-WORKDIR /opt/webshop
+WORKDIR /opt/agentrl
 
 # 1. Freeze everything the base image ships (torch, sglang, flash-attn, CUDA wheels, numpy 2...), except what
 #    the install set below needs at another version. docker/trainer-lock.py derives that: pip's resolver (a dry
@@ -108,7 +108,7 @@ RUN --mount=type=secret,id=build_ca \
  && rm -f /tmp/build-ca.pem \
  && python3 -c "import agent_envs, agent_trainer.agent_loop"
 
-COPY configs/ /opt/webshop/configs/
+COPY configs/ /opt/agentrl/configs/
 
 # 3. Checks that fail the build rather than the first GPU hour (docker/trainer-image-check.py, as in the 0.7.1
 #    image): every module a 0.9 run imports (engine workers, the v1 trainer and TransferQueue, sglang's server,
@@ -121,7 +121,7 @@ ENV AGENTRL_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \
- && python3 trainer-image-check.py --configs /opt/webshop/configs/verl09 --device "$TRAINER_DEVICE" \
+ && python3 trainer-image-check.py --configs /opt/agentrl/configs/verl09 --device "$TRAINER_DEVICE" \
         --accepted-conflicts trainer-accepted-conflicts.txt --pip-check-output pip-check.txt \
         --baseline base-pip-check.txt --verl-line 0.9
 
@@ -134,8 +134,8 @@ ENV HOME=/home/verl \
     XDG_CACHE_HOME=/cache \
     HF_HOME=/cache/huggingface \
     TRITON_CACHE_DIR=/cache/triton \
-    AGENTRL_CONFIG_DIR=/opt/webshop/configs \
-    AGENTRL_AGENT_LOOP_CONFIG=/opt/webshop/configs/agent_loop.yaml \
+    AGENTRL_CONFIG_DIR=/opt/agentrl/configs \
+    AGENTRL_AGENT_LOOP_CONFIG=/opt/agentrl/configs/agent_loop.yaml \
     VERL_LINE=0.9 \
     AGENTRL_DEVICE=${TRAINER_DEVICE}
 

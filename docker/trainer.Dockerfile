@@ -39,7 +39,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_BREAK_SYSTEM_PACKAGES=1 \
     PYTHONUNBUFFERED=1
 
-WORKDIR /opt/webshop
+WORKDIR /opt/agentrl
 
 # 1. Freeze everything the base image ships (torch, sglang, flash-attn, flashinfer, CUDA wheels, transformers,
 #    ...), except numpy (see trainer-constraints.txt) and what the install set of step 2 needs at another version:
@@ -98,7 +98,7 @@ RUN --mount=type=secret,id=build_ca \
  && python3 -m pip install --no-deps --force-reinstall ./services/env ./services/trainer \
  && rm -f /tmp/build-ca.pem
 
-COPY configs/ /opt/webshop/configs/
+COPY configs/ /opt/agentrl/configs/
 
 # 3. Checks that fail the build rather than the first GPU hour: every module a GPU run imports imports here
 #    (sglang's server, verl's FSDP workers and agent loop, Ray and Ray Serve with the env's Serve app, the merger,
@@ -114,7 +114,7 @@ ENV AGENTRL_IMAGE_CHECK_SKIP=${IMAGE_CHECK_SKIP}
 COPY docker/trainer-image-check.py docker/trainer-accepted-conflicts.txt ./
 RUN { python3 -m pip check > pip-check.txt || true; } \
  && cat pip-check.txt \
- && python3 trainer-image-check.py --configs /opt/webshop/configs --device "$TRAINER_DEVICE" --accepted-conflicts trainer-accepted-conflicts.txt \
+ && python3 trainer-image-check.py --configs /opt/agentrl/configs --device "$TRAINER_DEVICE" --accepted-conflicts trainer-accepted-conflicts.txt \
         --pip-check-output pip-check.txt --baseline base-pip-check.txt --verl-line 0.7 \
  && python3 -c "import importlib.metadata as m, numpy, torch, verl; print('torch', torch.__version__, '| sglang', \
 ([d.version for d in m.distributions(name='sglang')] or ['none: CPU build'])[0], '| verl', verl.__version__, '| numpy', numpy.__version__)"
@@ -130,7 +130,7 @@ ENV HOME=/home/verl \
     XDG_CACHE_HOME=/cache \
     HF_HOME=/cache/huggingface \
     TRITON_CACHE_DIR=/cache/triton \
-    AGENTRL_CONFIG_DIR=/opt/webshop/configs \
+    AGENTRL_CONFIG_DIR=/opt/agentrl/configs \
     AGENTRL_DEVICE=${TRAINER_DEVICE}
 
 USER 10001:10001

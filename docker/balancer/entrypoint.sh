@@ -1,9 +1,9 @@
 #!/bin/sh
-# Balancer entrypoint: render the ONE nginx template (configs/nginx/webshop.conf.template, the same file
+# Balancer entrypoint: render the ONE nginx template (configs/nginx/balancer.conf.template, the same file
 # `make up-local` renders) for docker compose, check it with `nginx -t`, then run nginx in the foreground.
 #
-#   webshop-balancer            render, check, exec nginx (the container's default)
-#   webshop-balancer check      render and check only (what tests/deploy runs against a real nginx >= 1.27.3)
+#   agentrl-balancer            render, check, exec nginx (the container's default)
+#   agentrl-balancer check      render and check only (what tests/deploy runs against a real nginx >= 1.27.3)
 #
 # In compose the upstream is the Docker DNS name of the scaled `envs` service. nginx resolves it at run time
 # (`resolve`, open source since nginx 1.27.3), through Docker's embedded DNS server, and re-resolves it every
@@ -28,7 +28,7 @@
 #                              the non-root user, a tmpfs under a read-only root file system)
 #   AGENTRL_NGINX_ACCESS_LOG   default /dev/stdout (JSON lines)
 #   AGENTRL_NGINX_ERROR_LOG    default stderr
-#   AGENTRL_NGINX_TEMPLATE     template path (default /etc/webshop/webshop.conf.template)
+#   AGENTRL_NGINX_TEMPLATE     template path (default /etc/agentrl/balancer.conf.template)
 #   AGENTRL_NGINX_ENVIRONMENTS the environments' generated routes: maps.conf, locations.conf and placements.txt
 #                              (default: the directory environments/ next to the template; configs/nginx/environments/
 #                              in the repository, written by `agent-envs envs --write-deploy` from the registrations)
@@ -44,13 +44,13 @@ AGENTRL_LISTEN_PORT="${AGENTRL_LISTEN_PORT:-8080}"
 AGENTRL_NGINX_RUNTIME_DIR="${AGENTRL_NGINX_RUNTIME_DIR:-/tmp/nginx}"
 AGENTRL_NGINX_ACCESS_LOG="${AGENTRL_NGINX_ACCESS_LOG:-/dev/stdout}"
 AGENTRL_NGINX_ERROR_LOG="${AGENTRL_NGINX_ERROR_LOG:-stderr}"
-template="${AGENTRL_NGINX_TEMPLATE:-/etc/webshop/webshop.conf.template}"
+template="${AGENTRL_NGINX_TEMPLATE:-/etc/agentrl/balancer.conf.template}"
 nginx_bin="${NGINX_BIN:-nginx}"
 
 if [ -z "${AGENTRL_UPSTREAMS:-}" ]; then
     # A shared zone (every nginx worker sees the same failure counts); ipv6=off because Docker's
     # embedded DNS answers A records for service names.
-    AGENTRL_UPSTREAMS="        zone webshop_upstreams 512k;
+    AGENTRL_UPSTREAMS="        zone env_upstreams 512k;
         resolver ${AGENTRL_RESOLVER} valid=10s ipv6=off;
         resolver_timeout 5s;
         server ${AGENTRL_BACKEND} max_fails=1 fail_timeout=10s resolve;
@@ -64,7 +64,7 @@ fi
 # retries are for the service's own stateless routes: refuse to start instead.
 environments="${AGENTRL_NGINX_ENVIRONMENTS:-$(dirname "$template")/environments}"
 if [ ! -r "$environments/placements.txt" ]; then
-    echo "webshop-balancer: $environments/placements.txt not found (the environments' routes)" >&2
+    echo "agentrl-balancer: $environments/placements.txt not found (the environments' routes)" >&2
     exit 66
 fi
 sticky=no
@@ -74,7 +74,7 @@ for env in $(printf '%s' "${AGENTRL_ENVS:-webshop}" | tr ',' ' '); do
         sticky) sticky=yes ;;
         any) ;;
         *)
-            echo "webshop-balancer: AGENTRL_ENVS names $env, which the balancer does not route (not in" \
+            echo "agentrl-balancer: AGENTRL_ENVS names $env, which the balancer does not route (not in" \
                 "$environments/placements.txt): register it and regenerate the routes (agent-envs envs" \
                 "--write-deploy), or leave it out of AGENTRL_ENVS" >&2
             exit 65
@@ -98,17 +98,17 @@ elif [ "$sticky" = yes ] && [ -n "${AGENTRL_SCIWORLD_BACKEND:-}" ]; then
         resolver_timeout 5s;
         server ${AGENTRL_SCIWORLD_BACKEND} max_fails=1 fail_timeout=10s resolve;"
 else
-    AGENTRL_AFFINITY_UPSTREAMS=$(printf '%s\n' "$AGENTRL_UPSTREAMS" | sed -e '/ backup[^;]*;$/d' -e 's/zone webshop_upstreams/zone affinity_upstreams/')
+    AGENTRL_AFFINITY_UPSTREAMS=$(printf '%s\n' "$AGENTRL_UPSTREAMS" | sed -e '/ backup[^;]*;$/d' -e 's/zone env_upstreams/zone affinity_upstreams/')
 fi
 # The AgentGym routes' upstream (by session id): the same servers in a zone of its own.
 if [ -z "${AGENTRL_SESSION_UPSTREAMS:-}" ]; then
-    AGENTRL_SESSION_UPSTREAMS=$(printf '%s\n' "$AGENTRL_UPSTREAMS" | sed -e '/ backup[^;]*;$/d' -e 's/zone webshop_upstreams/zone session_upstreams/')
+    AGENTRL_SESSION_UPSTREAMS=$(printf '%s\n' "$AGENTRL_UPSTREAMS" | sed -e '/ backup[^;]*;$/d' -e 's/zone env_upstreams/zone session_upstreams/')
 fi
 export AGENTRL_UPSTREAMS AGENTRL_SESSION_UPSTREAMS AGENTRL_AFFINITY_UPSTREAMS AGENTRL_ENV_MAPS AGENTRL_ENV_LOCATIONS \
     AGENTRL_LISTEN_PORT AGENTRL_NGINX_RUNTIME_DIR AGENTRL_NGINX_ACCESS_LOG AGENTRL_NGINX_ERROR_LOG
 
 if [ ! -r "$template" ]; then
-    echo "webshop-balancer: template $template not found" >&2
+    echo "agentrl-balancer: template $template not found" >&2
     exit 66
 fi
 
@@ -122,7 +122,7 @@ for placeholder in $placeholders; do
     name=${name%?}
     eval "is_set=\${$name+yes}"
     if [ "${is_set:-}" != yes ]; then
-        echo "webshop-balancer: the template needs $name, which is not set" >&2
+        echo "agentrl-balancer: the template needs $name, which is not set" >&2
         exit 64
     fi
     export "${name?}"
@@ -136,7 +136,7 @@ envsubst "$placeholders" <"$template" >"$conf"
 # user under a read-only root file system may not open).
 "$nginx_bin" -e stderr -t -q -p "$AGENTRL_NGINX_RUNTIME_DIR" -c "$conf"
 if [ "${1:-}" = check ]; then
-    echo "webshop-balancer: $conf is valid"
+    echo "agentrl-balancer: $conf is valid"
     exit 0
 fi
 exec "$nginx_bin" -e stderr -p "$AGENTRL_NGINX_RUNTIME_DIR" -c "$conf"

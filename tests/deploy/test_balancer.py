@@ -1,4 +1,4 @@
-"""The balancer as compose runs it: configs/nginx/webshop.conf.template rendered by docker/balancer/entrypoint.sh
+"""The balancer as compose runs it: configs/nginx/balancer.conf.template rendered by docker/balancer/entrypoint.sh
 with the balancer's environment from compose.yaml, then `nginx -t` by an nginx with open-source `resolve`
 (>= 1.27.3, like the image's). The upstream is the Docker DNS name `webshop`, which does not resolve here:
 with `resolve` nginx looks it up at run time, so the syntax check needs no DNS and is a real check; the
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = REPO / "configs" / "nginx" / "webshop.conf.template"
+TEMPLATE = REPO / "configs" / "nginx" / "balancer.conf.template"
 ENTRYPOINT = REPO / "docker" / "balancer" / "entrypoint.sh"
-ENVIRONMENTS = REPO / "configs" / "nginx" / "environments"  # the image's /etc/webshop/environments
+ENVIRONMENTS = REPO / "configs" / "nginx" / "environments"  # the image's /etc/agentrl/environments
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -43,7 +43,7 @@ def _resolves(name: str) -> bool:
 def _check(
     rendered: dict, nginx: str, runtime: Path, template: Path = TEMPLATE, **overrides: str
 ) -> subprocess.CompletedProcess[str]:
-    """`webshop-balancer check` with the compose environment of the balancer (runtime dir moved to tmp)."""
+    """`agentrl-balancer check` with the compose environment of the balancer (runtime dir moved to tmp)."""
     env = {k: str(v) for k, v in rendered["services"]["balancer"]["environment"].items()}
     env.update(
         AGENTRL_NGINX_RUNTIME_DIR=str(runtime), AGENTRL_NGINX_TEMPLATE=str(template), NGINX_BIN=nginx,
@@ -64,14 +64,14 @@ def test_compose_render_passes_nginx_t(rendered: dict, nginx_new: str, tmp_path:
     # three upstream blocks over the same replicas: least_conn for the native routes, by session for the AgentGym
     # routes, sticky by episode for SciWorld; each in a zone of its own (nginx refuses two upstreams in one zone)
     assert conf.count("resolver 127.0.0.11 valid=10s ipv6=off;") == 3
-    assert all(f"zone {name}_upstreams " in conf for name in ("webshop", "session", "affinity"))
+    assert all(f"zone {name}_upstreams " in conf for name in ("env", "session", "affinity"))
     assert "listen 8080 " in conf
     assert "$remote_addr" in conf, "nginx's own variables must survive the rendering"
     # the native routes' last resort (no 502 while every replica is marked failed): the replicas again as backup
     # servers; the hash-balanced upstreams cannot take them (nginx -t above would refuse the file)
     native, session = (
         conf.split(f"upstream {name} {{", 1)[1].split("}", 1)[0]
-        for name in ("webshop_replicas", "session_replicas")
+        for name in ("env_replicas", "session_replicas")
     )
     assert "server envs:8000 max_fails=0 backup resolve;" in native
     assert "backup" not in session
@@ -91,7 +91,7 @@ def test_sciworld_upstream_is_its_own_service_when_enabled(
     assert result.returncode == 0, result.stdout + result.stderr
     conf = (tmp_path / "on" / "nginx.conf").read_text()
     assert "server sciworld:8000 max_fails=1 fail_timeout=10s resolve;" in upstream(conf, "affinity_replicas")
-    assert "sciworld" not in upstream(conf, "webshop_replicas")
+    assert "sciworld" not in upstream(conf, "env_replicas")
     assert "hash $episode_affinity" in upstream(conf, "affinity_replicas") and "$http_x_episode" in conf
     result = _check(rendered, nginx_new, tmp_path / "off", AGENTRL_ENVS="webshop,textcraft")
     assert result.returncode == 0, result.stdout + result.stderr

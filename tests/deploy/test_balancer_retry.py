@@ -92,7 +92,7 @@ def _balancer(tmp_path: Path, port: int, upstreams: str) -> subprocess.Popen:
 
 def _one_replica_balancer(tmp_path: Path, replica: DropsFirstConnections) -> tuple[int, subprocess.Popen]:
     line = f"        server 127.0.0.1:{replica.port} max_fails=1 fail_timeout=10s;"
-    upstreams = "        zone webshop_upstreams 256k;\n" + line + "\n" + cluster.last_resort_servers(line)
+    upstreams = "        zone env_upstreams 256k;\n" + line + "\n" + cluster.last_resort_servers(line)
     port = cluster.free_ports(1)[0]
     return port, _balancer(tmp_path, port, upstreams)
 

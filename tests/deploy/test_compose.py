@@ -73,7 +73,7 @@ def test_catalog_init_runs_first(rendered: dict) -> None:
     assert services["envs"]["depends_on"]["catalog-init"].get("restart") is True
 
 
-def test_webshop_replicas(rendered: dict, compose: Compose) -> None:
+def test_env_replicas(rendered: dict, compose: Compose) -> None:
     webshop = rendered["services"]["envs"]
     assert webshop["deploy"]["replicas"] == 2
     assert "container_name" not in webshop, "a fixed name prevents scaling"
@@ -140,7 +140,7 @@ def test_sciworld_replicas(rendered: dict, compose: Compose) -> None:
     assert balancer["depends_on"]["sciworld"]["required"] is False, "only with the profile sciworld"
 
 
-def test_webshop_replicas_leave_sciworld_to_its_own(rendered: dict) -> None:
+def test_env_replicas_leave_sciworld_to_its_own(rendered: dict) -> None:
     """The `webshop` replicas serve the environments of AGENTRL_ENVS that any replica serves (their registrations'
     placement, through `serve --placement any`): SciWorld (sticky) is dropped, the rest kept in order, WebShop alone
     when nothing else is left. The filter is the one `serve` applies (`agent-envs envs --placement`)."""

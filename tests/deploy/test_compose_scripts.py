@@ -143,10 +143,10 @@ def test_catalog_init_explains_an_unwritable_data_dir(rendered: dict, tmp_path: 
 def _train(rendered: dict, stubs: dict[str, Any], **settings: str) -> subprocess.CompletedProcess[str]:
     entrypoint, script = _script(rendered, "trainer")
     script = script.replace("/outputs/", f"{stubs['root']}/outputs/")
-    script = script.replace("configs=/opt/webshop/configs", f"configs={REPO / 'configs'}")  # the image's copy
+    script = script.replace("configs=/opt/agentrl/configs", f"configs={REPO / 'configs'}")  # the image's copy
     env = _environment(
         rendered, "trainer", HOME=str(stubs["root"] / "home"), STUB_LOG=str(stubs["log"]),
-        AGENTRL_CONFIG_DIR="/opt/webshop/configs", **settings,
+        AGENTRL_CONFIG_DIR="/opt/agentrl/configs", **settings,
     )  # fmt: skip
     return _run(entrypoint, script, env, stubs["path"])
 
@@ -159,7 +159,7 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     assert result.returncode == 0, result.stderr
     calls = _calls(stubs["log"])
     assert [(name, args[0]) for name, args, _ in calls] == [
-        ("python3", "/opt/webshop/trainer-image-check.py"), ("agent-train", "preflight"),
+        ("python3", "/opt/agentrl/trainer-image-check.py"), ("agent-train", "preflight"),
         ("agent-train", "data"), ("agent-train", "train"),
     ]  # fmt: skip
     run = stubs["root"] / "outputs" / "logs" / "webshop_grpo_test"
@@ -172,9 +172,9 @@ def test_trainer_runs_preflight_data_then_the_launcher(rendered: dict, stubs: di
     ) = calls
     # the imports the image build deferred (they need the GPU driver) run first, with the driver required
     assert imports == [
-        "/opt/webshop/trainer-image-check.py",
+        "/opt/agentrl/trainer-image-check.py",
         "--configs",
-        str(REPO / "configs"),  # the image's /opt/webshop/configs (_train points the job at this checkout's)
+        str(REPO / "configs"),  # the image's /opt/agentrl/configs (_train points the job at this checkout's)
         "--require-driver",
     ]
     # the run's own overrides are preflighted (verl's struct checks and validate_config) before the GPU
@@ -322,7 +322,7 @@ def test_trainer_stops_when_preflight_fails(rendered: dict, stubs: dict[str, Any
     result = _train(rendered, stubs)
     assert result.returncode == 1
     assert [args[0] for _, args, _ in _calls(stubs["log"])] == [
-        "/opt/webshop/trainer-image-check.py",
+        "/opt/agentrl/trainer-image-check.py",
         "preflight",
     ]
 
@@ -334,7 +334,7 @@ def test_trainer_stops_when_a_module_does_not_import_with_the_driver(
     failing.write_text(STUB + "exit 1\n")
     result = _train(rendered, stubs)
     assert result.returncode == 1
-    assert [args[0] for _, args, _ in _calls(stubs["log"])] == ["/opt/webshop/trainer-image-check.py"]
+    assert [args[0] for _, args, _ in _calls(stubs["log"])] == ["/opt/agentrl/trainer-image-check.py"]
 
 
 # ---- eval ----------------------------------------------------------------------------------------------------------
@@ -353,25 +353,31 @@ def test_eval_needs_a_model_and_passes_the_settings(rendered: dict, stubs: dict[
     assert result.returncode == 0, result.stderr
     (imports, (name, args, _)) = _calls(stubs["log"])
     # the imports first (sglang's server among them), with the GPU driver required
-    assert imports[:2] == ("python3", ["/opt/webshop/trainer-image-check.py", "--configs", "/opt/webshop/configs",
+    assert imports[:2] == ("python3", ["/opt/agentrl/trainer-image-check.py", "--configs", "/opt/agentrl/configs",
                                        "--require-driver"])  # fmt: skip
     assert name == "agent-train"
     assert args == [
         "eval", "--policy", "checkpoint", "--model-path", "/outputs/checkpoints/run7/hf", "--url",
         "http://balancer:8080", "--env", "webshop", "--catalog", "/data/catalog", "--split", "test", "--max-samples", "7",
-        "--out", f"{stubs['root']}/outputs/logs/eval/run7-hf-test", "--concurrency", "64",
+        "--out", f"{stubs['root']}/outputs/logs/eval/run7-hf-webshop-test", "--concurrency", "64",
     ]  # fmt: skip
 
-    # a training run's checkpoint directory: its latest step, named <experiment>-global_step_N
+    # a training run's checkpoint directory: its latest step, named <experiment>-global_step_N; an evaluation of it
+    # under the name WebShop's had before (<name>-<split>) is moved to the one every environment's has, and resumed
     experiment = stubs["root"] / "outputs" / "checkpoints" / "webshop_grpo_test"
     (experiment / "global_step_8" / "actor").mkdir(parents=True)
     (experiment / "latest_checkpointed_iteration.txt").write_text("8")
+    eval_dir = stubs["root"] / "outputs" / "logs" / "eval"
+    (eval_dir / "webshop_grpo_test-global_step_8-test").mkdir(parents=True)
+    (eval_dir / "webshop_grpo_test-global_step_8-test" / "trajectories.jsonl").write_text("{}\n")
     stubs["log"].unlink()
     latest = _run(entrypoint, script, {**env, "EVAL_MODEL_PATH": f"{experiment}/"}, stubs["path"])
     assert latest.returncode == 0, latest.stderr
     (_, (_, args, _)) = _calls(stubs["log"])
     assert args[args.index("--model-path") + 1] == f"{experiment}/global_step_8"
+    assert args[args.index("--out") + 1] == str(eval_dir / "webshop_grpo_test-global_step_8-webshop-test")
     assert (
-        args[args.index("--out") + 1]
-        == f"{stubs['root']}/outputs/logs/eval/webshop_grpo_test-global_step_8-test"
-    )
+        eval_dir / "webshop_grpo_test-global_step_8-webshop-test" / "trajectories.jsonl"
+    ).read_text() == "{}\n"
+    assert not (eval_dir / "webshop_grpo_test-global_step_8-test").exists()
+    assert "eval: moved" in latest.stderr

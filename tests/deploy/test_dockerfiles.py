@@ -187,7 +187,7 @@ def test_balancer_image_contract() -> None:
     version = re.search(r"nginx:(\d+)\.(\d+)\.(\d+)", _from_image(path, final["FROM"]))
     assert version and tuple(map(int, version.groups())) >= (1, 27, 3), "`resolve` needs nginx >= 1.27.3"
     assert "/nginx-health" in final["HEALTHCHECK"]
-    assert "configs/nginx/webshop.conf.template" in path.read_text(), "the ONE template, not a copy"
+    assert "configs/nginx/balancer.conf.template" in path.read_text(), "the ONE template, not a copy"
 
 
 @pytest.mark.parametrize("dockerfile", [DOCKERFILES[0], DOCKERFILES[2]], ids=[IDS[0], IDS[2]])
@@ -275,7 +275,7 @@ def test_dockerignore_sends_what_the_images_copy_and_nothing_secret() -> None:
     for source in copied:
         assert not excluded(source), f"{source} is COPYed but .dockerignore excludes it"
     for needed in ("services/env/pyproject.toml", "services/env/README.md", "services/env/src/agent_envs/cli/main.py",
-                   "configs/nginx/webshop.conf.template", "docker/balancer/entrypoint.sh"):  # fmt: skip
+                   "configs/nginx/balancer.conf.template", "docker/balancer/entrypoint.sh"):  # fmt: skip
         assert not excluded(needed), needed
     for private in (".env", ".venv/bin/python", "data/catalog/manifest.json", "outputs/checkpoints/x", ".git/HEAD",
                     "run/local/state_secret", "services/env/src/agent_envs.egg-info/PKG-INFO",

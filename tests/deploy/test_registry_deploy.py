@@ -249,7 +249,7 @@ def test_the_balancer_refuses_an_environment_it_does_not_route(tmp_path: Path) -
     result = subprocess.run(
         ["sh", str(REPO / "docker" / "balancer" / "entrypoint.sh"), "check"], capture_output=True, text=True,
         env={"PATH": "/usr/local/bin:/usr/bin:/bin", "AGENTRL_ENVS": "webshop,babyai", "NGINX_BIN": "/bin/false",
-             "AGENTRL_NGINX_TEMPLATE": str(REPO / "configs" / "nginx" / "webshop.conf.template"),
+             "AGENTRL_NGINX_TEMPLATE": str(REPO / "configs" / "nginx" / "balancer.conf.template"),
              "AGENTRL_NGINX_ENVIRONMENTS": str(environments), "AGENTRL_NGINX_RUNTIME_DIR": str(tmp_path / "run")},
         timeout=60,
     )  # fmt: skip
@@ -319,7 +319,7 @@ def balancer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = cluster.free_ports(1)[0]
     conf = run / "nginx.conf"
     conf.write_text(cluster.render_nginx_conf({
-        "AGENTRL_UPSTREAMS": "        zone webshop_upstreams 256k;\n" + servers("any"),
+        "AGENTRL_UPSTREAMS": "        zone env_upstreams 256k;\n" + servers("any"),
         "AGENTRL_AFFINITY_UPSTREAMS": "        zone affinity_upstreams 256k;\n" + servers("sticky"),
         "AGENTRL_LISTEN_PORT": f"127.0.0.1:{port}", "AGENTRL_NGINX_RUNTIME_DIR": str(run),
         "AGENTRL_NGINX_ACCESS_LOG": str(run / "access.log"), "AGENTRL_NGINX_ERROR_LOG": str(run / "error.log"),

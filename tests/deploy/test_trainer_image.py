@@ -37,7 +37,7 @@ def test_dockerfile_runs_the_checks_after_everything_is_installed() -> None:
         r"^ARG TRAINER_BASE_IMAGE=lmsysorg/sglang:v0\.5\.9(@sha256:[0-9a-f]{64})?$", text, re.MULTILINE
     )
     assert re.search(r"^FROM \$\{TRAINER_BASE_IMAGE\}$", text, re.MULTILINE)
-    check = text.index("trainer-image-check.py --configs /opt/webshop/configs")
+    check = text.index("trainer-image-check.py --configs /opt/agentrl/configs")
     assert check > text.rindex("pip install") and check > text.index("COPY configs/")
     assert "--pip-check-output pip-check.txt" in text
     assert "|| echo" not in text, "a failing check must fail the build"
@@ -154,7 +154,7 @@ def test_a_serve_that_imports_but_cannot_deploy_fails_the_build(monkeypatch: pyt
 
 def test_the_verl09_image_runs_the_same_checks() -> None:
     text = (REPO / "docker" / "trainer-verl09.Dockerfile").read_text()
-    check = text.index("trainer-image-check.py --configs /opt/webshop/configs/verl09")
+    check = text.index("trainer-image-check.py --configs /opt/agentrl/configs/verl09")
     assert check > text.rindex("pip install") and check > text.index("COPY configs/")
     assert "--verl-line 0.9" in text and "--baseline base-pip-check.txt" in text
     assert text.index("base-pip-check.txt") < text.index(

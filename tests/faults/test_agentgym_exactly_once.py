@@ -9,7 +9,7 @@ as AgentGym's ``BaseTask`` reuses its clients, while one replica's whole process
   native protocol answers): nothing lost, nothing applied twice (a ``get`` or a ``move forward`` applied twice
   would change every later observation);
 - the kill did hit requests in flight (the balancer's error log says so), and the balancer re-sent them to the
-  other replica, which answered them once (``configs/nginx/webshop.conf.template``, ``api/compat_sessions.py``).
+  other replica, which answered them once (``configs/nginx/balancer.conf.template``, ``api/compat_sessions.py``).
 
 Without the balancer (one replica, the client pointed at it): the request in flight fails with a connection
 error, which AgentGym's client raises; a replica started again serves the session on (it is in Redis).

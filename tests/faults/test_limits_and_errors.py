@@ -109,9 +109,7 @@ def test_balancer_errors_are_json(small_cluster) -> None:
     log = Path(small_cluster["nginx"]["access_log"]).read_text().splitlines()
     lines = [json.loads(line) for line in log]
     failed = [e for e in lines if e["request"] == "POST /textcraft/step HTTP/1.1" and e["status"] == 502]
-    assert (
-        failed and failed[-1]["error"] == "bad_gateway" and failed[-1]["uri"] == "/_webshop_error/bad_gateway"
-    )
+    assert failed and failed[-1]["error"] == "bad_gateway" and failed[-1]["uri"] == "/_env_error/bad_gateway"
     assert failed[-1]["upstream_status"], failed[-1]
 
 

@@ -93,7 +93,7 @@ def two_hosts(conformance_catalog_dir: Path, tmp_path: Path):
 def start_nginx(ips: list[str], run_dir: Path) -> tuple[subprocess.Popen, str]:
     run_dir.mkdir(parents=True, exist_ok=True)
     port = cluster.free_ports(1)[0]
-    upstreams = "        zone webshop_upstreams 256k;\n" + "\n".join(
+    upstreams = "        zone env_upstreams 256k;\n" + "\n".join(
         f"        server {ip}:{PORT} max_fails=1 fail_timeout=10s;" for ip in ips
     )
     conf = run_dir / "nginx.conf"

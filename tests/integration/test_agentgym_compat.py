@@ -50,7 +50,7 @@ def test_session_cap_bounds_live_sessions(replica) -> None:
     metrics = requests.get(f"{replica.url}/metrics", timeout=10).text
     gauge = metric_value(metrics, "webshop_compat_sessions")
     assert gauge is not None and gauge <= COMPAT_CAP
-    assert (metric_value(metrics, "webshop_compat_evictions_total", {"reason": "cap"}) or 0) >= 450
+    assert (metric_value(metrics, "agentrl_compat_evictions_total", {"reason": "cap"}) or 0) >= 450
     assert requests.get(f"{replica.url}/healthz", timeout=10).status_code == 200
 
 

@@ -1,4 +1,4 @@
-"""The balancer routes AgentGym's requests by session (``configs/nginx/webshop.conf.template``): every request of
+"""The balancer routes AgentGym's requests by session (``configs/nginx/balancer.conf.template``): every request of
 one session goes to one replica, and the sessions of one host spread over all of them, without the client's
 help (AgentGym's clients send no header for it). For SciWorld that is where the episode's JVM lives, so its
 capacity is the sum of its replicas'; before, its sessions followed the client's address, and one host's went to

@@ -82,7 +82,7 @@ def test_a_full_store_evicts_the_session_idle_the_longest_logs_and_counts_it(cap
     for client in (*clients[:2], *clients[3:]):
         assert client.reset(2)["observation"].startswith("Crafting commands:")
     evictions = sum(
-        metric_value(requests.get(r["url"] + "/metrics", timeout=30).text, "webshop_compat_evictions_total",
+        metric_value(requests.get(r["url"] + "/metrics", timeout=30).text, "agentrl_compat_evictions_total",
                      {"reason": "cap"}) or 0
         for r in capped["replicas"]
     )  # fmt: skip

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _support import SECRET, json_of
+from _support import SECRET, json_of, metric_value
 from fastapi.testclient import TestClient
 
 from agent_envs.api.app import create_app
@@ -155,7 +155,7 @@ def test_info_and_ops(api: TestClient, conformance_catalog) -> None:
     assert api.get("/readyz").json()["fingerprint"] == conformance_catalog.fingerprint
     assert "/v1/step" in api.get("/openapi.json").json()["paths"]
     metrics = api.get("/metrics").text
-    assert "webshop_http_requests_total" in metrics and "webshop_compat_sessions" in metrics
+    assert "agentrl_http_requests_total" in metrics and "webshop_compat_sessions" in metrics
 
 
 def test_not_ready_without_catalog(conformance_catalog_dir: Path) -> None:
@@ -277,7 +277,32 @@ def test_chunked_body_over_limit_is_413(api: TestClient) -> None:
 def test_errors_are_counted(api: TestClient) -> None:
     api.post("/v1/reset", json={"goal": -1})
     text = api.get("/metrics").text
-    assert 'webshop_errors_total{kind="unknown_goal"}' in text
+    assert 'agentrl_errors_total{kind="unknown_goal"}' in text
+
+
+def test_the_metrics_old_names_count_what_the_new_ones_do_for_a_release(api: TestClient) -> None:
+    """The serving layer's metrics are named for every environment (``agentrl_*``); the names they had while WebShop
+    was the one environment (``webshop_http_requests_total``, ...) are exported with the same values for one
+    release, so a dashboard keeps working while it moves."""
+    from agent_envs.api.metrics import OLD_NAMES
+
+    state = json_of(api.post("/v1/reset", json={"goal": 3}))["state"]
+    json_of(api.post("/v1/step", json={"state": state, "action": "search[red shoes]"}))
+    api.post("/v1/reset", json={"goal": -1})
+    text = api.get("/metrics").text
+
+    def series(name: str) -> dict[str, str]:
+        """The metric's samples by suffix and labels (not their ``_created`` times, which differ by microseconds)."""
+        return {line.split(" ")[0].removeprefix(name): line.split(" ")[1] for line in text.splitlines()
+                if line.startswith((name + "{", name + "_")) and not line.startswith(name + "_created")}  # fmt: skip
+
+    for new, old in OLD_NAMES.items():
+        if new == "agentrl_env_steps_total":  # WebShop's steps had a name of their own, the others' this one
+            continue
+        assert series(new) == series(old), (new, old)
+    assert series("agentrl_http_requests_total"), text
+    assert metric_value(text, "agentrl_env_steps_total", {"env": "webshop", "api": "native"}) == 1.0
+    assert metric_value(text, "webshop_env_steps_total", {"api": "native"}) == 1.0
 
 
 # ---- AgentGym endpoints in-process (the real-client test runs against a replica process) ----------------

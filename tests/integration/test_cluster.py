@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from _support import start_cluster
+from _support import metric_value, start_cluster
 
 from agent_envs.client import WebShopClient, WebShopRequestError
 from agent_envs.cluster import http_status
@@ -173,6 +173,6 @@ def test_client_raises_request_errors_without_retrying(cluster) -> None:
 
 def test_metrics_per_replica(cluster) -> None:
     text = requests.get(cluster["replicas"][0]["url"] + "/metrics", timeout=10).text
-    assert 'webshop_http_requests_total{method="POST",route="/v1/step"' in text
-    assert "webshop_http_request_duration_seconds_bucket" in text
-    assert 'webshop_env_steps_total{api="native"}' in text
+    assert 'agentrl_http_requests_total{method="POST",route="/v1/step"' in text
+    assert "agentrl_http_request_duration_seconds_bucket" in text
+    assert (metric_value(text, "agentrl_env_steps_total", {"env": "webshop", "api": "native"}) or 0) > 0, text

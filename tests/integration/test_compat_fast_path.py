@@ -136,6 +136,6 @@ def test_an_error_while_answering_is_answered_as_the_handlers_do(served) -> None
         assert (answer.status_code, answer.json()["error"]) == (503, "session_store_down")
         assert answer.headers["retry-after"] == "1"
         metrics = fast.get("/metrics").text
-    assert 'webshop_errors_total{kind="session_store_down"} 1.0' in metrics
-    assert 'webshop_http_requests_total{method="POST",route="/babyai/step",status="503"} 1.0' in metrics
+    assert 'agentrl_errors_total{kind="session_store_down"} 1.0' in metrics
+    assert 'agentrl_http_requests_total{method="POST",route="/babyai/step",status="503"} 1.0' in metrics
     assert served == [True]

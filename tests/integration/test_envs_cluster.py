@@ -236,7 +236,7 @@ def test_every_environment_served_by_one_cluster(
         ]  # fmt: skip
         conf = (run_dir / "nginx" / "nginx.conf").read_text()
         sticky = conf.split("upstream affinity_replicas {", 1)[1].split("}", 1)[0]
-        every = conf.split("upstream webshop_replicas {", 1)[1].split("}", 1)[0]
+        every = conf.split("upstream env_replicas {", 1)[1].split("}", 1)[0]
         for replica in record["replicas"]:
             address = f"127.0.0.1:{replica['port']} "
             assert (address in sticky, address in every) == (

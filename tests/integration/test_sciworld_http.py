@@ -224,7 +224,7 @@ def test_a_replicas_episode_lost_reaches_the_client_as_it_is(tmp_path: Path) -> 
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     port = cluster.free_ports(1)[0]
-    upstreams = "        zone webshop_upstreams 256k;\n" + "\n".join(
+    upstreams = "        zone env_upstreams 256k;\n" + "\n".join(
         f"        server 127.0.0.1:{s.server_address[1]} max_fails=1 fail_timeout=10s;" for s in servers
     )
     conf = tmp_path / "nginx.conf"

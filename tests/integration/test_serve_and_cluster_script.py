@@ -118,7 +118,7 @@ def test_two_workers_share_an_ephemeral_secret_and_metrics(
             step_pids = {r["pid"] for r in records if r.get("path") == "/v1/step"}
         assert len(step_pids) == 2, "the second worker never took a step"
         metrics = requests.get(replica.url + "/metrics", timeout=10).text
-        served = metric_value(metrics, "webshop_env_steps_total", {"api": "native"})
+        served = metric_value(metrics, "agentrl_env_steps_total", {"env": "webshop", "api": "native"})
         assert served == sent  # aggregated over both workers (prometheus multiprocess mode)
         assert "EPHEMERAL" in replica.log_path.read_text()
     finally:

@@ -111,7 +111,7 @@ def test_a_finished_episode_is_refused_by_the_route(
 def test_steps_served_by_the_fast_path_are_counted_under_the_routes_template(api: TestClient) -> None:
     def count() -> float:
         text = api.get("/metrics").text
-        lines = [line for line in text.splitlines() if line.startswith("webshop_http_requests_total{")
+        lines = [line for line in text.splitlines() if line.startswith("agentrl_http_requests_total{")
                  and 'route="/v1/step"' in line and 'status="200"' in line]  # fmt: skip
         return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
@@ -146,7 +146,7 @@ def test_a_client_that_goes_away_mid_body_is_counted_as_the_route_counts_it(api:
 
     def count(status: str) -> float:
         lines = [line for line in api.get("/metrics").text.splitlines()
-                 if line.startswith("webshop_http_requests_total{") and 'route="/v1/step"' in line
+                 if line.startswith("agentrl_http_requests_total{") and 'route="/v1/step"' in line
                  and f'status="{status}"' in line]  # fmt: skip
         return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 

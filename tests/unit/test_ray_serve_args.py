@@ -76,3 +76,13 @@ def test_a_replica_without_webshop_needs_no_catalog_and_one_with_it_names_what_i
         {"catalog": str(generated_catalog_dir), "settings": {"envs": "webshop,textcraft"}}
     )
     assert replica_settings(served, secret, "10.0.0.7").catalog == generated_catalog_dir
+
+
+def test_the_deployment_class_s_old_name_works_for_a_release_with_a_deprecation_line() -> None:
+    """``WebShopReplica`` (the class's name while WebShop was the one environment) is ``EnvReplica``, warned."""
+    from agent_envs.ray_serve import app
+
+    with pytest.warns(DeprecationWarning, match="EnvReplica now"):
+        assert app.WebShopReplica is app.EnvReplica
+    with pytest.raises(AttributeError):
+        app.NoSuchReplica  # noqa: B018

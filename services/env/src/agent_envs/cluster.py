@@ -9,7 +9,7 @@ Debian, loopback only, a memory cap, every write in an append-only file, in ``RU
 store loses no acknowledged step; the file is fsynced every second, or before every answer with
 ``SESSIONS_APPENDFSYNC=always``, the one setting under which a crash loses none either), N ``agent-envs serve`` processes (``python -m agent_envs.cli serve``, ports
 ``base-port``, ``base-port + 1``, ...) and nginx (Debian's binary, ``nginx -p RUN/nginx -c RUN/nginx.conf``,
-rendered from ``configs/nginx/webshop.conf.template``), each in a session of its own with its output in
+rendered from ``configs/nginx/balancer.conf.template``), each in a session of its own with its output in
 ``RUN/logs/``. It records their pids in ``RUN/pids.json``, waits until every replica's ``/readyz`` and
 nginx's ``/nginx-health`` answer, prints the URLs and log files, and returns; the processes stay up.
 ``down`` stops exactly the recorded process groups (SIGTERM to each group, SIGKILL after a grace period; a
@@ -57,7 +57,7 @@ def _repo_root() -> Path:
 
 
 REPO = _repo_root()
-TEMPLATE = REPO / "configs" / "nginx" / "webshop.conf.template"
+TEMPLATE = REPO / "configs" / "nginx" / "balancer.conf.template"
 DEFAULT_RUN_DIR = REPO / "run" / "local"
 PIDS = "pids.json"
 NGINX_MISSING = "nginx not found: run `make nginx` (apt-get install nginx)"
@@ -126,12 +126,12 @@ def without_backups(upstreams: str) -> str:
 
 def affinity_upstreams(upstreams: str) -> str:
     """The sticky upstream's body: the same servers in a shared-memory zone of its own."""
-    return without_backups(upstreams).replace("zone webshop_upstreams", "zone affinity_upstreams")
+    return without_backups(upstreams).replace("zone env_upstreams", "zone affinity_upstreams")
 
 
 def session_upstreams(upstreams: str) -> str:
     """The AgentGym routes' upstream body (by session id): the same servers in a zone of their own."""
-    return without_backups(upstreams).replace("zone webshop_upstreams", "zone session_upstreams")
+    return without_backups(upstreams).replace("zone env_upstreams", "zone session_upstreams")
 
 
 def replica_groups(envs: Sequence[str], replicas: int, workers: int) -> list[dict[str, Any]]:
@@ -393,7 +393,7 @@ def up(
                 for r in record["replicas"] if r["upstream"] == upstream
             )  # fmt: skip
 
-        upstreams = "        zone webshop_upstreams 256k;\n" + servers("any")
+        upstreams = "        zone env_upstreams 256k;\n" + servers("any")
         upstreams += "\n" + last_resort_servers(servers("any"))
         sticky = servers("sticky")
         conf = nginx_dir / "nginx.conf"

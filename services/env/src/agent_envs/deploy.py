@@ -29,8 +29,8 @@ from typing import Any
 from .envs import registry
 from .envs.registration import Placement, Registration
 
-#: The balancer's upstreams by use (configs/nginx/webshop.conf.template defines them).
-UPSTREAM_ANY = "webshop_replicas"  # least connections over the shared replicas
+#: The balancer's upstreams by use (configs/nginx/balancer.conf.template defines them).
+UPSTREAM_ANY = "env_replicas"  # least connections over the shared replicas
 UPSTREAM_SESSIONS = "session_replicas"  # the same replicas, by AgentGym session
 UPSTREAM_STICKY = "affinity_replicas"  # the sticky environments' replicas, by episode or session
 #: What the server block says unless a location says otherwise (the template's proxy settings).
@@ -183,15 +183,15 @@ def nginx_maps(registrations: Sequence[Registration]) -> str:
 #: replaces all of the server's, so these repeat the server's JSON pages (the template's server block), and let the
 #: second pass's own error reach them.
 JSON_ERROR_PAGES = (
-    "error_page 400 /_webshop_error/bad_request;",
-    "error_page 404 /_webshop_error/not_found;",
-    "error_page 405 /_webshop_error/method_not_allowed;",
-    "error_page 408 /_webshop_error/request_timeout;",
-    "error_page 413 /_webshop_error/body_too_large;",
-    "error_page 414 494 =431 /_webshop_error/header_too_large;",
-    "error_page 500 /_webshop_error/internal_error;",
-    "error_page 503 /_webshop_error/bad_gateway;",
-    "error_page 504 /_webshop_error/gateway_timeout;",
+    "error_page 400 /_env_error/bad_request;",
+    "error_page 404 /_env_error/not_found;",
+    "error_page 405 /_env_error/method_not_allowed;",
+    "error_page 408 /_env_error/request_timeout;",
+    "error_page 413 /_env_error/body_too_large;",
+    "error_page 414 494 =431 /_env_error/header_too_large;",
+    "error_page 500 /_env_error/internal_error;",
+    "error_page 503 /_env_error/bad_gateway;",
+    "error_page 504 /_env_error/gateway_timeout;",
 )
 NATIVE_AGAIN = "@native_again"  # the template's: the shared replicas with the default timeouts
 

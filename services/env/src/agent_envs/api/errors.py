@@ -1,6 +1,6 @@
 """Errors as JSON: every bad input becomes a 4xx ``{"error": kind, "detail": message}``, never a 500.
 
-Kinds and statuses (also the ``kind`` label of the ``webshop_errors_total`` metric):
+Kinds and statuses (also the ``kind`` label of the ``agentrl_errors_total`` metric):
 
 ====================  ======  =====================================================================
 kind                  status  when

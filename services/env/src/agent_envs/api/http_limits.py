@@ -12,7 +12,7 @@ protocol:
 - its own errors as the service's JSON ``{"error", "detail"}``: 400 for an unparsable request, and 503 when
   ``limit_concurrency`` is reached (uvicorn answers those in plain text).
 
-The balancer has the same limits in front (``configs/nginx/webshop.conf.template``); these protect a replica
+The balancer has the same limits in front (``configs/nginx/balancer.conf.template``); these protect a replica
 reached directly and bound what one connection can cost.
 """
 

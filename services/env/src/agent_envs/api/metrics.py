@@ -1,13 +1,22 @@
 """Prometheus metrics and the middleware that records them (and writes the access log).
 
-Metrics:
+Metrics of the serving layer, for every environment it serves:
 
-- ``webshop_http_requests_total{method, route, status}`` and ``webshop_http_request_duration_seconds{route}``
+- ``agentrl_http_requests_total{method, route, status}`` and ``agentrl_http_request_duration_seconds{route}``
   (``route`` is the path template, e.g. ``/v1/goals/{goal}/expert``; ``unmatched`` for unknown paths);
-- ``webshop_errors_total{kind}``: error responses by kind (see ``api.errors``);
-- ``webshop_env_steps_total{api}``: environment steps served (``native`` / ``compat``);
-- ``webshop_episodes_finished_total{api, outcome}``: ``purchase`` or ``truncated``;
-- ``webshop_compat_sessions``: live AgentGym sessions; ``webshop_compat_evictions_total{reason}``.
+- ``agentrl_errors_total{kind}``: error responses by kind (see ``api.errors``);
+- ``agentrl_env_steps_total{env, api}``: environment steps served, by environment and API (``native``,
+  ``compat``: AgentGym's, ``openenv``);
+- ``agentrl_compat_evictions_total{reason}``: AgentGym (and OpenEnv) sessions dropped without their close.
+
+WebShop's own: ``webshop_episodes_finished_total{api, outcome}`` (``purchase`` or ``truncated``) and
+``webshop_compat_sessions`` (its live AgentGym sessions).
+
+The names the serving layer's metrics had while WebShop was the one environment served
+(``webshop_http_requests_total``, ``webshop_http_request_duration_seconds``, ``webshop_errors_total``,
+``webshop_compat_evictions_total``, and the steps as ``webshop_env_steps_total{api}`` for WebShop and
+``agentgym_env_steps_total{env, api}`` for the others) are exported too, with the same values, for one release
+(:data:`OLD_NAMES`), so that a dashboard keeps working while it moves to the new names.
 
 Several worker processes: ``agent-envs serve --workers N`` (N > 1) points ``PROMETHEUS_MULTIPROC_DIR`` at a
 fresh directory before the workers start, and ``/metrics`` then aggregates every worker of the replica
@@ -34,6 +43,48 @@ def multiprocess_enabled() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
+#: The serving layer's metrics by their names before they served every environment, exported as well for one
+#: release (new name -> old name); ``agentrl_env_steps_total`` had two (see the module's docstring).
+OLD_NAMES = {
+    "agentrl_http_requests_total": "webshop_http_requests_total",
+    "agentrl_http_request_duration_seconds": "webshop_http_request_duration_seconds",
+    "agentrl_errors_total": "webshop_errors_total",
+    "agentrl_compat_evictions_total": "webshop_compat_evictions_total",
+    "agentrl_env_steps_total": "agentgym_env_steps_total",
+}
+
+
+class Both:
+    """One labelled child of a metric and of its old name: what is counted in one is counted in the other."""
+
+    __slots__ = ("new", "old")
+
+    def __init__(self, new: Any, old: Any) -> None:
+        self.new, self.old = new, old
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.new.inc(amount)
+        self.old.inc(amount)
+
+    def observe(self, value: float) -> None:
+        self.new.observe(value)
+        self.old.observe(value)
+
+
+class _Renamed:
+    """A metric exported under its new name and its old one (:data:`OLD_NAMES`), with the same labels."""
+
+    def __init__(
+        self, kind: type, name: str, documentation: str, labelnames: list[str], **options: Any
+    ) -> None:
+        self.new = kind(name, documentation, labelnames, **options)
+        self.old = kind(OLD_NAMES[name], f"{documentation} (old name of {name}: goes in the next release)",
+                        labelnames, **options)  # fmt: skip
+
+    def labels(self, *values: str) -> Both:
+        return Both(self.new.labels(*values), self.old.labels(*values))
+
+
 class Metrics:
     """The service's metrics, in a registry of their own (so that several apps can live in one process)."""
 
@@ -41,19 +92,25 @@ class Metrics:
         self.multiprocess = multiprocess_enabled()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "webshop_http_requests_total", "HTTP requests by route and status", ["method", "route", "status"],
+        self.requests = _Renamed(
+            Counter, "agentrl_http_requests_total", "HTTP requests by route and status", ["method", "route", "status"],
             registry=r,
         )  # fmt: skip
-        self.latency = Histogram(
-            "webshop_http_request_duration_seconds", "HTTP request latency", ["route"], buckets=LATENCY_BUCKETS,
+        self.latency = _Renamed(
+            Histogram, "agentrl_http_request_duration_seconds", "HTTP request latency", ["route"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.errors = _Renamed(
+            Counter, "agentrl_errors_total", "Error responses by kind", ["kind"], registry=r
+        )
+        self.env_steps = _Renamed(
+            Counter, "agentrl_env_steps_total", "Environment steps served, by environment and API", ["env", "api"],
             registry=r,
         )  # fmt: skip
-        self.errors = Counter("webshop_errors_total", "Error responses by kind", ["kind"], registry=r)
-        self.steps = Counter("webshop_env_steps_total", "Environment steps served", ["api"], registry=r)
-        self.env_steps = Counter(
-            "agentgym_env_steps_total", "Steps served by the other environments (/<env>/...)", ["env", "api"],
-            registry=r,
+        # WebShop's steps were counted under a name of their own (no env label): kept for one release
+        self.old_webshop_steps = Counter(
+            "webshop_env_steps_total", "WebShop's steps served (old name of agentrl_env_steps_total{env=\"webshop\"}: "
+            "goes in the next release)", ["api"], registry=r,
         )  # fmt: skip
         self.finished = Counter(
             "webshop_episodes_finished_total", "Episodes ended by a purchase or truncation", ["api", "outcome"],
@@ -65,8 +122,9 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=r,
         )
-        self.compat_evictions = Counter(
-            "webshop_compat_evictions_total",
+        self.compat_evictions = _Renamed(
+            Counter,
+            "agentrl_compat_evictions_total",
             "AgentGym sessions dropped without /close",
             ["reason"],
             registry=r,

@@ -24,9 +24,16 @@ from pathlib import Path
 
 #: Serve's HTTP proxy port on every node (``AGENTRL_RAY_PORT``); Serve's own default is 8000.
 DEFAULT_PORT = 36080
-#: The Serve application's name and route prefix.
+#: The Serve application's name and route prefix. Kept from when WebShop was the one environment served: a
+#: cluster's running application is found, kept or updated by this name, and one deployed by hand under another
+#: name would share its route prefix ("/") with it.
 DEFAULT_APP_NAME = "webshop"
-#: Where the shared state secret lives in Ray's key-value store (namespace, key).
+#: The application's one deployment (the env replicas), and its name before it served any environment: a running
+#: application deployed under the old name is recognised (its arguments kept or updated) until redeployed.
+DEPLOYMENT_NAME = "EnvReplicas"
+OLD_DEPLOYMENT_NAMES = ("WebShop",)
+#: Where the shared state secret lives in Ray's key-value store (namespace, key). A stored name: a new one would
+#: make a cluster's replicas sign with a new secret, and the episodes in flight across an upgrade would be lost.
 SECRET_KV_NAMESPACE = "webshop_env"
 SECRET_KV_KEY = "state_secret"
 #: Where Ray keeps this user's cluster auth token (Ray's own default path).

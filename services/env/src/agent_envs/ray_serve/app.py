@@ -25,7 +25,7 @@ from ..api.app import create_app
 from ..api.routes_ops import NOT_READY, catalog_fingerprint
 from ..api.settings import Settings, SettingsError
 from ..deploy import start_problems
-from . import DEFAULT_APP_NAME, SECRET_KV_KEY, SECRET_KV_NAMESPACE
+from . import DEFAULT_APP_NAME, DEPLOYMENT_NAME, SECRET_KV_KEY, SECRET_KV_NAMESPACE
 
 log = logging.getLogger("agent_envs.ray_serve")
 
@@ -153,19 +153,20 @@ def _set_replica_settings(settings: Settings) -> None:
 
 def _build_replica_app() -> FastAPI:
     if _replica_settings is None:
-        raise RuntimeError("the WebShop replica's settings were not made before its app")
+        raise RuntimeError("the env replica's settings were not made before its app")
     return create_app(_replica_settings)
 
 
 @serve.deployment(
-    name="WebShop",
+    name=DEPLOYMENT_NAME,
     health_check_period_s=5,
     health_check_timeout_s=10,
     graceful_shutdown_timeout_s=5,
 )
 @serve.ingress(_build_replica_app)
-class WebShopReplica:
-    """A Serve replica of the env service (the constructor makes its settings; Serve then builds the app)."""
+class EnvReplica:
+    """A Serve replica of the env service, serving the environments its arguments name (the constructor makes its
+    settings; Serve then builds the app)."""
 
     def __init__(self, args: dict[str, Any]) -> None:
         parsed = ServeArgs.parse(args)
@@ -184,7 +185,7 @@ class WebShopReplica:
 def bind(args: ServeArgs, nodes: int) -> serve.Application:
     """The application: ``replicas_per_node`` replicas on each of ``nodes`` nodes (Serve spreads them, at most
     ``replicas_per_node`` on one node)."""
-    return WebShopReplica.options(
+    return EnvReplica.options(
         num_replicas=args.replicas_per_node * nodes,
         max_replicas_per_node=args.replicas_per_node,
         max_ongoing_requests=args.max_ongoing_requests,
@@ -198,16 +199,29 @@ def build(args: dict[str, Any]) -> serve.Application:
     nodes = parsed.nodes or len(schedulable_nodes(parsed.replica_cpus))
     if nodes < 1:
         raise ValueError(f"no alive node of this Ray cluster has {parsed.replica_cpus} CPU for a replica")
-    log.info("WebShop on Ray Serve: %d replica(s) on each of %d node(s)", parsed.replicas_per_node, nodes)
+    log.info(
+        "the env service on Ray Serve: %d replica(s) on each of %d node(s)", parsed.replicas_per_node, nodes
+    )
     return bind(parsed, nodes)
 
 
 __all__ = [
     "DEFAULT_APP_NAME",
+    "EnvReplica",
     "ServeArgs",
-    "WebShopReplica",
     "bind",
     "build",
     "read_state_secret",
     "replica_settings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``WebShopReplica``, the deployment class's old name, for one release (with a deprecation warning)."""
+    if name == "WebShopReplica":
+        import warnings
+
+        warnings.warn("agent_envs.ray_serve.app.WebShopReplica is deprecated (it goes in the next release): it is "
+                      "EnvReplica now, serving any environment", DeprecationWarning, stacklevel=2)  # fmt: skip
+        return EnvReplica
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

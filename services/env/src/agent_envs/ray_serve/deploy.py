@@ -30,7 +30,15 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..envs.webshop.catalog.store import MANIFEST
-from . import DEFAULT_APP_NAME, DEFAULT_PORT, SECRET_KV_KEY, SECRET_KV_NAMESPACE, needs_token_mode
+from . import (
+    DEFAULT_APP_NAME,
+    DEFAULT_PORT,
+    DEPLOYMENT_NAME,
+    OLD_DEPLOYMENT_NAMES,
+    SECRET_KV_KEY,
+    SECRET_KV_NAMESPACE,
+    needs_token_mode,
+)
 from .app import ServeArgs, bind, schedulable_nodes
 from .attach import AttachError, attach
 from .limits import ProxyLimits
@@ -263,7 +271,9 @@ def deploy(
             "`serve shutdown` first"
         )
     application = _serve_details().get("applications", {}).get(app_name, {})
-    deployed = application.get("deployments", {}).get("WebShop")
+    deployments = application.get("deployments", {})
+    deployed = next((deployments[name] for name in (DEPLOYMENT_NAME, *OLD_DEPLOYMENT_NAMES) if name in deployments),
+                    None)  # fmt: skip
     recorded = recorded_deployment(app_name) if deployed else None
     if recorded is not None and application.get("status") in ("RUNNING", "DEPLOYING"):
         recorded_args, recorded_nodes = recorded

@@ -1,6 +1,6 @@
 """The balancer's request limits on Ray Serve's HTTP proxy (the env's ``make up-ray`` / ``serve-ray`` path).
 
-nginx bounds every request before a replica sees it (``configs/nginx/webshop.conf.template``): request line and
+nginx bounds every request before a replica sees it (``configs/nginx/balancer.conf.template``): request line and
 headers within 10 s and 32 KiB (431 above), a body within 10 s between reads (408) and 1 MiB (413), and
 every error it makes itself as the service's JSON ``{"error", "detail"}``. Serve's proxy (uvicorn, inside a
 Ray actor on every node) has none of these: it buffers a 1 MiB header, holds a half-sent request head or body

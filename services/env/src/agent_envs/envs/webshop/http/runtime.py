@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 
 from ....api.errors import ApiError
-from ....api.metrics import Metrics
+from ....api.metrics import Both, Metrics
 from ....api.routes_envs import EnvRuntime
 from ....api.settings import Settings
 from ....api.tokens import TokenCodec
@@ -44,7 +44,12 @@ class WebShopRuntime(EnvRuntime):
     def __init__(self, env: WebShopTextEnv, settings: Settings, secret: bytes, metrics: Metrics) -> None:
         super().__init__(ENV_ID, env, settings, secret, metrics, session_prefix=SESSION_PREFIX,
                          on_sessions_change=metrics.compat_sessions.set)  # fmt: skip
-        self._steps_served = {api: metrics.steps.labels(api) for api in APIS}  # labels() locks on every call
+        # agentrl_env_steps_total{env="webshop"}, and for one release its old name, webshop_env_steps_total{api}
+        # (labels() locks on every call: the children are made once)
+        self._steps_served = {
+            api: Both(metrics.env_steps.new.labels(ENV_ID, api), metrics.old_webshop_steps.labels(api))
+            for api in APIS
+        }
 
     @property
     def catalog(self) -> Any:

@@ -301,8 +301,11 @@ def test_the_metrics_old_names_count_what_the_new_ones_do_for_a_release(api: Tes
             continue
         assert series(new) == series(old), (new, old)
     assert series("agentrl_http_requests_total"), text
-    assert metric_value(text, "agentrl_env_steps_total", {"env": "webshop", "api": "native"}) == 1.0
-    assert metric_value(text, "webshop_env_steps_total", {"api": "native"}) == 1.0
+    # (the app is the module's: earlier tests stepped too)
+    steps = metric_value(text, "agentrl_env_steps_total", {"env": "webshop", "api": "native"})
+    assert (
+        steps and steps >= 1.0 and metric_value(text, "webshop_env_steps_total", {"api": "native"}) == steps
+    )
 
 
 # ---- AgentGym endpoints in-process (the real-client test runs against a replica process) ----------------

@@ -10,12 +10,18 @@ pyproject.toml; `--durations=25` in both commands keeps the budget visible.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/_agentgym.py
+
+# The tests reach no model hub (nor does CI's machine): a hub id's files are found in the local cache or not at all,
+# at once, instead of after huggingface_hub's retries (~45 s a load: the launcher's dry runs, which measure first
+# turns with the config's tokenizer, spent 4 minutes of make test on them). A test's subprocesses inherit it.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONFORMANCE = FIXTURES / "conformance" / "original-seed3"

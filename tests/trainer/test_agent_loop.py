@@ -72,7 +72,8 @@ def rollout_config(tiny_model_dir: Path) -> Any:
 def make_loop(config: Any, server: Any, tiny_model_dir: Path, response_length: int | None = None,
               rounds: int | None = None, **settings: Any) -> Any:  # fmt: skip
     """What AgentLoopWorker._run_agent_loop does: instantiate the YAML entry with verl's keyword arguments
-    (``rounds``: the training config's ``environments.webshop.max_rounds``)."""
+    (``rounds``: the training config's ``environments.webshop.max_rounds``; a ``turn_tokens`` setting goes there
+    too, as ``environments.webshop.turn_tokens``, which wins over the entry's, as in a run)."""
     import copy
 
     import hydra
@@ -86,6 +87,8 @@ def make_loop(config: Any, server: Any, tiny_model_dir: Path, response_length: i
         config.actor_rollout_ref.rollout.response_length = response_length
     if rounds is not None:
         OmegaConf.update(config, "environments.webshop.max_rounds", rounds, force_add=True)
+    if "turn_tokens" in settings:
+        OmegaConf.update(config, "environments.webshop.turn_tokens", settings["turn_tokens"], force_add=True)
     entries = {e.name: e for e in OmegaConf.load(config_dir() / AGENT_LOOP_CONFIG)}
     entry = OmegaConf.merge(entries[AGENT_LOOP_NAME], settings)
     extra = {"hf_model_type": "qwen2", "tools": None}  # verl 0.9.1 passes these; 0.7.1's base swallows them

@@ -80,9 +80,17 @@ class _Renamed:
         self.new = kind(name, documentation, labelnames, **options)
         self.old = kind(OLD_NAMES[name], f"{documentation} (old name of {name}: goes in the next release)",
                         labelnames, **options)  # fmt: skip
+        # the pairs made so far: a step counts through here, and each labels() builds and locks (bounded, as the
+        # request recorder's own cache; unmatched paths share one route template)
+        self._children: dict[tuple[str, ...], Both] = {}
 
     def labels(self, *values: str) -> Both:
-        return Both(self.new.labels(*values), self.old.labels(*values))
+        both = self._children.get(values)
+        if both is None:
+            both = Both(self.new.labels(*values), self.old.labels(*values))
+            if len(self._children) < 4096:
+                self._children[values] = both
+        return both
 
 
 class Metrics:

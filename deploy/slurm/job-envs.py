@@ -56,9 +56,6 @@ KINDS = {"test": "test", "full": "train"}
 #: Rows a test config reads (its train_max_samples: 64 at most; val_max_samples 16), as the compose trainer job
 #: builds them: a test run does not wait for every task's reset (SciWorld: a JVM's each).
 TEST_ROWS = {"train": 64, "val": 16}
-#: The environment whose data the job may stage onto each node (AGENTRL_RAY_STAGE_CATALOG=1: WebShop's catalog,
-#: WEBSHOP_CATALOG, copied from the first node); every other environment's data comes with its package.
-CATALOG_ENV = "webshop"
 
 
 class Refused(Exception):
@@ -306,20 +303,23 @@ def check_node(envs: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], 
     ``AGENTRL_RAY_STAGE_CATALOG=1`` WebShop's catalog is copied here from the first node when the job starts, so
     its absence now is no problem."""
     from agent_envs.api.settings import Settings
+    from agent_envs.envs import registry
 
     problems, found = [], []
     staged = (env.get("AGENTRL_RAY_STAGE_CATALOG") or "0").lower() in ("1", "true", "yes")
     catalog = Path(env.get("WEBSHOP_CATALOG") or default_catalog(env))
     settings = Settings.model_construct(envs=",".join(envs), catalog=catalog)
+    # the ones that read the catalog (their registration's data_setting), which the job may stage
+    prepared = registry.with_prepared_data(envs)
     for env_id in envs:
-        if staged and env_id == CATALOG_ENV:
+        if staged and env_id in prepared:
             found.append(f"{env_id}(catalog staged)")
             continue
         try:
             found.append(check_env(env_id, settings))
         except RuntimeError as error:
             problem = str(error) if str(error).startswith(f"{env_id}:") else f"{env_id}: {error}"
-            if env_id == CATALOG_ENV:
+            if env_id in prepared:
                 problem += ("; on a cluster, put the catalog on the shared filesystem (WEBSHOP_CATALOG), or set "
                             "AGENTRL_RAY_STAGE_CATALOG=1 to copy it from the first node")  # fmt: skip
             problems.append(problem)

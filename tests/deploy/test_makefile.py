@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 STACK_TARGETS = ["up", "down", "ps", "logs", "scale", "monitor", "stack-config", "train-test", "train-full", "eval",
                  "demo", "train-preflight", "pin-digests", "docker-standins", "test-docker", "host-checks"]  # fmt: skip
-FILES = ["Makefile", "mk/stack.mk", "mk/old-names.mk", "mk/gpu.mk", ".env.example", "compose.yaml", "services/trainer/src/agent_trainer/gpu_plan.py",
+FILES = ["Makefile", "mk/stack.mk", "mk/old-names.mk", "mk/gpu.mk", "mk/environments.mk", ".env.example", "compose.yaml", "services/trainer/src/agent_trainer/gpu_plan.py",
          "scripts/host_checks.py", "configs/nginx/environments/placements.txt",
          "configs/webshop_grpo_test.yaml", "configs/webshop_grpo_train.yaml", "configs/base/grpo_test.yaml",
          "configs/base/grpo_train.yaml"]  # fmt: skip
@@ -447,3 +447,25 @@ def test_serving_targets_build_webshop_s_catalog_only_where_webshop_is_served(tm
         assert "catalog generate" not in alone.stdout and "agent_envs." in alone.stdout, alone.stdout
         with_webshop = _make("-n", target, "ENVS=textcraft,webshop", catalog)
         assert "catalog generate" in with_webshop.stdout, with_webshop.stdout
+
+
+def test_which_environments_need_make_data_is_their_registrations(stack_copy: Path) -> None:
+    """The Makefile names no environment: an environment whose registration reads prepared data (``data_setting``)
+    gets `make data` first once `agent-envs envs --write-deploy` wrote mk/environments.mk from the registrations."""
+    import dataclasses
+
+    from agent_envs import deploy
+    from agent_envs.envs import registry
+
+    regs = [
+        dataclasses.replace(r, data_setting="catalog") if r.id == "textcraft" else r for r in registry.BUILTIN
+    ]
+    (stack_copy / "mk" / "environments.mk").write_text(deploy.make_fragment(regs))
+
+    def catalog_step(envs: str) -> str:  # the prerequisite up-local and up-ray get for ENVS
+        shown = _make("--eval", "shown: ; @echo [$(ENVS_CATALOG)]", "shown", f"ENVS={envs}", cwd=stack_copy)
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout.strip()
+
+    assert catalog_step("textcraft") == "[data]" and catalog_step("babyai,textcraft") == "[data]"
+    assert catalog_step("babyai") == "[]" and catalog_step("webshop") == "[data]"

@@ -120,10 +120,22 @@ def test_a_registration_refuses_what_would_break_a_deployment() -> None:
                 {"slow_paths": ("x { }",)}, {"system_packages": ("java && rm",)}, {"placement": "sticky"},
                 {"http": "no-colon"}, {"title": "two\nlines"}, {"extra": "myenv", "requires": ("x; os.system('y')",)},
                 {"requires": ("x>=1",)}, {"extra": "myenv", "pins": ("x>=1",)},
-                {"extra": "myenv", "requires": ("git+https://example.com/x",)}):  # fmt: skip
+                {"extra": "myenv", "requires": ("git+https://example.com/x",)}, {"data_setting": "$(rm -rf)"}):  # fmt: skip
         with pytest.raises(RegistrationError):
             Registration(**{**ok, **bad})
-    Registration(**ok, extra="myenv", requires=("x[y]>=1.2,<2",), pins=("x==1.5", "z==0.1"))
+    Registration(
+        **ok, extra="myenv", requires=("x[y]>=1.2,<2",), pins=("x==1.5", "z==0.1"), data_setting="catalog"
+    )
+
+
+def test_the_environments_with_prepared_data_are_those_whose_registration_says_so() -> None:
+    """What prepares data before serving (the Makefile's fragment, the demo, a Slurm job's node check) asks the
+    registrations, never an environment's name."""
+    assert registry.with_prepared_data(["textcraft", "webshop", "babyai"]) == ["webshop"]
+    assert registry.with_prepared_data(["sokoban"]) == []
+    with pytest.raises(registry.UnknownEnv):
+        registry.with_prepared_data(["nosuchenv"])
+    assert "PREPARED_DATA_ENVS := webshop\n" in deploy.make_fragment(REGISTRATIONS)
 
 
 # ---- packaging --------------------------------------------------------------------------------------------------

@@ -90,11 +90,47 @@ class ClusterError(RuntimeError):
 
 
 # ---- helpers --------------------------------------------------------------------------------------------
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports that are free right now (bound and released together)."""
-    sockets = []
+#: The lowest port :func:`free_ports` hands out: above Ray's worker ports (10002-19999 by default), Redis, Slurm.
+PORT_POOL_START = 20000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def port_pool() -> range | None:
+    """The ports :func:`free_ports` picks from: from :data:`PORT_POOL_START` up to the kernel's ephemeral range
+    (Linux: 32768-60999), or None where that leaves fewer than 1,000 (or the range cannot be read).
+
+    Why below the ephemeral range: a port picked by binding port 0 is one the kernel hands out again to the next
+    ``bind(0)`` or outgoing connection of any process. Between our release and the replica's bind, another process
+    took one (a SciWorld JVM's py4j gateway, in the same test run), and the cluster's readiness probe then read
+    that process's answer. The kernel never hands out a port below its ephemeral range by itself."""
     try:
-        for _ in range(count):
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    pool = range(PORT_POOL_START, low)
+    return pool if len(pool) >= 1000 else None
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports that are free right now (bound and released together), picked at random from
+    :func:`port_pool` (ports no other process is given by the kernel meanwhile), else from the kernel's."""
+    import random
+
+    sockets: list[socket.socket] = []
+    pool = port_pool()
+    candidates = random.sample(pool, len(pool)) if pool is not None else []
+    try:
+        for port in candidates:
+            if len(sockets) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((host, port))
+            except OSError:  # taken, or in TIME_WAIT
+                sock.close()
+                continue
+            sockets.append(sock)
+        while len(sockets) < count:  # no pool, or it is full: the kernel's choice
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind((host, 0))
             sockets.append(sock)

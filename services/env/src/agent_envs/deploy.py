@@ -309,6 +309,15 @@ def placements_text(registrations: Sequence[Registration]) -> str:
     return f"# {GENERATED}\n" + "".join(f"{r.id} {r.placement}\n" for r in registrations)
 
 
+def make_fragment(registrations: Sequence[Registration]) -> str:
+    """``mk/environments.mk``: what the Makefile needs to know of the registrations without a Python environment
+    (it is read before ``make setup`` has made one): the environments that read a directory of prepared data
+    (``data_setting``), for which ``make up-local``, ``up-ray`` and ``demo`` run ``make data`` first."""
+    prepared = " ".join(r.id for r in registrations if r.data_setting is not None)
+    return (f"# {GENERATED}\n# The environments that read a directory of prepared data (their registration's "
+            f"data_setting): served, they need `make data` first.\nPREPARED_DATA_ENVS := {prepared}\n")  # fmt: skip
+
+
 def routed_check(env_ids: Sequence[str], routed: Iterable[str]) -> None:
     """Refuse a deployment that serves an environment the balancer has no route for: it would fall through to the
     catch-all location, whose short timeouts and retries are for stateless steps."""
@@ -413,7 +422,7 @@ def lock_with_pins(text: str, registrations: Sequence[Registration]) -> str:
 
 def render_files(repo: Path, registrations: Sequence[Registration] | None = None) -> dict[Path, str]:
     """The generated deployment files of the repository at ``repo`` (path -> content): the balancer's routes and
-    placements, the docs' list spliced into its page, the environments' extras spliced into the env package's
+    placements, the Makefile's fragment (``mk/environments.mk``), the docs' list spliced into its page, the environments' extras spliced into the env package's
     ``pyproject.toml``, their pins into ``constraints.txt`` and, for those that need no system package, into the TRL
     venv's lock ``constraints-trl.txt``."""
     regs = list(registrations if registrations is not None else registry.registrations().values())
@@ -426,6 +435,7 @@ def render_files(repo: Path, registrations: Sequence[Registration] | None = None
         nginx / "maps.conf": nginx_maps(regs) + "\n",
         nginx / "locations.conf": nginx_locations(regs) + "\n",
         nginx / "placements.txt": placements_text(regs),
+        repo / "mk" / "environments.mk": make_fragment(regs),
         index: splice(index.read_text(), docs_table(regs)),
         pyproject: splice(pyproject.read_text(), pyproject_extras(regs), EXTRAS_BEGIN, EXTRAS_END),
         constraints: splice(constraints.read_text(), constraints_pins(regs), PINS_BEGIN, PINS_END),

@@ -107,6 +107,11 @@ class Registration:
             speak; ``api.routes_envs.HttpSide``); None: the serving layer's native and AgentGym routes.
         check: ``"module:function"``, ``function(settings) -> list[str]``: problems that stop ``serve`` before any
             worker starts (WebShop: no prepared catalog; SciWorld: no ``java``).
+        data_setting: the service setting (a ``Settings`` field) naming a directory of prepared data the environment
+            reads at start (WebShop: ``catalog``, ``WEBSHOP_CATALOG``, made by ``make data``); None: its data comes
+            with its package. What prepares data before serving reads this, never an environment's name: ``make
+            up-local``/``up-ray`` and ``make demo`` run ``make data`` first only where a served environment has one,
+            and a Slurm job stages that directory onto each node (``AGENTRL_RAY_STAGE_CATALOG``).
         trainer: ``"module:attribute"`` of the trainer's spec for it (``agent_trainer.envs.spec.EnvSpec``): how the
             trainer finds a plugin's prompt, parser and splits.
         docs: its page in the docs (``environments/textcraft.md``), or a URL.
@@ -129,6 +134,7 @@ class Registration:
     slow_paths: tuple[str, ...] = (EXPERT_PATH,)
     http: str | None = None
     check: str | None = None
+    data_setting: str | None = None
     trainer: str | None = None
     docs: str | None = None
 
@@ -163,6 +169,8 @@ class Registration:
             refuse("agentgym_routes", "route names (lower-case words, no slashes)")
         if not _WORD.match(self.agentgym_id):
             refuse("agentgym_id", "a field name (a lower-case word)")
+        if self.data_setting is not None and not _WORD.match(self.data_setting):
+            refuse("data_setting", "a settings field name (a lower-case word)")
         if self.max_steps is not None and self.max_steps < 1:
             refuse("max_steps", "a positive number of steps, or None")
         if not all(_SLOW_PATH.match(p) for p in self.slow_paths):

@@ -21,7 +21,7 @@ import importlib
 import inspect
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib import metadata
 from types import ModuleType
@@ -43,7 +43,7 @@ BUILTIN: tuple[Registration, ...] = (
                          "instruction_text"),
         agentgym_id="env_idx", max_steps=100, root_alias=True,
         slow_paths=("v1/goals/[^/]+/expert", "v1/step_batch"),
-        http="agent_envs.envs.webshop.http:HTTP", check="agent_envs.envs.webshop:check",
+        http="agent_envs.envs.webshop.http:HTTP", check="agent_envs.envs.webshop:check", data_setting="catalog",
         docs="environments/webshop.md",
     ),
     Registration(
@@ -126,6 +126,12 @@ def contract_ids() -> list[str]:
     their ``AGENTGYM_ROUTES``), which every generic client speaks; the others (WebShop) have a protocol of their own
     (``Registration.http``), and the contract in process (``make``)."""
     return [r.id for r in registrations().values() if r.http is None]
+
+
+def with_prepared_data(env_ids: Iterable[str]) -> list[str]:
+    """Those of ``env_ids`` that read a directory of prepared data (``Registration.data_setting``: WebShop's
+    catalog), which must exist before they are served; unknown ids raise ``UnknownEnv``."""
+    return [env_id for env_id in env_ids if registration(env_id).data_setting is not None]
 
 
 def registration(env_id: str) -> Registration:

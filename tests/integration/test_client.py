@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from agent_envs import cluster
-from agent_envs.client import WebShopClient, WebShopRequestError, WebShopUnavailable
+from agent_envs.client import ServiceRequestError, ServiceUnavailable, WebShopClient
 from agent_envs.client.transport import LeanTransport
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
@@ -54,10 +54,10 @@ def respond(writer: asyncio.StreamWriter, status: int, body: bytes, extra: bytes
 def test_unreachable_server_raises_unavailable_after_retries() -> None:
     async def main() -> None:
         async with WebShopClient(closed_port_url(), retries=2, backoff=0.01) as client:
-            with pytest.raises(WebShopUnavailable, match="after 3 attempt"):
+            with pytest.raises(ServiceUnavailable, match="after 3 attempt"):
                 await client.reset(1)
             assert await client.health() is False
-            with pytest.raises(WebShopUnavailable, match="not ready within"):
+            with pytest.raises(ServiceUnavailable, match="not ready within"):
                 await client.wait_until_ready(timeout=0.3, interval=0.1)
 
     asyncio.run(main())
@@ -68,7 +68,7 @@ def test_retry_budget_is_spent_in_seconds_then_says_so() -> None:
         async with WebShopClient(
             closed_port_url(), retry_budget=1.0, backoff=0.02, max_backoff=0.1
         ) as client:
-            with pytest.raises(WebShopUnavailable, match=r"retry budget 1 s\): ConnectError") as caught:
+            with pytest.raises(ServiceUnavailable, match=r"retry budget 1 s\): ConnectError") as caught:
                 await client.reset(1)
         attempts = int(str(caught.value).split(" after ")[1].split(" attempt")[0])
         assert attempts > 5  # kept trying for the whole second, not a fixed small count
@@ -115,7 +115,7 @@ def test_5xx_is_retried_4xx_is_not() -> None:
         async with server, WebShopClient(url, retries=3, backoff=0.01) as client:
             assert (await client.reset(1))["observation"] == "ok"
             assert counter[0] == 3
-            with pytest.raises(WebShopRequestError) as caught:
+            with pytest.raises(ServiceRequestError) as caught:
                 await client.step("s", "search[x]")
             assert caught.value.status == 409 and caught.value.error == "episode_finished"
             assert counter[0] == 4  # no retry of a 4xx
@@ -175,7 +175,7 @@ def test_transport_maps_timeouts_to_httpx_errors() -> None:
                 with pytest.raises(httpx.ReadTimeout):
                     await client.get("/")
             async with WebShopClient(url, timeout=0.2, retries=1, backoff=0.01) as client:
-                with pytest.raises(WebShopUnavailable, match="ReadTimeout"):
+                with pytest.raises(ServiceUnavailable, match="ReadTimeout"):
                     await client.step("s", "a")
             assert counter[0] == 3  # the timed-out step was tried twice
 
@@ -190,7 +190,7 @@ def test_client_against_a_replica(replica) -> None:
             goals = await client.goals(goal_set="synthetic", split="test")
             assert goals["goal_sets"]["synthetic"]["splits"]["test"]["count"] == 500
             first = await client.reset(600, goal_set="synthetic", split="eval")
-            with pytest.raises(WebShopRequestError, match="not in the train split"):
+            with pytest.raises(ServiceRequestError, match="not in the train split"):
                 await client.reset(600, split="train")
             results = await client.step_batch(
                 [(first["state"], "search[sofa]"), {"state": "bad", "action": "x"}]
@@ -236,7 +236,7 @@ def test_every_address_failing_spends_the_budget_and_names_the_last_one() -> Non
         urls = [closed_port_url(), closed_port_url()]
         async with WebShopClient(urls[0], fallback_urls=urls[1:], retry_budget=0.5, backoff=0.02) as client:
             assert client.urls == urls
-            with pytest.raises(WebShopUnavailable, match="ConnectError"):
+            with pytest.raises(ServiceUnavailable, match="ConnectError"):
                 await client.reset(1)
             assert await client.health() is False
 

@@ -17,7 +17,7 @@ import _agentgym
 import pytest
 from _agentgym import AgentGymClient
 
-from agent_envs.client import WebShopClient, WebShopUnavailable, base
+from agent_envs.client import ServiceUnavailable, WebShopClient, base
 
 
 # ---- WebShopClient (and EnvClient, which is one) ----------------------------------------------------------------
@@ -71,7 +71,7 @@ def _run(answers, **client_args) -> tuple[object, list[int]]:
         async with server, WebShopClient(url, backoff=0.01, max_backoff=0.05, **client_args) as client:
             try:
                 return await client.reset(1), seen
-            except WebShopUnavailable as error:
+            except ServiceUnavailable as error:
                 return error, seen
 
     return asyncio.run(main())
@@ -89,7 +89,7 @@ def test_retry_after_is_capped_and_bounded_by_the_budget(waits: list[float]) -> 
     # a wait that would end past the retry budget: give up now, saying what the server answered
     result, seen = _run([(503, {"Retry-After": "5"}, DOWN), (200, {}, OK)], retry_budget=2.0)
     assert (
-        isinstance(result, WebShopUnavailable)
+        isinstance(result, ServiceUnavailable)
         and "HTTP 503" in str(result)
         and "session_store_down" in str(result)
     )

@@ -11,7 +11,7 @@ import pytest
 import requests
 from _support import metric_value, start_cluster
 
-from agent_envs.client import WebShopClient, WebShopRequestError
+from agent_envs.client import ServiceRequestError, WebShopClient
 from agent_envs.cluster import http_status
 
 pytestmark = pytest.mark.cluster
@@ -161,9 +161,9 @@ def test_cluster_still_serves_after_bad_input(cluster) -> None:
 
 
 def test_client_raises_request_errors_without_retrying(cluster) -> None:
-    async def main() -> WebShopRequestError:
+    async def main() -> ServiceRequestError:
         async with WebShopClient(cluster["url"], timeout=10) as client:
-            with pytest.raises(WebShopRequestError) as caught:
+            with pytest.raises(ServiceRequestError) as caught:
                 await client.reset(-1)
             return caught.value
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from _support import SECRET, start_cluster
 
-from agent_envs.client import EnvClient, WebShopRequestError
+from agent_envs.client import EnvClient, ServiceRequestError
 from agent_envs.cluster import http_status
 from agent_envs.envs import registry
 from agent_envs.envs.agentgym import over_the_request_cap, replay_trace
@@ -197,11 +197,11 @@ def test_bad_input_gets_a_clear_4xx(envs_cluster: dict, env_id, method, path, bo
 
 
 def test_a_token_of_one_environment_is_refused_by_another(envs_cluster: dict) -> None:
-    async def main() -> WebShopRequestError:
+    async def main() -> ServiceRequestError:
         async with EnvClient(envs_cluster["url"], "textcraft") as textcraft, \
                 EnvClient(envs_cluster["url"], "babyai") as babyai:  # fmt: skip
             state = (await textcraft.reset(5))["state"]
-            with pytest.raises(WebShopRequestError) as caught:
+            with pytest.raises(ServiceRequestError) as caught:
                 await babyai.step(state, "turn left")
             return caught.value
 

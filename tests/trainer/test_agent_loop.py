@@ -225,11 +225,11 @@ def test_the_response_budget_ends_the_episode_cleanly(in_process_env, rollout_co
 def test_a_refused_step_ends_with_reward_zero_and_env_error(
     in_process_env, rollout_config, tiny_model_dir, monkeypatch
 ) -> None:
-    from agent_envs.client import WebShopRequestError, native
+    from agent_envs.client import ServiceRequestError, native
     from agent_trainer import interaction
 
     async def refuse(self: Any, state: str, action: str) -> Any:
-        raise WebShopRequestError(400, "bad_state", "forged")
+        raise ServiceRequestError(400, "bad_state", "forged")
 
     monkeypatch.setattr(native.WebShopClient, "step", refuse)
     server = PlanServer(hf_tokenizer(str(tiny_model_dir)), ["search[tea]"])

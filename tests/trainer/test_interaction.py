@@ -16,7 +16,7 @@ pytest.importorskip(
     "verl", reason="the trainer package needs verl: pip install -c constraints.txt -e services/trainer"
 )
 
-from agent_envs.client import WebShopRequestError, WebShopUnavailable
+from agent_envs.client import ServiceRequestError, ServiceUnavailable
 from agent_trainer.config import InteractionSettings
 from agent_trainer.envs.webshop import parse_goal, prompts
 from agent_trainer.episode import TurnScore
@@ -127,13 +127,13 @@ def test_refused_state_raises_when_configured(in_process_env) -> None:
         EPISODES.get("t").state = "forged-token"  # type: ignore[union-attr]
         await interaction.generate_response("t", reply("Action: search[tea]"))
 
-    with pytest.raises(WebShopRequestError):
+    with pytest.raises(ServiceRequestError):
         run(turn())
     assert len(EPISODES) == 0
 
 
 def test_goal_outside_the_split_is_refused_at_start(in_process_env) -> None:
-    with pytest.raises(WebShopRequestError, match="goal_not_in_split"):
+    with pytest.raises(ServiceRequestError, match="goal_not_in_split"):
         run(make().start_interaction("t", name="webshop", goal=3, split="train"))
     assert len(EPISODES) == 0
 
@@ -191,7 +191,7 @@ def test_registry_ttl_sweep() -> None:
 
 def test_unreachable_service_fails_fast_with_a_clear_message() -> None:
     interaction = WebshopInteraction({"env_url": "http://127.0.0.1:9", "ready_timeout": 0.3, "retries": 0})
-    with pytest.raises(WebShopUnavailable, match="not ready within"):
+    with pytest.raises(ServiceUnavailable, match="not ready within"):
         run(interaction.start_interaction("t", name="webshop", goal=1))
     assert "t" not in EPISODES
 

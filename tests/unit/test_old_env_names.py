@@ -64,3 +64,28 @@ def test_the_old_command_runs_the_new_one_and_says_it_is_deprecated() -> None:
         "webshop-env is deprecated: the command is agent-envs now (the old name goes in the next release)"
     ]
     assert "usage: agent-envs" in result.stdout
+
+
+def test_the_clients_old_error_names_are_the_new_classes_and_warn() -> None:
+    """``WebShopError``, ``WebShopUnavailable``, ``WebShopRequestError`` (every environment's client raised them) are
+    ``ServiceError``, ... now: the old names give the very classes (so ``except WebShopUnavailable`` still catches
+    what a TextCraft client raises), each with a deprecation warning naming the new one."""
+    import warnings
+
+    from agent_envs import client
+    from agent_envs.client import base, native
+
+    for module in (client, native, base):
+        for old, new in (("WebShopError", "ServiceError"), ("WebShopUnavailable", "ServiceUnavailable"),
+                         ("WebShopRequestError", "ServiceRequestError")):  # fmt: skip
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                found = getattr(module, old)
+            assert found is getattr(base, new)
+            assert any(w.category is DeprecationWarning and f".{new} now" in str(w.message) for w in seen), (
+                old
+            )
+    try:
+        raise base.ServiceUnavailable("down")
+    except client.ServiceError as error:  # the hierarchy is unchanged
+        assert isinstance(error, base.ServiceUnavailable)

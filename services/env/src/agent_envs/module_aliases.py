@@ -109,3 +109,16 @@ def renamed_command(old: str, new: str, main: Callable[[], int]) -> int:
         file=sys.stderr,
     )
     return main()
+
+
+def renamed_attributes(module: str, renamed: Mapping[str, str], why: str) -> Callable[[str], object]:
+    """A module's ``__getattr__`` for its attributes' old names (old -> new, both in ``module``): the old name
+    gives the very object at the new one (``except OldError`` still catches it), with the deprecation warning."""
+
+    def __getattr__(name: str) -> object:
+        if name not in renamed:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        _warn(f"{module}.{name}", f"{module}.{renamed[name]}", why, stacklevel=2)
+        return getattr(sys.modules[module], renamed[name])
+
+    return __getattr__

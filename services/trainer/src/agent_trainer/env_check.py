@@ -61,7 +61,7 @@ async def _play_env(env_id: str, episodes: int, goal_set: str, first: int) -> di
     """Up to ``episodes`` expert episodes of ``env_id`` from task ``first`` on (a task without an expert skipped,
     at most :data:`TRIES_PER_EPISODE` tasks tried per episode). The goal set goes to the expert and the reset
     where the environment's reset takes one (its spec's ``reset_fields``: WebShop's goals are indices in it)."""
-    from agent_envs.client import WebShopRequestError
+    from agent_envs.client import ServiceRequestError
 
     from . import envs as specs
     from .interaction import ensure_ready, shared_client
@@ -79,7 +79,7 @@ async def _play_env(env_id: str, episodes: int, goal_set: str, first: int) -> di
         task = first + k if tasks is None else (first + k) % int(tasks)
         try:
             actions = await client.expert(task, **in_goal_set)
-        except WebShopRequestError as error:
+        except ServiceRequestError as error:
             if error.error == "no_expert":  # e.g. a BabyAI level the bot cannot solve from this seed
                 continue
             raise

@@ -234,7 +234,7 @@ class RowBuilder:
         if self.core is not None:
             return f"{self.spec.env_id}:{self.core.fingerprint()}"
         from agent_envs.client.envs import EnvClient
-        from agent_envs.client.native import WebShopError
+        from agent_envs.client.native import ServiceError
 
         async def info() -> dict[str, Any]:
             async with EnvClient(self.env_url or "", self.spec.env_id, timeout=30.0) as client:
@@ -242,7 +242,7 @@ class RowBuilder:
 
         try:
             return str(asyncio.run(info())["fingerprint"])
-        except (WebShopError, OSError, KeyError) as error:
+        except (ServiceError, OSError, KeyError) as error:
             raise DataError(
                 f"{self.spec.env_id}: {self.env_url} does not say which data it serves: {error}"
             ) from None
@@ -297,7 +297,7 @@ class RowBuilder:
     async def _fetch(self, tasks: Sequence[int], bar: Any) -> None:
         """The service's resets of ``tasks``, ``workers`` at a time, each episode closed at once."""
         from agent_envs.client.envs import EnvClient
-        from agent_envs.client.native import WebShopError
+        from agent_envs.client.native import ServiceError
 
         limit = asyncio.Semaphore(self.workers)
 
@@ -311,7 +311,7 @@ class RowBuilder:
         async with EnvClient(self.env_url or "", self.spec.env_id, timeout=120.0) as client:
             try:
                 await asyncio.gather(*(one(task) for task in tasks))
-            except (WebShopError, OSError) as error:
+            except (ServiceError, OSError) as error:
                 raise DataError(f"{self.spec.env_id}: a reset at {self.env_url} failed: {error}") from None
 
     def _reset(self, task: int) -> dict[str, Any]:

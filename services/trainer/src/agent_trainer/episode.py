@@ -31,7 +31,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent_envs.client import WebShopRequestError
+from agent_envs.client import ServiceRequestError
 
 from .config import InteractionSettings
 from .envs.spec import EnvSpec, Outcome, Parsed
@@ -137,7 +137,7 @@ class Turn:
     result: Mapping[str, Any]
     outcome: Outcome
     score: TurnScore
-    error: WebShopRequestError | None = None
+    error: ServiceRequestError | None = None
 
     @property
     def done(self) -> bool:
@@ -183,7 +183,7 @@ async def play_turn(
         try:
             with _timer(metrics):
                 result = await client.step(episode.state, parsed.action)
-        except WebShopRequestError as error:
+        except ServiceRequestError as error:
             if settings.on_env_error == "raise":
                 raise
             logger.warning("%s refused a step of %s: %s; ending the trajectory with reward 0",

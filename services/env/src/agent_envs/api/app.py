@@ -40,7 +40,7 @@ AgentGym's clients; their sessions live in a shared store (Redis), so any replic
 """
 
 
-class WebShopApp(FastAPI):
+class EnvServiceApp(FastAPI):
     """FastAPI, with the environments' fast paths (``routes_envs.FastPath``: POST routes answered in front of the
     middleware stack) looked up by path before anything else."""
 
@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await _shut_down(app, sweeper, metrics)
 
-    app = WebShopApp(
+    app = EnvServiceApp(
         title="Text environments (WebShop, TextCraft, BabyAI, SciWorld, ...)",
         version=package_version(),
         description=DESCRIPTION,

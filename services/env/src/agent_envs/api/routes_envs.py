@@ -384,7 +384,7 @@ class CompatFastPath:
     Why: AgentGym's agent loop is these requests, and FastAPI's request handling around them (routing through
     every included router, dependency solving, the error, body-limit and metrics middlewares, each wrapping
     ``send``) cost a third of a replica's CPU per step: the deployed path must not be slower than AgentGym's own
-    one-process server. ``WebShopApp`` calls this before its middleware stack. It takes a request only when it is
+    one-process server. ``EnvServiceApp`` calls this before its middleware stack. It takes a request only when it is
     one the route would take: a ``Content-Length`` body within ``AGENTRL_MAX_BODY_BYTES``, JSON (content type and
     body) that the route's own pydantic model accepts (routes without fields, BabyAI's and SciWorld's ``/create``:
     any body); everything else goes to the full stack with the body replayed, before anything was done, so the
@@ -465,7 +465,7 @@ _HEADERS = (b"x-forwarded-for", b"idempotency-key", b"x-request-id")
 
 # ---- an environment's HTTP side ------------------------------------------------------------------------------
 class FastPath(Protocol):
-    """A POST route answered in front of the framework (``WebShopApp``): ``paths``, and ``serve``, which answers or
+    """A POST route answered in front of the framework (``EnvServiceApp``): ``paths``, and ``serve``, which answers or
     hands the request to ``stack`` (the app's middleware stack) untouched."""
 
     @property

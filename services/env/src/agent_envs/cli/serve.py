@@ -365,7 +365,7 @@ async def bench_http(
     The expert's actions come from the server (``/v1/goals/{goal}/expert``) before the clock starts. Latency
     percentiles cover every timed request (resets and steps); ``steps`` counts ``/v1/step`` calls.
     """
-    from ..client import WebShopClient, WebShopError
+    from ..client import ServiceError, WebShopClient
 
     concurrency = max(1, concurrency)
     async with WebShopClient(
@@ -409,7 +409,7 @@ async def bench_http(
                         if page["done"]:
                             rewards.append(float(page["reward"]))
                             break
-                except WebShopError:
+                except ServiceError:
                     counters["errors"] += 1
 
         started = time.perf_counter()

@@ -7,7 +7,7 @@ Steps are pure functions of (state, action), so every call is retried on connect
 long enough to ride out a balancer or replica restart); 4xx answers are the caller's fault and raise at once.
 A 503 that carries ``Retry-After`` (the service's "retry shortly": a limit reached, a store restarting) is not
 retried sooner than it asks, up to ``max_retry_after`` seconds per wait. When the budget is spent the call raises
-``WebShopUnavailable`` saying how long it tried and what failed last.
+``ServiceUnavailable`` saying how long it tried and what failed last.
 
 Timeouts are layered: the balancer gives a replica 2 s to answer and retries a hung one's request on
 another replica; the client's per-attempt ``timeout`` (10 s) is longer than the balancer's whole retry
@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from ..module_aliases import renamed_attributes
 from .transport import LeanTransport
 
 logger = logging.getLogger(__name__)
@@ -46,15 +47,15 @@ DEFAULT_HEDGE_AFTER_S = 2.0
 _Client = TypeVar("_Client", bound="ServiceClient")
 
 
-class WebShopError(Exception):
-    """Base class of the client's errors."""
+class ServiceError(Exception):
+    """Base class of the client's errors (``WebShopError`` until this release: the old names still work, warned)."""
 
 
-class WebShopUnavailable(WebShopError):
+class ServiceUnavailable(ServiceError):
     """The server could not be reached, or kept failing (5xx), through every retry."""
 
 
-class WebShopRequestError(WebShopError):
+class ServiceRequestError(ServiceError):
     """The server refused the request (4xx): retrying the same request would not help."""
 
     def __init__(self, status: int, error: str, detail: str) -> None:
@@ -150,7 +151,7 @@ class ServiceClient:
         return response.status_code == 200
 
     async def wait_until_ready(self, timeout: float = 60.0, interval: float = 0.5) -> None:
-        """Poll ``/readyz`` until it answers 200; raises ``WebShopUnavailable`` after ``timeout`` seconds."""
+        """Poll ``/readyz`` until it answers 200; raises ``ServiceUnavailable`` after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         last = "no answer"
         while True:
@@ -164,7 +165,7 @@ class ServiceClient:
                 last = f"{type(error).__name__} from {url}: {error}"
             self._failed(url)
             if time.monotonic() + interval > deadline:
-                raise WebShopUnavailable(
+                raise ServiceUnavailable(
                     f"{' / '.join(self.urls)} was not ready within {timeout:.0f} s (last: {last}); is the environment "
                     "service (or its balancer) running? `make up-local` starts one locally"
                 )
@@ -214,7 +215,7 @@ class ServiceClient:
             delay = self._random.uniform(0.0, min(self.max_backoff, self.backoff * 2 ** min(attempt, 30)))
             delay = max(delay, asked)
             if (self.retries is not None and attempt >= self.retries) or elapsed + delay > self.retry_budget:
-                raise WebShopUnavailable(
+                raise ServiceUnavailable(
                     f"{method} {url}{path} failed after {attempt + 1} attempt(s) in {elapsed:.1f} s "
                     f"(retry budget {self.retry_budget:g} s): {problem}. Is the environment service (or its "
                     "balancer) up? A longer retry_budget rides out longer restarts"
@@ -308,9 +309,16 @@ def _after_date(value: str, now: float | None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def _request_error(response: httpx.Response) -> WebShopRequestError:
+def _request_error(response: httpx.Response) -> ServiceRequestError:
     try:
         data = response.json()
-        return WebShopRequestError(response.status_code, str(data["error"]), str(data["detail"]))
+        return ServiceRequestError(response.status_code, str(data["error"]), str(data["detail"]))
     except Exception:
-        return WebShopRequestError(response.status_code, "http_error", response.text[:500])
+        return ServiceRequestError(response.status_code, "http_error", response.text[:500])
+
+
+#: The errors' old names, for one release (with a deprecation warning), here and where they are re-exported.
+OLD_ERROR_NAMES = {"WebShopError": "ServiceError", "WebShopUnavailable": "ServiceUnavailable",
+                   "WebShopRequestError": "ServiceRequestError"}  # fmt: skip
+ERRORS_RENAMED = "the errors of every environment's client, not WebShop's alone"
+__getattr__ = renamed_attributes(__name__, OLD_ERROR_NAMES, ERRORS_RENAMED)

@@ -14,12 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..module_aliases import renamed_attributes
 from .base import (
     DEFAULT_HEDGE_AFTER_S,
+    ERRORS_RENAMED,
+    OLD_ERROR_NAMES,
     ServiceClient,
-    WebShopError,
-    WebShopRequestError,
-    WebShopUnavailable,
+    ServiceError,
+    ServiceRequestError,
+    ServiceUnavailable,
     retry_after_seconds,
 )
 
@@ -63,9 +66,12 @@ class WebShopClient(ServiceClient):
 
 __all__ = [
     "DEFAULT_HEDGE_AFTER_S",
+    "ServiceError",
+    "ServiceRequestError",
+    "ServiceUnavailable",
     "WebShopClient",
-    "WebShopError",
-    "WebShopRequestError",
-    "WebShopUnavailable",
     "retry_after_seconds",
 ]
+
+#: The errors' old names (``WebShopError``, ...), for one release (with a deprecation warning).
+__getattr__ = renamed_attributes(__name__, OLD_ERROR_NAMES, ERRORS_RENAMED)

@@ -25,6 +25,7 @@ from ..api.app import create_app
 from ..api.routes_ops import NOT_READY, catalog_fingerprint
 from ..api.settings import Settings, SettingsError
 from ..deploy import start_problems
+from ..module_aliases import renamed_attributes
 from . import DEFAULT_APP_NAME, DEPLOYMENT_NAME, SECRET_KV_KEY, SECRET_KV_NAMESPACE
 
 log = logging.getLogger("agent_envs.ray_serve")
@@ -216,12 +217,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """``WebShopReplica``, the deployment class's old name, for one release (with a deprecation warning)."""
-    if name == "WebShopReplica":
-        import warnings
-
-        warnings.warn("agent_envs.ray_serve.app.WebShopReplica is deprecated (it goes in the next release): it is "
-                      "EnvReplica now, serving any environment", DeprecationWarning, stacklevel=2)  # fmt: skip
-        return EnvReplica
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: ``WebShopReplica``, the deployment class's old name, for one release (with a deprecation warning).
+__getattr__ = renamed_attributes(__name__, {"WebShopReplica": "EnvReplica"}, "it serves any environment")

@@ -44,10 +44,10 @@ from typing import Any
 
 from agent_envs.client import (
     EnvClient,
+    ServiceError,
+    ServiceRequestError,
+    ServiceUnavailable,
     WebShopClient,
-    WebShopError,
-    WebShopRequestError,
-    WebShopUnavailable,
 )
 from agent_envs.envs.webshop.catalog.fidelity import fidelity_limits
 
@@ -322,7 +322,7 @@ async def expert_plan(client: EnvClient, task: int) -> list[str]:
     expert then gives up at once and the episode scores 0, as WebShop's expert does without a way to the product."""
     try:
         return list(await client.expert(task))
-    except WebShopRequestError as error:
+    except ServiceRequestError as error:
         if error.status == 404:
             return []
         raise
@@ -450,9 +450,9 @@ class PagePlay(EnvPlay):
             await client.wait_until_ready(config.ready_timeout)
             info = await client.info()
             summary = await client.goals(goal_set=config.goal_set, split=config.split)
-        except WebShopRequestError as error:
+        except ServiceRequestError as error:
             raise EvalError(f"the environment refused the run's set-up: {error}") from error
-        except WebShopError as error:
+        except ServiceError as error:
             raise EvalError(str(error)) from error
         goal_set = config.goal_set or summary["default_goal_set"]
         if goal_set not in summary["goal_sets"]:
@@ -573,12 +573,12 @@ class SpecPlay(EnvPlay):
         try:
             await client.wait_until_ready(config.ready_timeout)
             info = await client.info()
-        except WebShopRequestError as error:
+        except ServiceRequestError as error:
             raise EvalError(
                 f"the service at {config.url} does not serve {env_id} ({error}); start it with ENVS=...,{env_id} "
                 "(make up-local / docker compose: AGENTRL_ENVS)"
             ) from error
-        except WebShopError as error:
+        except ServiceError as error:
             raise EvalError(str(error)) from error
         if tasks[-1] >= int(info.get("tasks", 0)):
             raise EvalError(
@@ -815,7 +815,7 @@ class _Runner:
                         if len(failures) >= self.config.max_policy_errors:
                             stop.set()
                         continue
-                    except (WebShopError, EvalError) as error:
+                    except (ServiceError, EvalError) as error:
                         fatal.append(error)
                         stop.set()
                         return
@@ -834,11 +834,11 @@ class _Runner:
         if fatal:
             error = fatal[0]
             kept = already + len(self.finished)
-            if isinstance(error, WebShopRequestError):
+            if isinstance(error, ServiceRequestError):
                 raise EvalError(
                     f"the environment refused a request: {error} ({kept} episodes kept)"
                 ) from error
-            if isinstance(error, WebShopUnavailable):
+            if isinstance(error, ServiceUnavailable):
                 raise EvalError(
                     f"the environment became unreachable: {error}. {kept} finished episodes are kept in "
                     f"{path}; rerun the same command to resume"

@@ -186,7 +186,7 @@ class StepFastPath:
     Why: a step is tens of µs of simulator and token work, and the framework around it (FastAPI's request
     handling: dependency solving, pydantic validation of the body, the response class; then Starlette's
     error middleware and this app's body-limit and metrics middlewares, each wrapping ``send``) cost as much
-    again on every step. ``WebShopApp`` calls this before its middleware stack. It answers a request only when
+    again on every step. ``EnvServiceApp`` calls this before its middleware stack. It answers a request only when
     it is a well-formed step that succeeds: a ``Content-Length`` body within ``AGENTRL_MAX_BODY_BYTES``, a JSON
     object whose ``state`` and ``action`` are strings the route's own model accepts. Everything else, and any
     error the step raises, goes to the full stack with the body replayed, so every error answer (the 413 of

@@ -202,12 +202,12 @@ status-local: ## show the local cluster
 
 # ENV=textcraft|babyai|sciworld, a list (textcraft,webshop) or mixed (textcraft,babyai,webshop): that environment's
 # configs (<env>_grpo_test/_train, mixed_grpo_* for several), data, a cluster serving it and its agent loop.
-preflight: setup nginx redis data ## CPU checks of the verl path (configs, data, env cluster, agent loop; VERL_LINE=0.7|0.9; ENV=webshop|textcraft|babyai|mixed|a,b) -> outputs/preflight/summary.json
+preflight: setup nginx redis data ## CPU checks of the verl path (configs, data, env cluster, agent loop; VERL_LINE=0.7|0.9; ENV=webshop|textcraft|babyai|mixed|a,b) -> outputs/preflight/summary.json (the run's: verl<line>/<env>[+<env>]/summary.json)
 	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make preflight: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
 	@$(STACK_TRAIN_ENV_CHECK)
 	$(TRAIN_VENV)/bin/agent-train preflight --catalog $(CATALOG_DIR) --env $(TRAIN_DATA_ENVS)
 
-rehearse: setup nginx redis data ## the test training run on CPU through verl's own trainer (VERL_LINE=0.7|0.9, ENV=webshop|textcraft|babyai|sciworld|textcraft,webshop) -> outputs/rehearsal/verl<line>[-<env>]/summary.json
+rehearse: setup nginx redis data ## the test training run on CPU through verl's own trainer (VERL_LINE=0.7|0.9, ENV=webshop|textcraft|babyai|sciworld|textcraft,webshop) -> outputs/rehearsal/verl<line>-<env>[+<env>]/summary.json
 	@case "$(VERL_LINE)" in 0.7|0.9) ;; *) echo "make rehearse: VERL_LINE must be 0.7 or 0.9, not '$(VERL_LINE)'" >&2; exit 2;; esac
 	$(TRAIN_VENV)/bin/agent-train rehearse --catalog $(CATALOG_DIR) $(if $(ENV),--envs $(ENV)) $(REHEARSE_ARGS)
 

@@ -81,7 +81,7 @@ def test_sbatch_runs_ray_the_env_and_the_training_stand_in(
                     expert_episode(env_id, task, plan, core=core)[1]["env_reward"]
                 ), (env_id, episode)
 
-    summary = json.loads((preflight_out / "verl0.7" / "summary.json").read_text())
+    summary = json.loads((preflight_out / "verl0.7" / "webshop" / "summary.json").read_text())
     assert summary["errors"] == [], summary["errors"]
     assert "agent-grpo: training command exited with 0" in output
     figure(

@@ -72,7 +72,7 @@ def _warm_model_dir() -> Path:
     renamed: a half-copied model is never used). The rehearsal's own folder is only read."""
     from agent_trainer.rehearsal.warm_start import MARKER
 
-    rehearsal_model = REPO / "outputs" / "rehearsal" / "tiny_model"
+    rehearsal_model = REPO / "outputs" / "rehearsal" / "tiny_model-webshop"
     if not (MODEL_CACHE / MARKER).exists() and (rehearsal_model / MARKER).exists():
         partial = MODEL_CACHE.with_name(f"{MODEL_CACHE.name}.{os.getpid()}")
         shutil.copytree(rehearsal_model, partial)

@@ -121,18 +121,23 @@ def test_an_environment_that_needs_the_catalog_is_served_and_checked_like_websho
 def test_webshops_episode_replays_through_its_spec_as_the_rehearsal_replays_it(
     generated_catalog: Any, expert_plans_generated: dict[int, list[str]]
 ) -> None:
-    """``envs.replay.replay_score`` plays WebShop as any environment (its contract core, ``WebShopTextEnv``), with
-    the score the rehearsal's own replay on the simulator gives, a reply without an action included."""
+    """``envs.replay.replay_score`` plays WebShop as any environment (its contract core, ``WebShopTextEnv``: what
+    the rehearsal replays with), with the reward the simulator itself gives the plan, a reply without an action
+    included."""
     from agent_envs.envs.webshop.core.env import WebShopEnv
     from agent_envs.envs.webshop.textenv import WebShopTextEnv
     from agent_trainer.envs.replay import replay_score
-    from agent_trainer.rehearsal.checks import replay_reward
 
     goal, plan = next(iter(expert_plans_generated.items()))
     replies = [f"Action: {plan[0]}", "I would rather not say.", *(f"Action: {action}" for action in plan[1:])]
     core = WebShopTextEnv(generated_catalog)
     replayed = replay_score("webshop", goal, replies, penalty=0.25, core=core)
-    assert replayed == replay_reward(WebShopEnv(generated_catalog), goal, "synthetic", replies, 0.25)
+    simulator = WebShopEnv(generated_catalog)
+    state, reward = simulator.reset(goal, goal_set="synthetic").state, 0.0
+    for action in plan:
+        step = simulator.step(state, action)
+        state, reward = step.state, float(step.reward)
+    assert replayed["env_reward"] == reward == 1.0
     assert replayed["success"] == 1.0 and replayed["score"] == pytest.approx(0.75)
     assert replayed["steps"] == len(replies)
     assert replay_score("webshop", goal, replies[:2], core=core) == {

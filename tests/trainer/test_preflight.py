@@ -31,47 +31,61 @@ def test_preflight_passes(generated_catalog_dir: Path, tmp_path: Path) -> None:
          "--out", str(out), "--fresh-cluster", "--goals", "8"],
         capture_output=True, text=True, env=env, timeout=540,
     )  # fmt: skip
-    summary_path = out / "verl0.7" / "summary.json"  # per line; out/summary.json is the last run's copy
+    # one layout for every run: OUT/verl<line>/<envs>/summary.json, the last run's copied to OUT/summary.json
+    summary_path = out / "verl0.7" / "webshop" / "summary.json"
     assert summary_path.exists(), result.stderr[-4000:]
     summary = json.loads(summary_path.read_text())
     assert result.returncode == 0, json.dumps(
         {k: summary.get(k) for k in ("errors", "checks", "traceback")}, indent=1
     )
     assert json.loads((out / "summary.json").read_text()) == summary
-    assert summary["ok"] and summary["config_valid"]
-    assert set(summary["configs"]) == {"test", "full"}
+    assert summary["ok"] and summary["config_valid"] and summary["envs"] == ["webshop"]
+    assert set(summary["configs"]) == {"webshop_grpo_test", "webshop_grpo_train"}
     # verl 0.7.1's default worker, and its trainer's per-step bookkeeping (advantages, metrics) accepted
-    # the trajectories of both paths
+    # the trajectories of both routes
     assert summary["agent_loop_worker"] == "AgentLoopWorker" and summary["step_metrics_ok"] is True
-    assert summary["agent_loop_rollouts"]["step_metrics_ok"] is True
+    assert summary["agent_loops"] == {"webshop": "webshop_agent"}
     assert summary["rollouts"] == 16 and summary["oracle_rollouts"] == 16
     # verl's 8 assistant turns allow 7 env steps; the goals spread over plan lengths up to that limit
-    assert summary["env_step_limit"] == 7 and max(summary["oracle_plan_lengths"]) <= 7
-    assert len(set(summary["oracle_plan_lengths"])) >= 3
+    lengths = summary["dataset"]["plan_lengths"]["webshop"]
+    assert summary["env_step_limit"] == 7 and len(lengths) == 8 and max(lengths) <= 7
+    assert len(set(lengths)) >= 3
     # the names every training step logs (agent_trainer.verl_main), computed on the oracle's real batch
     assert summary["step_metrics"]["webshop/success/mean"] == 1.0
     assert summary["step_metrics"]["webshop/invalid_rate/mean"] == 0.0
     assert summary["step_metrics"]["webshop/steps/mean"] >= 3
+    assert summary["step_metrics_per_env"]["webshop"]["success_rate"] == 1.0
     assert summary["mean_reward"] is not None and 0.0 <= summary["mean_reward"] <= 1.0
     assert summary["oracle_mean_reward"] == 1.0 and summary["oracle"]["success_rate"] == 1.0
-    assert summary["leaked_states"] == 0 and summary["states"]["opened"] == 32
+    assert summary["token_stream_ok"] is True and summary["token_stream"]["compared_with_render"] >= 16
+    # the interaction route (ToolAgentLoop -> WebShop's interaction -> the reward function), same goals
+    interaction = summary["interaction"]
+    assert interaction["rollouts"] == 16 and interaction["oracle_rollouts"] == 16
+    assert interaction["oracle_mean_reward"] == 1.0 and interaction["oracle_success_rate"] == 1.0
+    assert interaction["step_metrics"]["webshop/success/mean"] == 1.0
+    # every trajectory of both routes (tiny model and oracle) kept its state, and none is left behind
+    assert summary["leaked_states"] == 0 and summary["states"]["opened"] == 64
     assert summary["cluster"]["reused"] is False
+    assert {"env_tiny_multi_turn", "interaction_tiny_multi_turn", "oracle_plans_fit", "states_tracked",
+            "no_leaked_states", "interaction_oracle_success"} <= set(summary["checks"])  # fmt: skip
     assert all(summary["checks"].values())
     assert isinstance(summary["seconds"], float)
-    assert not (out / "verl0.7" / "cluster" / "pids.json").exists()  # the cluster it started is stopped again
+    # the cluster it started is stopped again
+    assert not (out / "verl0.7" / "webshop" / "cluster" / "pids.json").exists()
 
 
 def test_a_running_service_with_the_same_catalog_is_reused(tmp_path: Path) -> None:
-    """No cluster is started when the service at the URL already serves this catalog (checked by fingerprint)."""
+    """No cluster is started when the service at the URL already serves the run's environments, WebShop on this
+    catalog (checked by fingerprint, at ``/webshop/v1/info``: what the preflight asks of any service)."""
     import http.server
     import threading
 
-    from agent_trainer.harness import start_or_reuse_cluster
+    from agent_trainer.harness import start_or_reuse_env_cluster
 
     class Info(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = json.dumps({"fingerprint": "abc123"}).encode()
-            self.send_response(200 if self.path == "/v1/info" else 404)
+            self.send_response(200 if self.path == "/webshop/v1/info" else 404)
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -84,7 +98,9 @@ def test_a_running_service_with_the_same_catalog_is_reused(tmp_path: Path) -> No
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
-        cluster = start_or_reuse_cluster(tmp_path / "catalog", "abc123", tmp_path / "run", url)
+        cluster = start_or_reuse_env_cluster(
+            tmp_path / "catalog", "abc123", ["webshop"], tmp_path / "run", url
+        )
         assert cluster.reused and cluster.url == url.rstrip("/") and cluster.stop is None
     finally:
         server.shutdown()
@@ -130,6 +146,7 @@ def test_preflight_of_a_mix_checks_each_environment(generated_catalog_dir: Path,
     assert result.returncode == 0, json.dumps(
         {k: summary.get(k) for k in ("errors", "checks", "traceback")}, indent=1
     )
+    assert json.loads((out / "summary.json").read_text()) == summary  # the last run's copy, as WebShop's
     assert summary["ok"] and summary["envs"] == ["textcraft", "webshop"]
     assert list(summary["configs"]) == ["mixed_grpo_test"]
     assert set(summary["dataset"]["tasks"]) == {"textcraft", "webshop"}
@@ -166,23 +183,13 @@ def test_env_configs_and_oracle_tasks() -> None:
         assert replay_score("textcraft", task, [as_agentgym_reply(a) for a in plan])["success"] == 1.0
 
 
-def test_the_run_layout_comes_from_the_specs() -> None:
-    """WebShop alone (its spec ``needs_catalog``) keeps the catalog run's layout: configs keyed by run, the line's own
-    folder; any other environment or a mix is laid out per environment, and the same for the rehearsal."""
+def test_every_run_has_one_layout() -> None:
+    """WebShop alone is laid out as any other environment or a mix: its environments' folder under the line's, its
+    configs keyed by name."""
     from agent_trainer.preflight import PreflightOptions, preflight_configs
-    from agent_trainer.rehearsal.run import catalog_run
 
-    assert PreflightOptions().catalog_run and PreflightOptions(envs=["webshop"]).run_folder == ""
-    for mix in (["textcraft"], ["textcraft", "webshop"]):
-        options = PreflightOptions(envs=mix)
-        assert not options.catalog_run and options.run_folder == "+".join(mix)
-    assert preflight_configs(["webshop"], None, by_run=True) == {"test": "webshop_grpo_test",
-                                                                 "full": "webshop_grpo_train"}  # fmt: skip
-    assert preflight_configs(["textcraft", "babyai"], "full", by_run=False) == {
-        "mixed_grpo_train": "mixed_grpo_train"
-    }
-    assert (
-        catalog_run(("webshop",))
-        and not catalog_run(("textcraft",))
-        and not catalog_run(("textcraft", "webshop"))
-    )
+    for mix in (None, ["webshop"], ["textcraft"], ["textcraft", "webshop"]):
+        assert PreflightOptions(envs=mix).run_folder == "+".join(mix or ["webshop"])
+    assert preflight_configs(["webshop"], None) == {"webshop_grpo_test": "webshop_grpo_test",
+                                                    "webshop_grpo_train": "webshop_grpo_train"}  # fmt: skip
+    assert preflight_configs(["textcraft", "babyai"], "full") == {"mixed_grpo_train": "mixed_grpo_train"}

@@ -118,7 +118,7 @@ def _roll(
             await close_shared_clients()
 
     batch = asyncio.run(roll())
-    for key in ("uid", "extra_info"):  # what fit's batch.union(gen_batch_output) carries over
+    for key in ("uid", "extra_info", "data_source"):  # what fit's batch.union(gen_batch_output) carries over
         batch.non_tensor_batch.setdefault(key, generated.non_tensor_batch[key])
     batch.batch["token_level_scores"] = batch.batch["rm_scores"]
     batch.batch["token_level_rewards"] = batch.batch["rm_scores"]
@@ -136,17 +136,16 @@ def _roll(
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", ["tool_agent", "webshop_agent"])
 def test_the_step_checks_see_a_flipped_reward_and_a_mask_over_env_pages(
-    agent: str, in_process_env: Any, generated_catalog: Any, generated_catalog_dir: Path, tiny_model: Path,
+    agent: str, in_process_env: Any, generated_catalog_dir: Path, tiny_model: Path,
     expert_plans_generated: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    from agent_envs.envs.webshop.core.env import WebShopEnv
     from agent_trainer.rehearsal import checks, inject
     from agent_trainer.rehearsal.direction import trajectories_verl07
 
     monkeypatch.setenv("AGENTRL_URL", "http://webshop.invalid")  # the in-process env answers whatever the URL
     monkeypatch.setenv("AGENTRL_INVALID_ACTION_PENALTY", str(PENALTY))
     plans = dict(list(expert_plans_generated.items())[:2])
-    env = WebShopEnv(generated_catalog)
+    env = checks.make_core("webshop", generated_catalog_dir)
 
     def judged(bug: str | None) -> dict[str, Any]:
         with monkeypatch.context() as patch, inject.restored():
@@ -334,7 +333,7 @@ def test_make_rehearse_fails_on_a_stale_weight_sync_on_the_07_line(tmp_path: Pat
     if not (catalog / "manifest.json").exists():
         pytest.skip(f"no prepared catalog at {catalog}: make data")
     row = run_one(Path(sys.executable).parent.parent, "0.7", "sync_stale", tmp_path, catalog,
-                  extra=["--outage-s", "0", "--model-dir", str(REPO / "outputs" / "rehearsal" / "tiny_model")])  # fmt: skip
+                  extra=["--outage-s", "0", "--model-dir", str(REPO / "outputs" / "rehearsal" / "tiny_model-webshop")])  # fmt: skip
     assert row["exit"] == 1 and row["failed_checks"] == ["weight_sync"], row
     summary = json.loads(Path(row["summary"]).read_text())
     assert summary["injected"] == ["sync_stale"] and not summary["ok"]

@@ -97,3 +97,47 @@ def test_the_rollout_reports_the_log_probs_of_the_distribution_it_sampled_from()
     assert len(tokens) == 6
     assert score_tokens(model, prompt, tokens, 1.7) == pytest.approx(reported, abs=1e-5)
     assert score_tokens(model, prompt, tokens, 1.0) != pytest.approx(reported, abs=1e-3)
+
+
+def test_webshop_is_rehearsed_on_its_contract_core_like_any_environment(
+    generated_catalog_dir: Path, expert_plans_generated: dict[int, list[str]]
+) -> None:
+    """WebShop's in-process core is its contract env (``WebShopTextEnv``, as a replica makes it): the expert's
+    episode is rendered through the spec with the goal's instruction, the replay pays the purchase less the penalty
+    of a reply without an action, and a trajectory of another goal set than the core plays is refused."""
+    from agent_trainer.rehearsal.checks import Trajectory, make_core, replay_episode
+    from agent_trainer.rehearsal.warm_start import expert_episode, expert_plan
+
+    core = make_core("webshop", generated_catalog_dir)
+    goal = next(iter(expert_plans_generated))
+    plan = expert_plan("webshop", goal, core=core)
+    assert plan == expert_plans_generated[goal]
+    examples, outcome = expert_episode("webshop", goal, plan, core=core, max_observation_chars=200)
+    assert outcome == {"success": True, "env_reward": 1.0, "steps": len(plan)}
+    assert core.reset(goal).info["instruction"] in examples[0][0][1]["content"]
+    replies = [f"Action: {plan[0]}", "I would rather not say.", *(f"Action: {a}" for a in plan[1:])]
+
+    def trajectory(goal_set: str) -> Trajectory:
+        return Trajectory(ids=[0], prompt_len=1, mask=[], score=0.0, uid="u", goal=goal, goal_set=goal_set,
+                          env_id="webshop")  # fmt: skip
+
+    replayed = replay_episode(trajectory("synthetic"), replies, 0.25, core)
+    assert replayed == {
+        "score": pytest.approx(0.75),
+        "env_reward": 1.0,
+        "success": 1.0,
+        "steps": len(replies),
+    }
+    with pytest.raises(ValueError, match="goal set 'human'"):
+        replay_episode(trajectory("human"), replies, 0.25, core)
+
+
+def test_every_run_is_laid_out_by_its_environments() -> None:
+    """WebShop alone is a run like any other: its folders, config and eval name its environment."""
+    from agent_trainer.rehearsal.run import RehearsalOptions, training_config
+
+    assert RehearsalOptions().label == "-webshop"
+    assert RehearsalOptions(envs=("textcraft", "webshop")).label == "-textcraft+webshop"
+    for line in ("0.7", "0.9"):
+        assert training_config(line, ("webshop",)) == "webshop_grpo_test"
+        assert training_config(line, ("textcraft", "webshop")) == "mixed_grpo_test"

@@ -27,7 +27,7 @@ def test_make_rehearse_fails_on_a_flipped_reward_and_a_mask_over_env_pages_on_th
     if not (catalog / "manifest.json").exists():
         pytest.skip(f"no prepared catalog at {catalog}: make data")
     row = run_one(Path(sys.executable).parent.parent, "0.9", "reward_sign,mask_env_pages", tmp_path, catalog,
-                  extra=["--outage-s", "0", "--model-dir", str(REPO / "outputs" / "rehearsal" / "tiny_model")])  # fmt: skip
+                  extra=["--outage-s", "0", "--model-dir", str(REPO / "outputs" / "rehearsal" / "tiny_model-webshop")])  # fmt: skip
     assert row["exit"] == 1, row
     assert {"reward_matches_env", "loss_mask_is_model_tokens", "update_direction"} <= set(
         row["failed_checks"]

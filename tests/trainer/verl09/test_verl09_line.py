@@ -88,26 +88,33 @@ def test_preflight_passes_on_verl_0_9_1(generated_catalog_dir: Path, tmp_path: P
          "--out", str(out), "--fresh-cluster"],
         capture_output=True, text=True, env=env, timeout=540,
     )  # fmt: skip
-    summary_path = out / "verl0.9" / "summary.json"
+    # the layout of every run: OUT/verl<line>/<envs>/summary.json
+    summary_path = out / "verl0.9" / "webshop" / "summary.json"
     assert summary_path.exists(), result.stderr[-4000:]
     summary = json.loads(summary_path.read_text())
     assert result.returncode == 0, json.dumps(
         {k: summary.get(k) for k in ("errors", "checks", "traceback")}, indent=1
     )
     assert json.loads((out / "summary.json").read_text()) == summary  # the last run's copy
-    assert summary["verl_version"] == "0.9.1" and summary["agent_loop"] == "webshop_agent"
+    assert summary["verl_version"] == "0.9.1" and summary["agent_loops"] == {"webshop": "webshop_agent"}
     # verl 0.9.1's default worker, and the v1 trainer's metric step accepted the trajectories
     assert summary["agent_loop_worker"] == "AgentLoopWorkerTQ" and summary["step_metrics_ok"] is True
     assert summary["step_metrics"]["training/off_policy/trajectory_spans/max"] == 1.0
-    assert summary["ok"] and summary["config_valid"] and set(summary["configs"]) == {"test", "full"}
+    assert summary["step_metrics"]["env/webshop/success_rate"] == 1.0  # the per-environment figures
+    assert summary["ok"] and summary["config_valid"] and summary["envs"] == ["webshop"]
+    assert set(summary["configs"]) == {"webshop_grpo_test", "webshop_grpo_train"}
     assert summary["rollouts"] == 8 and summary["oracle_rollouts"] == 8
     assert summary["oracle_mean_reward"] == 1.0 and summary["oracle"]["success_rate"] == 1.0
     assert 0.0 <= summary["mean_reward"] <= 1.0
-    assert summary["leaked_states"] == 0 and summary["token_stream_ok"] is True
+    lengths = summary["dataset"]["plan_lengths"]["webshop"]
+    assert summary["env_step_limit"] == 7 and len(lengths) == 4 and max(lengths) <= 7
+    assert "interaction" not in summary  # verl 0.8+ has no interaction route
+    assert summary["leaked_states"] == 0 and summary["states"]["opened"] == 16  # tiny model and oracle
+    assert summary["token_stream_ok"] is True
     assert summary["token_stream"]["compared_with_render"] >= 8
     assert summary["tokenization"] == ["continuous-token (0.9.1: ct_merge_context_msg)"]
     assert all(summary["checks"].values())
-    assert not (out / "verl0.9" / "cluster" / "pids.json").exists()
+    assert not (out / "verl0.9" / "webshop" / "cluster" / "pids.json").exists()
 
 
 def test_the_launcher_runs_verls_main_ppo_through_verl_main_with_the_0_9_configs(tmp_path: Path) -> None:

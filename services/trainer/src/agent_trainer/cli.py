@@ -204,7 +204,7 @@ def _preflight(args: argparse.Namespace) -> int:
     from . import envs
     from .preflight import PreflightOptions, run_preflight
 
-    try:  # --env: another environment or a mix (make preflight ENV=...); none: WebShop's preflight
+    try:  # --env: one environment or a mix (make preflight ENV=...), all played the same way; none: WebShop
         config, env = preflight_target(args.config, args.env)
         env_ids = envs.parse_ids(env) if env else None
     except (ValueError, envs.UnknownEnvironment) as error:
@@ -936,7 +936,10 @@ def build_parser() -> argparse.ArgumentParser:
         "a checkpoint, an env outage, a resumed step 3, the merger",
     )
     p.add_argument(
-        "--out", type=Path, default=Path("outputs/rehearsal"), help="writes OUT/verl<line>/summary.json"
+        "--out",
+        type=Path,
+        default=Path("outputs/rehearsal"),
+        help="writes OUT/verl<line>-<env>[+<env>]/summary.json",
     )
     p.add_argument("--catalog", type=Path, default=None, help="default: $WEBSHOP_CATALOG / data/catalog")
     p.add_argument("--goals", type=int, default=12, help="training goals (4 per step)")
@@ -946,14 +949,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="http: a local cluster (replicas + nginx) at AGENTRL_URL; ray: the env as a Ray Serve app on "
                    "a Ray head of its own that verl joins, reached with AGENTRL_ENV=ray (default: http)")  # fmt: skip
     p.add_argument("--envs", default="webshop",
-                   help="the environment(s) rehearsed, comma-separated: webshop (default), textcraft, babyai, or a "
-                   "mix in one run (textcraft,webshop); the others write OUT/verl<line>-<env>[+<env>]/ (make "
-                   "rehearse ENV=...)")  # fmt: skip
+                   help="the environment(s) rehearsed, comma-separated: webshop (default), any registered one "
+                   "(textcraft, babyai, sciworld, sokoban), or a mix in one run (textcraft,webshop); each run writes "
+                   "OUT/verl<line>-<env>[+<env>]/ (make rehearse ENV=...)")  # fmt: skip
     p.add_argument("--train-further", action="store_true",
                    help="then train it further as the README says (trainer.total_epochs=2): a resume from the end of "
                    "the epoch must train step 4")  # fmt: skip
     p.add_argument("--model-dir", type=Path, default=None,
-                   help="where the warm-started tiny model is kept and reused (default: OUT/tiny_model)")  # fmt: skip
+                   help="where the warm-started tiny model is kept and reused (default: OUT/tiny_model-<env>[+<env>])")  # fmt: skip
     p.add_argument("--fail-fast", action="store_true",
                    help="end the run at the first failed trainer-side check (loss mask, reward, update direction, "
                    "weight sync); the summary says which")  # fmt: skip

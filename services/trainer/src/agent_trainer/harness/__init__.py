@@ -25,7 +25,6 @@ _MODULE_OF = {
     "Cluster": "cluster",
     "get_json": "cluster",
     "start_cluster": "cluster",
-    "start_or_reuse_cluster": "cluster",
     "start_or_reuse_env_cluster": "cluster",
     "default_catalog": "catalog",
     "pick_env_tasks": "tasks",

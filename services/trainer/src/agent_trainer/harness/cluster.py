@@ -8,7 +8,6 @@ real balancer, real replicas and signed state tokens.
 from __future__ import annotations
 
 import json
-import logging
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -17,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import HarnessError
-
-logger = logging.getLogger(__name__)
 
 #: How long a cluster of our own gets to answer: WebShop's replicas alone, and replicas that serve other
 #: environments too (they have more to load).
@@ -66,19 +63,6 @@ def start_cluster(catalog_dir: Path, run_dir: Path, replicas: int = 2, served: S
     return Cluster(
         url=record["url"], reused=False, run_dir=run_dir, stop=lambda: cluster.down(run_dir, quiet=True)
     )
-
-
-def start_or_reuse_cluster(catalog_dir: Path, fingerprint: str, run_dir: Path, env_url: str | None,
-                           replicas: int = 2) -> Cluster:  # fmt: skip
-    """Reuse the service at ``env_url`` if it serves this catalog, else start replicas + nginx on free ports."""
-    if env_url:
-        info = get_json(env_url.rstrip("/") + "/v1/info")
-        if info and info.get("fingerprint") == fingerprint:
-            return Cluster(url=env_url.rstrip("/"), reused=True)
-        if info:
-            logger.warning("the service at %s serves another catalog (%s, not %s); starting a local cluster",
-                           env_url, info.get("fingerprint"), fingerprint)  # fmt: skip
-    return start_cluster(catalog_dir, run_dir, replicas)
 
 
 def start_or_reuse_env_cluster(catalog_dir: Path, fingerprint: str, env_ids: Sequence[str], run_dir: Path,

@@ -21,7 +21,6 @@ from ..config import (
     ENVIRONMENTS_KEY,
     INTERACTION_CONFIG,
     INTERACTION_NAME,
-    TRAINING_CONFIGS,
     config_dir,
     installed_verl_line,
     load_training_config,
@@ -329,12 +328,10 @@ def env_config_names(env_ids: Sequence[str], config: str | None) -> list[str]:
     return [runs[config]] if config else [runs["test"], runs["full"]]
 
 
-def preflight_configs(env_ids: Sequence[str], config: str | None, by_run: bool) -> dict[str, str]:
-    """The configs a preflight checks, the first the one its rollouts use (:func:`env_config_names`), keyed as the
-    summary shows them: by run (``test``/``full``, a catalog run's keys) with ``by_run``, else by name."""
-    names = env_config_names(env_ids, config)
-    runs = [config] if config else list(TRAINING_CONFIGS)
-    return dict(zip(runs if by_run else names, names, strict=True))
+def preflight_configs(env_ids: Sequence[str], config: str | None) -> dict[str, str]:
+    """The configs a preflight checks, the first the one its rollouts use (:func:`env_config_names`), keyed by
+    name as the summary shows them (``webshop_grpo_test``, ``mixed_grpo_train``: what a training run names)."""
+    return {name: name for name in env_config_names(env_ids, config)}
 
 
 def check_training_configs(

@@ -42,22 +42,12 @@ class PreflightOptions:
         return list(self.envs or [DEFAULT_ENV])
 
     @property
-    def catalog_run(self) -> bool:
-        """One environment whose tasks are the catalog's goals (its spec's ``needs_catalog``: WebShop): the run keeps
-        that environment's own layout, its rows built by ``agent-train data`` with the oracle found by instruction,
-        the configs keyed by run (test/full), the summary in the line's folder and, on verl 0.7.1, the interaction
-        route first with its state counts; any other run is laid out per environment (``<env>+<env>`` folders)."""
-        from .. import envs
-
-        ids = self.env_ids
-        return len(ids) == 1 and envs.get(ids[0]).needs_catalog
-
-    @property
     def run_folder(self) -> str:
-        """The run's folder under the line's: none for a catalog run, else its environments (``textcraft+webshop``)."""
-        return "" if self.catalog_run else "+".join(self.env_ids)
+        """The run's folder under the line's, whichever environments it plays: ``webshop``, ``textcraft+webshop``
+        (one layout for every run, so no two runs' data, cluster records or summaries overwrite each other)."""
+        return "+".join(self.env_ids)
 
     def reuse_url(self) -> str | None:
-        """The env service to reuse if it serves the run's catalog: none with ``fresh_cluster``, else ``env_url``,
-        ``$AGENTRL_URL`` or the local balancer's address."""
+        """The env service to reuse if it serves the run's environments (on its catalog): none with
+        ``fresh_cluster``, else ``env_url``, ``$AGENTRL_URL`` or the local balancer's address."""
         return None if self.fresh_cluster else (self.env_url or default_env_url())

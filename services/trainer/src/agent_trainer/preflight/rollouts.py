@@ -15,8 +15,8 @@ from ..config import installed_verl_line
 async def run_interaction_rollouts(
     config: Any, samples: list[dict[str, Any]], n: int, server: Any
 ) -> dict[str, Any]:
-    """verl 0.7.1's AgentLoopWorker -> ToolAgentLoop -> WebshopInteraction -> reward function, then the trainer's
-    per-step bookkeeping over the output (advantages, metrics)."""
+    """verl 0.7.1's AgentLoopWorker -> ToolAgentLoop -> each row's interaction -> reward function, then the
+    trainer's per-step bookkeeping over the output (advantages, metrics)."""
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
     from ..harness.verl_local import (
@@ -55,7 +55,7 @@ def record_step_metrics(summary: dict[str, Any], compute: Callable[[], dict[str,
 async def run_agent_loop_rollouts(
     config: Any, samples: list[dict[str, Any]], n: int, server: Any
 ) -> dict[str, Any]:
-    """The WebShop agent loop through the worker verl itself runs on the installed line, then that line's
+    """The rows' agent loops (``<env>_agent``) through the worker verl itself runs on the installed line, then that line's
     per-step bookkeeping: 0.7.1's ``AgentLoopWorker`` (no reward worker: the loop returns ``reward_score``);
     0.9.1's ``AgentLoopWorkerTQ`` through a real TransferQueue and the v1 trainer's metric computation."""
     from ..agent_loop import record_trajectories

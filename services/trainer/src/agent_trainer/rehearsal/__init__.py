@@ -36,7 +36,8 @@ SUBSTITUTED = (
     "verl 0.9.1: TransferQueue with 2 storage units instead of 8 (a Ray actor process each; "
     "transfer_queue.backend.SimpleStorage.num_data_storage_units)",
     "policy: a tiny local Qwen2-architecture model (2 layers, hidden 64, byte-level BPE tokenizer trained on the "
-    "catalog) warm-started on the oracle's episodes of the run's goals, instead of Qwen/Qwen2.5-1.5B-Instruct",
+    "catalog) warm-started on the experts' episodes of the run's tasks (each environment's core's expert, WebShop's "
+    "the catalog's oracle, rendered through the trainer's spec), instead of Qwen/Qwen2.5-1.5B-Instruct",
     "eval server: agent_trainer.rehearsal.chat_server (the same CPU generation) instead of sglang "
     "(agent-train eval --server cpu)",
 )

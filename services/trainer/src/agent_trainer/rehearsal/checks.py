@@ -6,10 +6,10 @@ Each check compares what the trainer used with a source the training pipe cannot
   rollout server produced them (its record of every generation: prompt digest and tokens): a token the model did
   not produce (an env page, a separator) must never be trained on, and every model token must be;
 - **the reward** the trainer used (``token_level_scores`` / ``rm_scores``) with the environment's reward for the
-  actions the model took, replayed in-process (WebShop on the same catalog, :func:`replay_reward`; any other
-  environment on its core, ``agent_trainer.envs.replay.replay_score``: each environment is deterministic and
-  stateless), minus the declared invalid-reply penalty: a sign flip or a shaping bug anywhere between the env and
-  the advantage shows;
+  actions the model took, replayed in-process on the environment's own core (:func:`make_core`, WebShop's on the
+  run's catalog) through its spec, as the agent loop plays them (``agent_trainer.envs.replay.replay_score``: each
+  environment is deterministic and stateless), minus the declared invalid-reply penalty: a sign flip or a shaping
+  bug anywhere between the env and the advantage shows;
 - **the update's direction**, judged against GRPO advantages computed here from that replayed reward (not the
   advantages the pipe computed), on the loss tokens only: the first-order change of verl's token-mean surrogate,
   ``sum_i A_i * sum_t dlogp_it / T``, must be positive, and responses with a positive advantage must have become
@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from ..envs.webshop import is_success
 
 #: |pipe reward - replayed reward| above this is a mismatch.
 REWARD_TOLERANCE = 1e-5
@@ -96,7 +94,7 @@ class Trajectory:
     goal: int | None = None
     goal_set: str | None = None
     agent_name: str | None = None
-    env_id: str | None = None  # the row's environment (None: WebShop)
+    env_id: str | None = None  # the row's environment (None: its row names none, and the replay refuses it)
     advantage: float = 0.0  # the pipe's own (for the report)
     before: np.ndarray | None = None
     after: np.ndarray | None = None
@@ -152,76 +150,53 @@ def played_replies(trajectory: Trajectory, decode: Callable[[list[int]], str]) -
     return replies
 
 
-def replay_reward(
-    env: Any, goal: int, goal_set: str, replies: Sequence[str], penalty: float
-) -> dict[str, float]:
-    """The episode's reward from the environment itself: reset on ``goal`` and step with each reply's action (an
-    in-process ``WebShopEnv`` on the run's catalog). ``score`` is the project's reward: each step's env reward,
-    less ``penalty`` for a reply with no parseable action; ``env_reward`` the purchase's reward (0 without one)."""
-    from agent_envs.envs.webshop.core.env import EnvError
-
-    from ..envs.webshop.actions import UNPARSEABLE_ACTION, extract_action
-
-    state = env.reset(goal, goal_set=goal_set).state
-    score = env_reward = 0.0
-    steps = 0
-    for reply in replies:
-        action = extract_action(reply)
-        try:
-            step = env.step(state, action or UNPARSEABLE_ACTION)
-        except EnvError:  # the agent loops end a refused step's trajectory with 0 (on_env_error: terminate)
-            break
-        steps += 1
-        score += float(step.reward) - (penalty if action is None else 0.0)
-        if step.done:
-            env_reward = float(step.reward)
-            break
-        state = step.state
-    return {"score": score, "env_reward": env_reward, "success": 1.0 if is_success(env_reward) else 0.0,
-            "steps": float(steps)}  # fmt: skip
-
-
-#: The environment of a trajectory whose row names none.
-WEBSHOP = "webshop"
-
-
-def needs_catalog(env_id: str) -> bool:
-    """Whether ``env_id``'s tasks are the catalog's goals (its spec's ``needs_catalog``: WebShop's), played on a core
-    built on the catalog with the catalog's oracle as the expert."""
-    from .. import envs
-
-    return envs.get(env_id).needs_catalog
-
-
 def make_core(env_id: str, catalog_dir: Path | None = None) -> Any:
-    """The in-process core of ``env_id`` (an environment whose spec ``needs_catalog``, WebShop: a ``WebShopEnv`` on
-    ``catalog_dir``)."""
-    if needs_catalog(env_id):
-        from agent_envs.envs.webshop.catalog.store import open_catalog
-        from agent_envs.envs.webshop.core.env import WebShopEnv
-
-        if catalog_dir is None:
-            raise ValueError(f"{env_id} needs a catalog")
-        return WebShopEnv(open_catalog(catalog_dir))
+    """The in-process core of ``env_id`` as a replica of the service makes it (``agent_envs.envs.registry.make``:
+    the environment contract, WebShop's ``WebShopTextEnv`` included, with the replicas' settings), so that a
+    replay or an expert episode plays what the served environment plays. ``catalog_dir``: WebShop's catalog
+    (None: the one the service's settings name, ``WEBSHOP_CATALOG``); an environment that reads no such data
+    ignores it."""
     from agent_envs.envs import registry
 
-    return registry.make(env_id)
+    if catalog_dir is None:
+        return registry.make(env_id)
+    from agent_envs.api.settings import Settings
+
+    return registry.make(env_id, Settings(catalog=catalog_dir))
+
+
+def check_goal_set(core: Any, goal_set: str | None) -> None:
+    """Refuse a task of a goal set other than the one ``core`` plays.
+
+    Why this one branch: WebShop's tasks are the goals of goal sets, and its contract env (``WebShopTextEnv``)
+    plays those of one, its ``default_goal_set`` (``reset(task)``); a row of another goal set
+    (``extra_info.goal_set``) would replay another goal of the same index and judge the trainer's reward against
+    the wrong episode. No other environment has goal sets (their rows name none)."""
+    if goal_set and goal_set != getattr(core, "default_goal_set", None):
+        raise ValueError(f"a task of the goal set {goal_set!r}, but the in-process core plays the goal set "
+                         f"{getattr(core, 'default_goal_set', None)!r}")  # fmt: skip
+
+
+def env_of(trajectory: Trajectory) -> str:
+    """The trajectory's environment, as its row names it (``extra_info.env`` or ``data_source``)."""
+    if not trajectory.env_id:
+        raise ValueError("a trajectory whose row names no environment (extra_info.env or data_source)")
+    return trajectory.env_id
 
 
 def replay_episode(
     trajectory: Trajectory, replies: Sequence[str], penalty: float, core: Any
 ) -> dict[str, float]:
     """``{"score", "env_reward", "success", "steps"}`` of ``replies`` replayed on the trajectory's task in its
-    environment's in-process ``core`` (WebShop: a ``WebShopEnv`` on the run's catalog, :func:`replay_reward`;
-    the others: ``envs.replay.replay_score``, which plays them as the agent loop does through the env's spec)."""
-    from .. import envs
+    environment's in-process ``core`` (:func:`make_core`), as the agent loop plays them through the environment's
+    spec (``envs.replay.replay_score``): each step's change in the env reward, less ``penalty`` for a reply with
+    no usable action."""
     from ..envs.replay import replay_score
 
-    env_id = trajectory.env_id or WEBSHOP
+    env_id = env_of(trajectory)
     if trajectory.goal is None:
         raise ValueError(f"a {env_id} trajectory without a task (its row's extra_info names none)")
-    if envs.get(env_id).needs_catalog:  # the catalog's goals, in goal sets, on a WebShopEnv
-        return replay_reward(core, int(trajectory.goal), trajectory.goal_set or "synthetic", replies, penalty)
+    check_goal_set(core, trajectory.goal_set)
     return replay_score(env_id, int(trajectory.goal), replies, penalty=penalty, core=core)
 
 
@@ -229,8 +204,8 @@ def env_figures(trajectories: Sequence[Trajectory], replayed: Sequence[Mapping[s
                 ) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Per environment: trajectories, the replayed env reward's mean, success rate and steps' mean."""
     out: dict[str, dict[str, Any]] = {}
-    for env_id in sorted({t.env_id or WEBSHOP for t in trajectories}):
-        rows = [r for t, r in zip(trajectories, replayed, strict=True) if (t.env_id or WEBSHOP) == env_id]
+    for env_id in sorted({env_of(t) for t in trajectories}):
+        rows = [r for t, r in zip(trajectories, replayed, strict=True) if env_of(t) == env_id]
         out[env_id] = {"trajectories": len(rows), "env_reward_mean": _mean([r["env_reward"] for r in rows]),
                        "success_rate": _mean([r.get("success", 0.0) for r in rows]),
                        "steps_mean": _mean([r["steps"] for r in rows])}  # fmt: skip
@@ -323,7 +298,7 @@ def step_record(step: int, trajectories: Sequence[Trajectory], index: Generation
     """One training step judged: the model's turns found in each trajectory (``index``), the loss mask against
     them, the env's reward replayed against the trainer's, and the update against GRPO advantages of that
     replayed reward. ``env``: the in-process core of each trajectory's environment, a callable ``env_id -> core``
-    (:func:`replay_episode`), or a ``WebShopEnv`` when every trajectory is WebShop's.
+    (:func:`replay_episode`), or one core when every trajectory is of its environment.
     ``{"step", "mask", "reward", "direction", "envs"}`` (``envs``: :func:`env_figures`)."""
     core_of = env if callable(env) and not hasattr(env, "reset") else (lambda _env_id: env)
     replayed = []
@@ -331,7 +306,7 @@ def step_record(step: int, trajectories: Sequence[Trajectory], index: Generation
         trajectory.spans = index.spans(trajectory.ids, trajectory.prompt_len)
         trajectory.agent_name = trajectory.agent_name or default_agent
         replies = played_replies(trajectory, decode)
-        replayed.append(replay_episode(trajectory, replies, penalty, core_of(trajectory.env_id or WEBSHOP)))
+        replayed.append(replay_episode(trajectory, replies, penalty, core_of(env_of(trajectory))))
     advantages = grpo_advantages([r["score"] for r in replayed], [t.uid for t in trajectories])
     return {"step": step, "mask": mask_record(trajectories), "reward": reward_record(trajectories, replayed),
             "direction": direction_record(step, trajectories, advantages),

@@ -86,8 +86,9 @@ class StepChecker:
             self.cursors[rank] = cursor
         return checks.GenerationIndex(self.generations)
 
-    def env(self, env_id: str = checks.WEBSHOP) -> Any:
-        """The in-process core of ``env_id`` for the replay (one that needs a catalog: on the run's), made once."""
+    def env(self, env_id: str) -> Any:
+        """The in-process core of ``env_id`` for the replay (:func:`.checks.make_core`; WebShop's on the run's
+        catalog), made once."""
         if env_id not in self._cores:
             catalog = os.environ.get(CATALOG_ENV)
             self._cores[env_id] = checks.make_core(env_id, Path(catalog) if catalog else None)

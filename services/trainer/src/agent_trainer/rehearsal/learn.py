@@ -446,16 +446,14 @@ def prompt_length(model: Path, env_id: str, tasks: Sequence[int]) -> int:
     from transformers import AutoTokenizer
 
     from .. import envs
-    from .warm_start import make_core
+    from .warm_start import answer, make_core
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     spec, core = envs.get(env_id), make_core(env_id)
     longest = 0
     for task in tasks:
-        first = core.reset(int(task))
         messages = [{"role": "system", "content": spec.system_prompt},
-                    {"role": "user", "content": spec.first_message({"observation": first.observation,
-                                                                    "info": dict(first.info)})}]  # fmt: skip
+                    {"role": "user", "content": spec.first_message(answer(core.reset(int(task))))}]  # fmt: skip
         ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
         longest = max(longest, len(ids["input_ids"] if isinstance(ids, Mapping) else ids))
     return 64 * math.ceil((longest + 8) / 64)

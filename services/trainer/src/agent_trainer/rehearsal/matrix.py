@@ -20,6 +20,7 @@ from typing import Any
 
 from .inject import BUGS
 from .inject import ENV as INJECT_ENV
+from .run import RehearsalOptions
 
 #: The check that must fail for each bug (others may fail too: a flipped reward also turns the update around).
 EXPECTED = {
@@ -42,7 +43,7 @@ def run_one(venv: Path, line: str, bug: str | None, out: Path, catalog: Path, fa
         env[INJECT_ENV] = bug
     started = time.monotonic()
     done = subprocess.run(command, env=env, timeout=timeout, capture_output=True, text=True)
-    path = out / f"verl{line}" / "summary.json"
+    path = out / f"verl{line}{RehearsalOptions().label}" / "summary.json"  # the default run's: WebShop
     summary = json.loads(path.read_text()) if path.exists() else {}
     failed = sorted(
         {*summary.get("failed_checks", []), *(k for k, v in summary.get("checks", {}).items() if not v)}

@@ -7,15 +7,15 @@
    take the interaction route, ToolAgentLoop + the environment's Interaction, where configs/interaction.yaml has
    an entry for it; the validation rows its agent loop; on 0.9.1 the agent loop for both).
 2. The env cluster (real replicas behind a real nginx, ``make up-local``'s topology) serving the run's
-   environments (WebShop alone: ``--env ray`` puts it on a Ray Serve app instead).
+   environments (``--env ray``: a Ray Serve app serving them instead).
 3. ``agent-train train`` with ``make train-test ENV=...``'s config of the line (``<env>_grpo_test``,
    ``mixed_grpo_test``; the project's launcher, verl's entry point and trainer loop), scaled down and on CPU
    (:data:`agent_trainer.rehearsal.SUBSTITUTED`): steps 1 and 2, a checkpoint at step 2; during step 2's rollout
    every env replica is stopped (SIGSTOP) for ``outage_s`` seconds, then resumed.
 4. A second invocation, which resumes from the checkpoint and runs step 3.
 5. verl's merger on the last checkpoint (``make eval``'s merge step) and the merged model loaded.
-6. ``summary.json`` in ``OUT/verl<line>/`` (WebShop alone, the folders it always had) or
-   ``OUT/verl<line>-<env>[+<env>...]/``: what ran, the steps verl logged, the checks; each check replays each
+6. ``summary.json`` in ``OUT/verl<line>-<env>[+<env>...]/`` (``verl0.7-webshop``, ``verl0.9-textcraft+webshop``):
+   what ran, the steps verl logged, the checks; each check replays each
    trajectory in its own environment, and the summary has every environment's figures (``per_env``), from the
    replay and from verl's per-step ``env/<env>/...`` metrics.
 """
@@ -117,28 +117,14 @@ class RehearsalOptions:
     )
     fail_fast: bool = False  # a failed trainer-side check ends the run at once (its record says which)
     model_dir: Path | None = (
-        None  # the warm-started tiny model (default OUT/tiny_model, shared by both lines)
+        None  # the warm-started tiny model (default OUT/tiny_model<label>, shared by both lines)
     )
     envs: tuple[str, ...] = ("webshop",)  # the environments rehearsed (one, or a mix in one run)
 
     @property
-    def catalog_run(self) -> bool:
-        """The classic rehearsal's run (:func:`catalog_run`): its own data, warm start and folders."""
-        return catalog_run(self.envs)
-
-    @property
     def label(self) -> str:
-        """The run's folder suffix: "" for WebShop (today's folders), ``-textcraft``, ``-textcraft+webshop``."""
-        return "" if self.catalog_run else "-" + "+".join(self.envs)
-
-
-def catalog_run(env_ids: Sequence[str]) -> bool:
-    """One environment whose tasks are the catalog's goals (its spec's ``needs_catalog``: WebShop alone): its data
-    and warm start are any run's, its folders (``verl<line>/``), config name (``test``, the same file as
-    ``webshop_grpo_test``) and eval without ``--env`` are those it always had, and it may run on Ray Serve."""
-    from .. import envs
-
-    return len(env_ids) == 1 and envs.get(env_ids[0]).needs_catalog
+        """The run's folder suffix, its environments: ``-webshop``, ``-textcraft``, ``-textcraft+webshop``."""
+        return "-" + "+".join(self.envs)
 
 
 def _line_env(line: str, work: Path, url: str, turn_tokens: int, catalog: Path, fail_fast: bool = False
@@ -181,11 +167,9 @@ def line_config_dir(line: str) -> Path:
 
 
 def training_config(line: str, env_ids: Sequence[str]) -> str:
-    """The test config ``make train-test ENV=...`` runs on ``line``: ``test`` (WebShop), ``<env>_grpo_test`` for
-    one other environment, ``mixed_grpo_test`` for a mix; the WebShop test config where the line has none (its
+    """The test config ``make train-test ENV=...`` runs on ``line``: ``<env>_grpo_test`` for one environment
+    (``webshop_grpo_test``), ``mixed_grpo_test`` for a mix; the WebShop test config where the line has none (its
     data, agent loops and rounds then come from the rehearsal's rows and the specs)."""
-    if catalog_run(env_ids):
-        return "test"
     name = f"{env_ids[0]}_grpo_test" if len(env_ids) == 1 else "mixed_grpo_test"
     return name if (line_config_dir(line) / f"{name}.yaml").is_file() else "test"
 
@@ -221,16 +205,6 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
         "pages cut so that an episode fits the response budget (the rehearsal's copies of both files)",
         "trainer.total_training_steps=2, then 3 on resume (make train-test: 1 epoch of 64 prompts): the run's steps",
     ]
-    if catalog_run(env_ids):
-        listed += [
-            "data: 12 training goals (3 steps of 4), 2 validation goals, all with an oracle plan of at most 4 steps, "
-            "instead of data/verl/webshop/{train,val}.parquet",
-            "env: the bundled catalog on a local cluster (replicas + nginx, make up-local's topology; --env ray: a "
-            "Ray Serve app) instead of the compose stack",
-            "eval: 4 test goals, at most 4 steps each (agent-train eval --max-samples 4 --max-steps 4), instead of "
-            "make eval's whole test split",
-        ]
-        return listed
     mix, steps = ",".join(env_ids), plan_steps(env_ids)
     if steps != MAX_PLAN_STEPS:
         listed += [f"{o} (instead of the scale-down's {MAX_PLAN_STEPS + 1}): {steps}-step expert episodes"
@@ -240,14 +214,13 @@ def substitutions(line: str, turn_tokens: int, env_ids: Sequence[str] = ("websho
     listed += [
         f"config: {training_config_name(name)} of the line's configs (make train-test ENV={mix})",
         f"data: 12 training tasks (3 steps of 4) and 2 validation tasks of {mix}, interleaved, from each "
-        f"environment's training split, all solved by the environment's expert in at most {steps} steps, instead "
-        f"of agent-train data --env {mix}'s whole splits",
-        f"env: a local cluster (replicas + nginx, make up-local's topology) serving {mix} (AGENTRL_ENVS) instead of "
-        "the compose stack",
+        f"environment's training split (WebShop's: goals of the catalog's synthetic goal set, spread over plan "
+        f"lengths), all solved by the environment's expert (WebShop's: the catalog's oracle plan) in at most {steps} "
+        f"steps, instead of agent-train data --env {mix}'s whole splits",
+        f"env: a local cluster (replicas + nginx, make up-local's topology; --env ray: a Ray Serve app) serving {mix} "
+        "(AGENTRL_ENVS; WebShop on the run's catalog) instead of the compose stack",
         f"eval: 4 test tasks per environment, at most {steps} steps each (agent-train eval --env {mix} --max-samples "
         f"4 --max-steps {steps}), instead of make eval's whole test split",
-        "policy warm start: the experts' episodes of the run's tasks (each environment's core's expert, rendered "
-        "through the trainer's spec of the environment) instead of WebShop's oracle plans",
     ]
     if line == "0.7":
         listed.append(
@@ -534,14 +507,14 @@ def serve_replicas(head: Any) -> Callable[[signal.Signals], None]:
 
 class ServeEnv:
     """``--env ray``: ``make up-ray``'s one-node Ray cluster (``agent_envs.ray_serve.local``, in ``run_dir``),
-    with 16 CPUs and 2 declared GPUs (what the rehearsal's local cluster has) and the env deployed on it by
-    ``agent-envs serve-ray``; verl's trainer joins that cluster (``RAY_ADDRESS``) and reaches the env through
-    ``AGENTRL_ENV=ray``."""
+    with 16 CPUs and 2 declared GPUs (what the rehearsal's local cluster has) and the run's environments
+    (``env_ids``) deployed on it by ``agent-envs serve-ray --envs``; verl's trainer joins that cluster
+    (``RAY_ADDRESS``) and reaches the env through ``AGENTRL_ENV=ray``."""
 
-    def __init__(self, catalog: Path, run_dir: Path) -> None:
+    def __init__(self, catalog: Path, run_dir: Path, env_ids: Sequence[str]) -> None:
         from agent_envs import cluster
 
-        self.catalog, self.run_dir = catalog, run_dir
+        self.catalog, self.run_dir, self.envs = catalog, run_dir, ",".join(env_ids)
         self.port = cluster.free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         self.record: dict[str, Any] = {}
@@ -549,7 +522,15 @@ class ServeEnv:
     def start(self) -> None:
         from agent_envs.ray_serve import local
 
-        self.record = local.up(self.run_dir, self.catalog, self.port, replicas_per_node=2, cpus=16, gpus=2)
+        self.record = local.up(
+            self.run_dir,
+            self.catalog,
+            self.port,
+            replicas_per_node=2,
+            cpus=16,
+            gpus=2,
+            extra=("--envs", self.envs),
+        )
 
     def head(self) -> Any:
         from agent_envs.ray_serve import local
@@ -558,10 +539,10 @@ class ServeEnv:
 
     def env(self) -> dict[str, str]:
         """What the launcher needs: the one setting, the cluster, and serve-ray's own arguments (it checks the
-        app; the same catalog and replicas leave it as it is)."""
+        app; the same catalog, replicas and environments leave it as it is)."""
         return {"AGENTRL_ENV": "ray", "AGENTRL_RAY_PORT": str(self.port), "RAY_ADDRESS": self.record["address"],
                 "WEBSHOP_CATALOG": str(self.catalog), "AGENTRL_RAY_REPLICAS_PER_NODE": "2",
-                "AGENTRL_URL": DEAD_URL}  # fmt: skip
+                "AGENTRL_ENVS": self.envs, "AGENTRL_URL": DEAD_URL}  # fmt: skip
 
     def stop(self) -> None:
         from agent_envs.ray_serve import local
@@ -629,15 +610,13 @@ def _all_metrics(directory: Path) -> list[dict[str, Any]]:
 
 def _evaluate(work: Path, checkpoint: Path, url: str, env: dict[str, str], log: Path, goals: int,
               env_ids: Sequence[str] = ("webshop",)) -> dict[str, Any]:  # fmt: skip
-    """``agent-train eval --policy checkpoint --server cpu`` on the first test goals (``--env`` for any other
-    environment or a mix: each one's first test tasks); its metrics.json (per environment: ``per_env``)."""
+    """``agent-train eval --policy checkpoint --server cpu --env <envs>`` on each environment's first test tasks;
+    its metrics.json (per environment of a mix: ``per_env``)."""
     out = work / "eval"
     command = [sys.executable, "-m", "agent_trainer.cli", "eval", "--policy", "checkpoint", "--server", "cpu",
                "--model-path", str(checkpoint), "--url", url, "--split", "test", "--max-samples", str(goals),
                "--max-steps", str(plan_steps(env_ids)), "--out", str(out), "--overwrite", "--no-progress",
-               "--startup-timeout", "300"]  # fmt: skip
-    if not catalog_run(env_ids):
-        command += ["--env", ",".join(env_ids)]
+               "--startup-timeout", "300", "--env", ",".join(env_ids)]  # fmt: skip
     code = _run_trainer(command, env, log, work, timeout=900)
     metrics = out / "metrics.json"
     if code != 0 or not metrics.exists():
@@ -751,15 +730,11 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
     from agent_envs import cluster
 
     from ..evaluation.model_path import resolve_model_path
-    from ..harness.cluster import start_cluster, start_or_reuse_cluster
+    from ..harness.cluster import start_cluster
 
     started = time.monotonic()
     line = installed_verl_line()
     env_ids = tuple(options.envs)
-    if options.env == "ray" and not options.catalog_run:
-        raise ValueError(
-            "--env ray rehearses WebShop only (--envs webshop); the other environments: --env http"
-        )
     config_name = training_config(line, env_ids)
     work = (options.out_dir / f"verl{line}{options.label}").resolve()
     shutil.rmtree(work / "runs", ignore_errors=True)
@@ -781,19 +756,13 @@ def run_rehearsal(options: RehearsalOptions) -> dict[str, Any]:
         summary["catalog"] = {"dir": str(prepared["catalog"]), "fingerprint": prepared["fingerprint"]}
         summary["warm_start"] = prepared["warm_start"]
         summary["tasks"], summary["train_routes"] = prepared["tasks"], prepared["routes"]
-        if not options.catalog_run:  # a local cluster serving exactly the run's environments
-            running = start_cluster(prepared["catalog"], work / "cluster", served=env_ids)
-            stop = running.stop
-            url, replicas = running.url, cluster_replicas(work / "cluster")
-        elif options.env == "ray":
-            serve = ServeEnv(prepared["catalog"], work / "ray")
+        if options.env == "ray":  # a Ray Serve app serving the run's environments
+            serve = ServeEnv(prepared["catalog"], work / "ray", env_ids)
             stop = serve.stop
             serve.start()
             url, replicas = serve.url, serve_replicas(serve.head())
-        else:
-            running = start_or_reuse_cluster(
-                prepared["catalog"], prepared["fingerprint"], work / "cluster", None
-            )
+        else:  # a local cluster serving exactly the run's environments
+            running = start_cluster(prepared["catalog"], work / "cluster", served=env_ids)
             stop = running.stop
             url, replicas = running.url, cluster_replicas(work / "cluster")
         summary["env"] = options.env

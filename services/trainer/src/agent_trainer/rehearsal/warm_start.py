@@ -26,8 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..envs.webshop import prompts
-from .checks import make_core, needs_catalog
+from .checks import check_goal_set, make_core
 
 MARKER = "warm-start.json"
 
@@ -69,30 +68,36 @@ def wilson_lower(successes: int, trials: int, z: float = 1.645) -> float:
     return max(0.0, (centre - spread) / (1 + z * z / trials))
 
 
+#: Fields of a core's ``info`` that the environment's client also answers at the top of its answer, where its
+#: spec's messages read them: WebShop's native routes answer a goal's instruction and a page's available actions
+#: there (``agent_envs.envs.webshop.http.runtime``), its contract env puts them in ``info``.
+TOP_FIELDS = ("instruction", "available_actions")
+
+
+def answer(transition: Any) -> dict[str, Any]:
+    """A core's ``Transition`` as the environment's client answers it, which the trainer's spec reads
+    (``first_message``, ``step_message``, ``outcome``): observation, reward, done, state, info, and
+    :data:`TOP_FIELDS` where ``info`` has them."""
+    info = dict(transition.info)
+    return {**{name: info[name] for name in TOP_FIELDS if name in info}, "observation": transition.observation,
+            "reward": float(transition.reward), "done": bool(transition.done), "state": transition.state,
+            "info": info}  # fmt: skip
+
+
 class InProcessClient:
-    """The native client's ``reset``/``step`` over a core in this process, for :func:`sampled_episode` (the agent
-    loop's episode code needs a client; the answers are the service's shape: observation, reward, done, state,
-    info, and WebShop's instruction and available actions)."""
+    """The native client's ``reset``/``step`` over a core in this process (:func:`.checks.make_core`), for
+    :func:`sampled_episode` (the agent loop's episode code needs a client; the answers are the client's,
+    :func:`answer`)."""
 
     def __init__(self, env_id: str, core: Any) -> None:
         self.env_id, self.core = env_id, core
 
-    @staticmethod
-    def _answer(step: Any) -> dict[str, Any]:
-        out = {"observation": step.observation, "reward": float(step.reward), "done": bool(step.done),
-               "state": step.state, "info": dict(step.info)}  # fmt: skip
-        for name in ("instruction", "available_actions"):
-            if hasattr(step, name):
-                out[name] = getattr(step, name)
-        return out
-
     async def reset(self, task: int, goal_set: str | None = None, split: str | None = None) -> dict[str, Any]:
-        if needs_catalog(self.env_id):  # the catalog's goals come in goal sets
-            return self._answer(self.core.reset(task, goal_set=goal_set or "synthetic"))
-        return self._answer(self.core.reset(task))
+        check_goal_set(self.core, goal_set)  # WebShop's reset fields: the core plays one goal set
+        return answer(self.core.reset(task))
 
     async def step(self, state: Any, action: str) -> dict[str, Any]:
-        return self._answer(self.core.step(state, action))
+        return answer(self.core.step(state, action))
 
     async def close(self, state: Any) -> bool:
         closer = getattr(self.core, "close", None)
@@ -100,7 +105,7 @@ class InProcessClient:
 
 
 def sampled_episode(env_id: str, task: int, reply_for: Any, *, core: Any, max_steps: int,
-                    goal_set: str = "synthetic", max_observation_chars: int = 0) -> float:  # fmt: skip
+                    max_observation_chars: int = 0) -> float:  # fmt: skip
     """One episode of ``task`` whose replies come from ``reply_for(messages)``, played as the agent loop plays it
     (``agent_trainer.episode``); the env reward it earned."""
     import asyncio
@@ -115,8 +120,8 @@ def sampled_episode(env_id: str, task: int, reply_for: Any, *, core: Any, max_st
     settings = InteractionSettings(max_observation_chars=max_observation_chars)
 
     async def play() -> float:
-        first = await reset_episode(spec, client, task, {"goal_set": goal_set})
-        episode = Episode(state=first["state"], goal=task, goal_set=goal_set, split="train")
+        first = await reset_episode(spec, client, task)
+        episode = Episode(state=first["state"], goal=task, goal_set=None, split="train")
         messages = [{"role": "system", "content": spec.system_prompt},
                     {"role": "user", "content": spec.first_message(first)}]  # fmt: skip
         try:
@@ -136,7 +141,7 @@ def sampled_episode(env_id: str, task: int, reply_for: Any, *, core: Any, max_st
 
 
 def gate_report(model_dir: Path, tasks: Mapping[str, Sequence[int]], gate: Gate, *, catalog_dir: Path | None = None,
-                goal_set: str = "synthetic", max_observation_chars: int = 0, seed: int = 0) -> dict[str, Any]:  # fmt: skip
+                max_observation_chars: int = 0, seed: int = 0) -> dict[str, Any]:  # fmt: skip
     """The :class:`Gate`'s verdict on the model at ``model_dir`` for ``tasks`` (env id -> task indices): per
     environment the sampled episodes, how many earned a reward, the lower bound of that chance and the chance that
     the run's rollouts earn nothing."""
@@ -165,7 +170,7 @@ def gate_report(model_dir: Path, tasks: Mapping[str, Sequence[int]], gate: Gate,
     for env_id, ids in tasks.items():
         core = make_core(env_id, catalog_dir)
         earned = sum(
-            sampled_episode(env_id, int(task), reply_for, core=core, max_steps=gate.max_steps, goal_set=goal_set,
+            sampled_episode(env_id, int(task), reply_for, core=core, max_steps=gate.max_steps,
                             max_observation_chars=max_observation_chars) > 0
             for task in ids for _ in range(gate.samples)
         )  # fmt: skip
@@ -181,17 +186,14 @@ class WarmStartTooWeak(RuntimeError):
     """The warm start could not make a model whose rollouts earn a reward often enough (the gate's figures say)."""
 
 
-def expert_plan(env_id: str, task: int, *, core: Any = None, goal_set: str = "synthetic") -> list[str]:
-    """The expert's actions for ``task`` of ``env_id`` (``core``: its in-process core, or a ``WebShopEnv``)."""
-    if needs_catalog(env_id):
-        from agent_envs.envs.webshop.core.oracle import expert_actions
-
-        return list(expert_actions(core, task, goal_set=goal_set) or [])
+def expert_plan(env_id: str, task: int, *, core: Any) -> list[str]:
+    """The expert's actions for ``task`` of ``env_id`` on its in-process ``core`` (the core's ``expert``: WebShop's
+    is the catalog's oracle)."""
     return list(core.expert(task) or [])
 
 
-def expert_episode(env_id: str, task: int, plan: Sequence[str], *, core: Any, goal_set: str = "synthetic",
-                   max_observation_chars: int = 0) -> tuple[list[tuple[list[dict[str, str]], str]], dict[str, Any]]:  # fmt: skip
+def expert_episode(env_id: str, task: int, plan: Sequence[str], *, core: Any, max_observation_chars: int = 0
+                   ) -> tuple[list[tuple[list[dict[str, str]], str]], dict[str, Any]]:  # fmt: skip
     """``plan`` played on ``task`` in process, as the agent loop plays and renders it through the environment's
     spec: ``([(conversation so far, reply)] per step, {"success", "env_reward", "steps"})``. The replies are
     ``Action: <action>``, parsed by the spec as the agent loop parses them (an action the spec would send
@@ -199,36 +201,18 @@ def expert_episode(env_id: str, task: int, plan: Sequence[str], *, core: Any, go
     from .. import envs
 
     spec = envs.get(env_id)
-    if spec.needs_catalog:
-        examples = oracle_examples_on(core, {task: plan}, goal_set, max_observation_chars)
-        steps = core.reset(task, goal_set=goal_set)
-        reward = 0.0
-        state = steps.state
-        for action in plan:
-            step = core.step(state, action)
-            state, reward = step.state, float(step.reward)
-            if step.done:
-                break
-        return examples, {"success": reward >= 1.0 - 1e-9, "env_reward": reward, "steps": len(examples)}
-    first = core.reset(task)
+    first = answer(core.reset(task))
     messages = [{"role": "system", "content": spec.system_prompt},
-                {"role": "user", "content": spec.first_message({"observation": first.observation,
-                                                                "info": dict(first.info)})}]  # fmt: skip
-    state, examples, outcome = first.state, [], None
+                {"role": "user", "content": spec.first_message(first)}]  # fmt: skip
+    state, examples, outcome = first["state"], [], None
     for action in plan:
         reply = f"Action: {action}"
         parsed = spec.parse(reply)
         if parsed.action != action:
             break
         examples.append((list(messages), reply))
-        step = core.step(state, parsed.action)
-        state = step.state
-        result = {
-            "observation": step.observation,
-            "reward": step.reward,
-            "done": step.done,
-            "info": dict(step.info),
-        }
+        result = answer(core.step(state, parsed.action))
+        state = result["state"]
         outcome = spec.outcome(result, parsed)
         if outcome.done:
             break
@@ -239,23 +223,23 @@ def expert_episode(env_id: str, task: int, plan: Sequence[str], *, core: Any, go
 
 
 def expert_examples(tasks: Mapping[str, Sequence[int]], *, catalog_dir: Path | None = None,
-                    goal_set: str = "synthetic", max_observation_chars: int = 0
-                    ) -> list[tuple[list[dict[str, str]], str]]:  # fmt: skip
+                    max_observation_chars: int = 0) -> list[tuple[list[dict[str, str]], str]]:  # fmt: skip
     """(conversation so far, the expert's next reply) for every step of every task of every environment
     (``tasks``: env id -> task indices), as :func:`expert_episode` renders them."""
     examples = []
     for env_id, ids in tasks.items():
         core = make_core(env_id, catalog_dir)
         for task in ids:
-            plan = expert_plan(env_id, int(task), core=core, goal_set=goal_set)
-            examples += expert_episode(env_id, int(task), plan, core=core, goal_set=goal_set,
-                                       max_observation_chars=max_observation_chars)[0]  # fmt: skip
+            plan = expert_plan(env_id, int(task), core=core)
+            examples += expert_episode(
+                env_id, int(task), plan, core=core, max_observation_chars=max_observation_chars
+            )[0]
     return examples
 
 
 def solvable_tasks(env_id: str, candidates: Sequence[int], count: int, max_steps: int, *,
-                   catalog_dir: Path | None = None, goal_set: str = "synthetic", max_observation_chars: int = 0,
-                   scan: int = 400) -> list[int]:  # fmt: skip
+                   catalog_dir: Path | None = None, max_observation_chars: int = 0, scan: int = 400
+                   ) -> list[int]:  # fmt: skip
     """Up to ``count`` of ``candidates`` (in order, at most ``scan`` looked at) whose expert episode, played as
     the agent loop plays it, succeeds in at most ``max_steps`` env steps and whose first user turn is unique among
     those picked (the warm-started model tells its tasks apart by it)."""
@@ -265,37 +249,17 @@ def solvable_tasks(env_id: str, candidates: Sequence[int], count: int, max_steps
     for task in list(candidates)[:scan]:
         if len(picked) >= count:
             break
-        plan = expert_plan(env_id, int(task), core=core, goal_set=goal_set)
+        plan = expert_plan(env_id, int(task), core=core)
         if not plan or len(plan) > max_steps:
             continue
-        examples, result = expert_episode(env_id, int(task), plan, core=core, goal_set=goal_set,
-                                          max_observation_chars=max_observation_chars)  # fmt: skip
+        examples, result = expert_episode(
+            env_id, int(task), plan, core=core, max_observation_chars=max_observation_chars
+        )
         opening = examples[0][0][1]["content"] if examples else ""
         if result["success"] and opening not in openings:
             picked.append(int(task))
             openings.add(opening)
     return picked
-
-
-def oracle_examples_on(env: Any, plans: Mapping[int, Sequence[str]], goal_set: str = "synthetic",
-                       max_observation_chars: int = 0) -> list[tuple[list[dict[str, str]], str]]:  # fmt: skip
-    """(conversation so far, the oracle's next reply) for every step of every plan on a ``WebShopEnv`` already
-    open, as the agent loop shows it (pages cut at ``max_observation_chars``, as the run's agent loop cuts them)."""
-    examples = []
-    for goal, plan in plans.items():
-        step = env.reset(goal, goal_set=goal_set)
-        messages = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
-                    {"role": "user", "content": prompts.first_user_message(step.instruction, step.observation,
-                                                                           step.available_actions)}]  # fmt: skip
-        for action in plan:
-            reply = f"Action: {action}"
-            examples.append((list(messages), reply))
-            step = env.step(step.state, action)
-            messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": prompts.step_message(
-                             step.observation, step.available_actions, action=action, valid=True,
-                             max_observation_chars=max_observation_chars)}]  # fmt: skip
-    return examples
 
 
 def episode_streams(tokenizer: Any, examples: Sequence[tuple[list[dict[str, str]], str]]
@@ -336,7 +300,7 @@ def tasks_recipe(tasks: Mapping[str, Sequence[int]], steps: int, lr: float, seed
 
 def warm_start_tasks(model_dir: Path, tasks: Mapping[str, Sequence[int]], steps: int = 1500, *, lr: float = 3e-3,
                      seed: int = 0, max_observation_chars: int = 0, catalog_dir: Path | None = None,
-                     goal_set: str = "synthetic", gate: Gate | None = None) -> dict[str, Any]:  # fmt: skip
+                     gate: Gate | None = None) -> dict[str, Any]:  # fmt: skip
     """Teacher-force the experts' episodes of ``tasks`` (env id -> task indices, any environment the trainer
     knows, several at once) into the model at ``model_dir`` for ``steps`` episode steps (in place; once per
     recipe, :func:`tasks_recipe`). WebShop's needs ``catalog_dir``. Returns the marker's report."""
@@ -351,10 +315,16 @@ def warm_start_tasks(model_dir: Path, tasks: Mapping[str, Sequence[int]], steps:
     if gate is not None:
 
         def measure(model: Path) -> dict[str, Any]:
-            return gate_report(model, tasks, gate, catalog_dir=catalog_dir, goal_set=goal_set,
-                               max_observation_chars=max_observation_chars, seed=seed)  # fmt: skip
+            return gate_report(
+                model,
+                tasks,
+                gate,
+                catalog_dir=catalog_dir,
+                max_observation_chars=max_observation_chars,
+                seed=seed,
+            )
 
-    return supervise(model_dir, lambda: expert_examples(tasks, catalog_dir=catalog_dir, goal_set=goal_set,
+    return supervise(model_dir, lambda: expert_examples(tasks, catalog_dir=catalog_dir,
                                                         max_observation_chars=max_observation_chars),
                      recipe, steps=steps, lr=lr, seed=seed, gate=gate, measure=measure)  # fmt: skip
 

@@ -183,3 +183,27 @@ def test_an_environments_splits_order_and_data_core_come_from_its_spec(
     monkeypatch.setenv("GRID_DATA_WORKERS", "x")
     with pytest.raises(env_data.DataError, match="GRID_DATA_WORKERS must be a whole number"):
         env_data.RowBuilder("grid", env_url="http://service/")
+
+
+def test_webshops_messages_read_the_instruction_and_actions_where_its_contract_env_answers_them(
+    generated_catalog: Any, expert_plans_generated: dict[int, list[str]]
+) -> None:
+    """In process (the rehearsal's warm start and replays, ``make learn``) WebShop's contract env answers the
+    instruction and the available actions in ``info``; its routes answer them at the top. The spec renders both the
+    same, so the model is warm-started on the very turns the served episodes show it."""
+    from agent_envs.envs.webshop.textenv import WebShopTextEnv
+    from agent_trainer import envs
+    from agent_trainer.rehearsal.warm_start import answer
+
+    spec, core = envs.get("webshop"), WebShopTextEnv(generated_catalog)
+    goal, plan = next(iter(expert_plans_generated.items()))
+    first = answer(core.reset(goal))
+    served = {**first, "instruction": first["info"]["instruction"],
+              "available_actions": first["info"]["available_actions"]}  # fmt: skip
+    assert first["info"]["instruction"] and spec.first_message(first) == spec.first_message(served)
+    assert spec.first_message(first).startswith(f"Instruction: {first['info']['instruction']}\n")
+    parsed = spec.parse(f"Action: {plan[0]}")
+    step = answer(core.step(first["state"], plan[0]))
+    served_step = {**step, "available_actions": step["info"]["available_actions"]}
+    outcome = spec.outcome(step, parsed)
+    assert spec.step_message(step, parsed, outcome, 0) == spec.step_message(served_step, parsed, outcome, 0)

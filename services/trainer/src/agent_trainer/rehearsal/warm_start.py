@@ -68,20 +68,11 @@ def wilson_lower(successes: int, trials: int, z: float = 1.645) -> float:
     return max(0.0, (centre - spread) / (1 + z * z / trials))
 
 
-#: Fields of a core's ``info`` that the environment's client also answers at the top of its answer, where its
-#: spec's messages read them: WebShop's native routes answer a goal's instruction and a page's available actions
-#: there (``agent_envs.envs.webshop.http.runtime``), its contract env puts them in ``info``.
-TOP_FIELDS = ("instruction", "available_actions")
-
-
 def answer(transition: Any) -> dict[str, Any]:
     """A core's ``Transition`` as the environment's client answers it, which the trainer's spec reads
-    (``first_message``, ``step_message``, ``outcome``): observation, reward, done, state, info, and
-    :data:`TOP_FIELDS` where ``info`` has them."""
-    info = dict(transition.info)
-    return {**{name: info[name] for name in TOP_FIELDS if name in info}, "observation": transition.observation,
-            "reward": float(transition.reward), "done": bool(transition.done), "state": transition.state,
-            "info": info}  # fmt: skip
+    (``first_message``, ``step_message``, ``outcome``): observation, reward, done, state, info."""
+    return {"observation": transition.observation, "reward": float(transition.reward), "done": bool(transition.done),
+            "state": transition.state, "info": dict(transition.info)}  # fmt: skip
 
 
 class InProcessClient:

@@ -54,9 +54,17 @@ def parse(reply: str) -> Parsed:
     return Parsed(action=action or UNPARSEABLE_ACTION, well_formed=action is not None)
 
 
+def _field(answer: Mapping[str, Any], name: str) -> Any:
+    """WebShop's ``instruction`` or ``available_actions``: at the top of its own routes' answers, in ``info`` where
+    its contract env answers in process (``WebShopTextEnv``: the rehearsal's, ``make learn``'s cores)."""
+    return answer[name] if name in answer else (answer.get("info") or {}).get(name)
+
+
 def first_message(first: Mapping[str, Any]) -> str:
     return prompts.first_user_message(
-        first.get("instruction", ""), first.get("observation", ""), first.get("available_actions") or {}
+        _field(first, "instruction") or "",
+        first.get("observation", ""),
+        _field(first, "available_actions") or {},
     )
 
 
@@ -65,7 +73,7 @@ def step_message(
 ) -> str:
     return prompts.step_message(
         result.get("observation", ""),
-        result.get("available_actions") or {},
+        _field(result, "available_actions") or {},
         action=parsed.action if parsed.well_formed else None,
         valid=outcome.valid,
         done=outcome.done,
